@@ -1,0 +1,1 @@
+"""Pure analysis passes over tables: no I/O, no mutation of their inputs."""

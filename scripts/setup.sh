@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up tracekit in ./.venv on a fresh machine: everything the project needs, nothing by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first and pinned: where a CPU build of this release is available it is taken
+# (seconds); an unpinned torch would pull a multi-GB CUDA build. On a GPU machine
+# that already has torch, install tracekit into that environment instead.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "torch==${TRACEKIT_TORCH_VERSION:-2.13.0}"
+fi
+.venv/bin/python -m pip install -q -e ".[record,dev,hta]"
+echo "tracekit installed in .venv: run .venv/bin/tracekit --help"

@@ -1,0 +1,236 @@
+"""The tables: one place for every column name, type and unit.
+
+Timestamps are int64 nanoseconds on one clock (the trace's); durations are
+int64 nanoseconds; names are dictionary-encoded strings. Every table is valid
+when empty (``empty(name)``). Bump SCHEMA_VERSION whenever a column changes
+meaning or type: caches and readers key on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_dict = pa.dictionary(pa.int32(), pa.string())
+_i64 = pa.int64()
+_i32 = pa.int32()
+_f64 = pa.float64()
+
+
+def _schema(*fields: tuple[str, pa.DataType], doc: str) -> pa.Schema:
+    return pa.schema([pa.field(n, t) for n, t in fields], metadata={"doc": doc})
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # --- raw tables: written by ingest, one row per trace event -------------
+    "gpu_activity": _schema(
+        ("rank", _i32),
+        ("ts_ns", _i64),
+        ("dur_ns", _i64),
+        ("kind", _dict),  # kernel | memcpy | memset
+        ("name", _dict),
+        ("device", _i32),
+        ("stream", _i32),
+        ("correlation", _i64),
+        ("external_id", _i64),
+        ("op_id", _i64),  # cpu_ops.op_id of the launching CPU op (null if unknown)
+        ("launch_name", _dict),  # runtime call that launched it (cudaLaunchKernel, cudaGraphLaunch, ...)
+        ("grid", pa.list_(_i32)),
+        ("block", pa.list_(_i32)),
+        ("registers_per_thread", _i32),
+        ("shared_memory_bytes", _i64),
+        ("bytes", _i64),  # memcpy / memset bytes
+        ("memcpy_kind", _dict),  # HtoD, DtoH, DtoD, ...
+        doc="GPU kernels, memcpys and memsets",
+    ),
+    "cpu_ops": _schema(
+        ("rank", _i32),
+        ("op_id", _i64),  # unique within a run
+        ("ts_ns", _i64),
+        ("dur_ns", _i64),
+        ("name", _dict),
+        ("cat", _dict),  # cpu_op | user_annotation | python_function ...
+        ("pid", _i64),
+        ("tid", _i64),
+        ("external_id", _i64),
+        ("sequence_number", _i64),
+        ("input_dims", pa.string()),  # JSON text, e.g. "[[2,22],[32000,2048]]"
+        ("input_types", pa.string()),  # JSON text, e.g. '["c10::Half","long int"]'
+        ("parent_id", _i64),  # op_id of the enclosing op on the same thread
+        doc="CPU-side aten and user ops",
+    ),
+    "runtime": _schema(
+        ("rank", _i32),
+        ("ts_ns", _i64),
+        ("dur_ns", _i64),
+        ("name", _dict),
+        ("pid", _i64),
+        ("tid", _i64),
+        ("correlation", _i64),
+        ("external_id", _i64),
+        doc="CUDA runtime and driver calls",
+    ),
+    "annotations": _schema(
+        ("rank", _i32),
+        ("ts_ns", _i64),
+        ("dur_ns", _i64),
+        ("name", _dict),
+        ("cat", _dict),  # user_annotation | gpu_user_annotation | profiler_step | tracekit
+        ("pid", _i64),
+        ("tid", _i64),
+        ("device", _i32),  # GPU annotations only
+        ("stream", _i32),
+        doc="User, profiler-step and GPU annotations",
+    ),
+    "counters": _schema(
+        ("rank", _i32),
+        ("ts_ns", _i64),
+        ("device", _i32),
+        ("metric", _dict),
+        ("value", _f64),
+        ("unit", _dict),
+        ("source", _dict),  # nvml | gpm | kineto
+        doc="Counter samples, long form",
+    ),
+    "memory": _schema(
+        ("rank", _i32),
+        ("ts_ns", _i64),
+        ("device_type", _i32),
+        ("device", _i32),
+        ("addr", _i64),
+        ("bytes", _i64),  # allocation (+) or free (-)
+        ("total_allocated_bytes", _i64),
+        ("total_reserved_bytes", _i64),
+        doc="Allocator events ([memory] instants)",
+    ),
+    "other_events": _schema(
+        ("rank", _i32),
+        ("ts_ns", _i64),
+        ("dur_ns", _i64),
+        ("ph", _dict),
+        ("cat", _dict),
+        ("name", _dict),
+        ("pid", pa.string()),
+        ("tid", pa.string()),
+        ("args", pa.string()),  # JSON text
+        doc="Events of categories tracekit does not model; kept, never dropped",
+    ),
+    # --- derived tables: written by record / analysis passes ---------------
+    "steps": _schema(
+        ("rank", _i32),
+        ("step_id", _i64),
+        ("request_id", _i64),
+        ("kind", _dict),  # prefill | decode | mixed
+        ("batch", _i64),
+        ("q_len", _i64),  # query tokens per sequence (max over the batch)
+        ("kv_len", _i64),  # KV positions attended after this step (past + q)
+        ("tokens", _i64),  # query tokens in the step, all sequences
+        ("source", _dict),  # which source decided the split
+        ("cpu_start_ns", _i64),
+        ("cpu_end_ns", _i64),
+        ("gpu_start_ns", _i64),
+        ("gpu_end_ns", _i64),
+        ("gpu_busy_ns", _i64),
+        doc="One row per model forward pass",
+    ),
+    "requests": _schema(
+        ("rank", _i32),
+        ("request_id", _i64),
+        ("name", _dict),
+        ("batch", _i64),
+        ("input_tokens", _i64),
+        ("output_tokens", _i64),
+        ("start_ns", _i64),
+        ("end_ns", _i64),
+        ("ttft_ns", _i64),
+        ("tpot_ns", _f64),
+        ("e2e_ns", _i64),
+        ("prefill_share", _f64),
+        ("source", _dict),
+        doc="One row per request",
+    ),
+    "phases": _schema(
+        ("rank", _i32),
+        ("request_id", _i64),  # null: the whole run
+        ("phase", _dict),  # prefill | decode | mixed | outside
+        ("steps", _i64),
+        ("time_ns", _i64),
+        ("gpu_busy_ns", _i64),
+        ("compute_bound_ns", _i64),
+        ("memory_bound_ns", _i64),
+        ("idle_ns", _i64),
+        ("other_ns", _i64),
+        ("comm_ns", _i64),
+        ("memcpy_ns", _i64),
+        ("flops", _f64),
+        ("bytes", _f64),
+        ("achieved_tflops", _f64),
+        ("achieved_tbps", _f64),
+        ("pct_peak_flops", _f64),
+        ("pct_peak_bandwidth", _f64),
+        ("energy_j", _f64),
+        doc="Time attribution per (request or run, phase)",
+    ),
+}
+
+TABLES = tuple(SCHEMAS)
+
+
+def schema(name: str) -> pa.Schema:
+    try:
+        return SCHEMAS[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}") from None
+
+
+def empty(name: str) -> pa.Table:
+    """An empty, valid table of the named schema."""
+    return schema(name).empty_table()
+
+
+def _conform_column(values: Any, field: pa.Field, n: int) -> pa.Array:
+    if values is None:
+        return pa.nulls(n, type=field.type)
+    if pa.types.is_dictionary(field.type):
+        arr = pa.array(values, type=pa.string()) if not isinstance(values, pa.Array | pa.ChunkedArray) else values
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_dictionary(arr.type):
+            return arr.cast(field.type)
+        return arr.cast(pa.string()).dictionary_encode().cast(field.type)
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        return values.cast(field.type)
+    return pa.array(values, type=field.type, from_pandas=True)
+
+
+def from_columns(name: str, columns: Mapping[str, Any]) -> pa.Table:
+    """Build a table of the named schema from column sequences.
+
+    Missing columns become nulls; unknown columns are an error (a typo in a
+    column name must not vanish silently).
+    """
+    sch = schema(name)
+    unknown = set(columns) - set(sch.names)
+    if unknown:
+        raise ValueError(f"{name}: unknown columns {sorted(unknown)}")
+    lengths = {len(v) for v in columns.values() if v is not None}
+    if len(lengths) > 1:
+        raise ValueError(f"{name}: columns of different lengths {sorted(lengths)}")
+    n = lengths.pop() if lengths else 0
+    arrays = [_conform_column(columns.get(f.name), f, n) for f in sch]
+    return pa.Table.from_arrays(arrays, schema=sch)
+
+
+def from_pandas(name: str, df: Any) -> pa.Table:
+    """Conform a DataFrame to the named schema (extra columns are an error)."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    return conform(name, table)
+
+
+def conform(name: str, table: pa.Table) -> pa.Table:
+    """Cast a table to the named schema, adding null columns it lacks."""
+    return from_columns(name, {c: table.column(c) for c in table.column_names})

@@ -1,0 +1,100 @@
+"""The phases table: where each request's (and the run's) time went, per phase.
+
+One row per (request, phase) and per (run, phase) (request_id null), phases
+prefill / decode / mixed, plus a run-level ``outside`` row for GPU activity
+launched outside every step. Per row:
+
+- time_ns: union of the phase's step windows, [cpu_start, max(cpu_end, gpu_end)).
+- gpu_busy_ns: union of the phase's GPU activities, per device, summed over devices.
+- comm_ns / memcpy_ns: unions of the NCCL kernels / memcpy+memset.
+- idle_ns: time_ns × devices − gpu_busy_ns: the GPU waiting inside a step, i.e.
+  host-bound time. Null when the trace has no GPU activity at all (a CPU trace
+  says nothing about GPU idleness).
+
+compute_bound_ns, memory_bound_ns, other_ns, flops and bytes are left null for
+the kernel-classification passes (issue 5) to fill.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tracekit.analysis import timeline
+
+PHASES = ("prefill", "decode", "mixed")
+PHASE_COLUMNS = ["request_id", "phase", "steps", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
+
+
+def _windows(steps: pd.DataFrame) -> np.ndarray:
+    if steps.empty:
+        return np.empty((0, 2), dtype=np.int64)
+    s = steps["cpu_start_ns"].astype("int64").to_numpy()
+    e = np.maximum(steps["cpu_end_ns"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan),
+                   steps["gpu_end_ns"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan))
+    e = np.where(np.isnan(e), steps["cpu_end_ns"].astype("float64").to_numpy(), e).astype(np.int64)
+    return timeline.union(s, e)
+
+
+def _row(rid: object, phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, n_dev: int) -> dict[str, object]:
+    time_ns = timeline.length(_windows(steps))
+    split = timeline.device_split(kernels)
+    return {
+        "request_id": rid,
+        "phase": phase,
+        "steps": len(steps),
+        "time_ns": time_ns,
+        "gpu_busy_ns": split["busy"] if n_dev else None,
+        "idle_ns": max(time_ns * n_dev - split["busy"], 0) if n_dev else None,
+        "comm_ns": split["comm"] if n_dev else None,
+        "memcpy_ns": split["memcpy"] if n_dev else None,
+    }
+
+
+def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Phase rows per request and for the run. ``span``: the trace's [first, last) ns."""
+    ks = kernel_steps
+    n_dev = int(ks["device"].nunique(dropna=False)) if not ks.empty else 0
+    rows: list[dict[str, object]] = []
+    groups: list[tuple[object, pd.DataFrame]] = []
+    if not steps.empty and steps["request_id"].notna().any():
+        for r, g in steps[steps["request_id"].notna()].groupby("request_id", sort=True):
+            groups.append((int(r), g))  # type: ignore[arg-type]
+    groups.append((None, steps))
+    for rid, st in groups:
+        for phase in PHASES:
+            sp = st[st["kind"] == phase] if not st.empty else st
+            if sp.empty:
+                continue
+            kp = ks[ks["step_id"].isin(sp["step_id"])] if not ks.empty else ks
+            rows.append(_row(rid, phase, sp, kp, n_dev))
+    outside = ks[ks["step_id"].isna()] if not ks.empty else ks
+    if span is not None or not outside.empty:
+        lo, hi = span if span is not None else (int(outside["ts_ns"].min()),
+                                               int((outside["ts_ns"] + outside["dur_ns"]).max()))
+        split = timeline.device_split(outside)
+        out_time = max(hi - lo - timeline.length(timeline.clip(_windows(steps), lo, hi)), 0)
+        rows.append({
+            "request_id": None, "phase": "outside", "steps": 0, "time_ns": out_time,
+            "gpu_busy_ns": split["busy"] if n_dev else None,
+            "idle_ns": max(out_time * n_dev - split["busy"], 0) if n_dev else None,
+            "comm_ns": split["comm"] if n_dev else None, "memcpy_ns": split["memcpy"] if n_dev else None,
+        })
+    df = pd.DataFrame(rows, columns=PHASE_COLUMNS)
+    df["request_id"] = df["request_id"].astype("Int64")
+    return df
+
+
+def device_timeline(kernel_steps: pd.DataFrame, span: tuple[int, int] | None) -> pd.DataFrame:
+    """Per device: span, busy, compute, memcpy, comm and idle ns over the whole trace."""
+    rows = []
+    if not kernel_steps.empty:
+        for dev, part in kernel_steps.groupby("device", dropna=False):
+            split = timeline.device_split(part)
+            lo, hi = span if span is not None else (int(part["ts_ns"].min()),
+                                                   int((part["ts_ns"] + part["dur_ns"]).max()))
+            rows.append({"device": dev, "span_ns": hi - lo, "busy_ns": split["busy"], "compute_ns": split["compute"],
+                         "memcpy_ns": split["memcpy"], "comm_ns": split["comm"],
+                         "idle_ns": max(hi - lo - split["busy"], 0),
+                         "activities": len(part), "outside_steps": int(part["step_id"].isna().sum())})
+    return pd.DataFrame(rows, columns=["device", "span_ns", "busy_ns", "compute_ns", "memcpy_ns", "comm_ns",
+                                       "idle_ns", "activities", "outside_steps"])

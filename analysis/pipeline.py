@@ -1,0 +1,133 @@
+"""Analysis passes: pure functions from tables to tables, run in a declared order.
+
+A pass names the tables (or ``table.column``) it needs and the tables it adds
+or replaces. ``run_passes`` hands each pass a read-only view of what exists so
+far and merges what it returns into a *new* dict: the caller's tables are never
+modified, and a pass never sees a half-built table. Non-table inputs travel in
+the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
+``warnings`` (a list of strings; what passes return under ``warnings`` is
+appended, never replaced).
+
+Other passes (kernel classification, issue 5) append to ``DEFAULT_PASSES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tracekit.analysis import phases as _phases
+from tracekit.analysis import requests as _requests
+from tracekit.analysis import steps as _steps
+
+from tracekit import schema as _schema
+
+Tables = dict[str, Any]
+PassFn = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    fn: PassFn
+    needs: tuple[str, ...] = ()
+    adds: tuple[str, ...] = ()
+
+
+class PassError(RuntimeError):
+    pass
+
+
+def _has(tables: Mapping[str, Any], need: str) -> bool:
+    table, _, column = need.partition(".")
+    if table not in tables:
+        return False
+    if not column:
+        return True
+    t = tables[table]
+    cols = t.column_names if hasattr(t, "column_names") else list(getattr(t, "columns", []))
+    return column in cols
+
+
+def run_passes(tables: Mapping[str, Any], passes: Iterable[Pass]) -> Tables:
+    """Run passes in order; return a new dict (inputs untouched).
+
+    A raw table a pass needs but the run lacks is supplied empty (every table is
+    valid when empty); a missing derived input or column is a bug in the pass
+    order and raises PassError.
+    """
+    out: Tables = dict(tables)
+    out["warnings"] = list(tables.get("warnings", []))
+    for p in passes:
+        for need in p.needs:
+            t = need.partition(".")[0]
+            if t not in out and t in _schema.SCHEMAS and not need.count("."):
+                out[t] = _schema.empty(t)
+            if not _has(out, need):
+                raise PassError(f"pass {p.name!r} needs {need!r}, which no earlier pass provides")
+        result = p.fn(MappingProxyType(out))
+        extra = set(result) - set(p.adds) - {"warnings"}
+        if extra:
+            raise PassError(f"pass {p.name!r} returned undeclared tables {sorted(extra)}")
+        new = dict(out)
+        new.update({k: v for k, v in result.items() if k != "warnings"})
+        new["warnings"] = out["warnings"] + list(result.get("warnings", []))
+        out = new
+    return out
+
+
+# --- the default passes ---------------------------------------------------------
+
+
+def _steps_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    d = _steps.detect(t["cpu_ops"], t["annotations"], t["runtime"], t["gpu_activity"])
+    return {"steps": d.steps, "kernel_steps": d.kernel_steps, "warnings": d.warnings}
+
+
+def _requests_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    req, steps, ks, warn = _requests.build(
+        t["steps"], t["kernel_steps"], t["annotations"], t["cpu_ops"], t.get("manifest")
+    )
+    return {"requests": req, "steps": steps, "kernel_steps": ks, "warnings": warn}
+
+
+def trace_span(t: Mapping[str, Any]) -> tuple[int, int] | None:
+    """[first, last) ns over every timed event of the raw tables."""
+    lo, hi = np.inf, -np.inf
+    for name in ("gpu_activity", "cpu_ops", "runtime", "annotations"):
+        df = t.get(name)
+        if df is None or len(df) == 0:
+            continue
+        df = _steps.as_df(df)
+        ts = df["ts_ns"].dropna().astype("int64")
+        if ts.empty:
+            continue
+        end = ts + df.loc[ts.index, "dur_ns"].fillna(0).astype("int64")
+        lo, hi = min(lo, int(ts.min())), max(hi, int(end.max()))
+    return None if lo == np.inf else (int(lo), int(hi))
+
+
+def _phases_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    span = trace_span(t)
+    return {
+        "phases": _phases.build(t["steps"], t["kernel_steps"], span),
+        "gpu_timeline": _phases.device_timeline(t["kernel_steps"], span),
+    }
+
+
+STEPS = Pass("steps", _steps_pass, needs=("cpu_ops", "annotations", "runtime", "gpu_activity"),
+             adds=("steps", "kernel_steps"))
+REQUESTS = Pass("requests", _requests_pass, needs=("steps", "kernel_steps", "annotations", "cpu_ops"),
+                adds=("requests", "steps", "kernel_steps"))
+PHASES = Pass("phases", _phases_pass, needs=("steps", "kernel_steps"), adds=("phases", "gpu_timeline"))
+
+# A plain list: later passes (issue 5's classification) append to it.
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES]
+
+
+def to_frame(table: Any) -> pd.DataFrame:
+    return _steps.as_df(table)

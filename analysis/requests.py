@@ -1,0 +1,184 @@
+"""Requests and their latency metrics, from the steps of a trace.
+
+Request windows, in order of trust (``requests.source``): tracekit's own
+``tracekit.request`` annotations; a caller-named user annotation (e.g. a
+``record_function`` around ``generate``) or a ``ProfilerStep#N`` window holding
+exactly one prefill, the innermost such; otherwise each prefill starts a new
+request that lasts until the next one (``prefill_boundary``).
+
+Definitions (docs/metrics.md has the sources): the first token is available
+when the GPU work of the request's first prefill step has completed (including
+the sampling kernels and the copy of the token to the host, which fall in the
+same step window); TTFT = that time − request start; e2e = request end −
+request start; TPOT = (e2e − TTFT) / (output_tokens − 1); ITL = the gaps
+between successive token times (each step's completion).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tracekit.analysis.steps import annotation_rows, as_df, request_labels
+
+REQUEST_COLUMNS = [
+    "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns",
+    "tpot_ns", "e2e_ns", "prefill_share", "source", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns",
+    "prefill_tok_s", "decode_tok_s", "prefill_gpu_ns_per_token", "decode_gpu_ns_per_token",
+    "host_ttft_ns", "host_tpot_ns", "host_e2e_ns",
+]
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+
+def _done(steps: pd.DataFrame) -> pd.Series:
+    """When each step's result exists: its GPU end where it launched GPU work, else its CPU end."""
+    g = steps["gpu_end_ns"].astype("Float64")
+    c = steps["cpu_end_ns"].astype("Float64")
+    return g.fillna(c)
+
+
+def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any) -> list[tuple[int, int, str, str, Any]]:
+    """(start, end, name, source, label) of each request."""
+    labels = request_labels(annotations, cpu_ops)
+    if labels:
+        return [(s, e, lab.name, "tracekit", lab) for s, e, lab in labels]
+    ann = annotation_rows(as_df(annotations), as_df(cpu_ops))
+    pre = steps[steps["kind"].isin(["prefill", "mixed"])]["cpu_start_ns"].to_numpy(dtype=np.int64)
+    starts = steps["cpu_start_ns"].to_numpy(dtype=np.int64)
+    step_names = {"tracekit.step", "execute_", "step["}
+    cands = []
+    for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
+        if any(name.startswith(p) for p in step_names):
+            continue
+        n_pre = int(((pre >= ts) & (pre < ts + dur)).sum())
+        n_all = int(((starts >= ts) & (starts < ts + dur)).sum())
+        if n_pre == 1 and n_all >= 1:
+            src = "profiler_step" if PROFILER_STEP.match(name) else "user_annotation"
+            cands.append((int(ts), int(ts + dur), name, src, None))
+    # Innermost wins: drop any candidate that contains another one.
+    chosen = [c for c in cands if not any(o is not c and c[0] <= o[0] and o[1] <= c[1] and o[:2] != c[:2]
+                                          for o in cands)]
+    # Two annotations with the same span (e.g. nested with equal times): keep the user's name.
+    seen: dict[tuple[int, int], tuple[int, int, str, str, Any]] = {}
+    for c in chosen:
+        if c[:2] not in seen or seen[c[:2]][3] == "profiler_step":
+            seen[c[:2]] = c
+    chosen = sorted(seen.values())
+    covered = np.zeros(len(pre), dtype=bool)
+    for s, e, *_ in chosen:
+        covered |= (pre >= s) & (pre < e)
+    # Prefills outside every window: each starts a request that runs to the next prefill.
+    loose = [int(p) for p, cov in zip(pre, covered, strict=True) if not cov]
+    boundaries = sorted({int(p) for p in pre} | {s for s, *_ in chosen})
+    for p in loose:
+        later = [b for b in boundaries if b > p]
+        end_bound = later[0] if later else None
+        in_req = steps[(steps["cpu_start_ns"] >= p) & ((steps["cpu_start_ns"] < end_bound) if end_bound else True)]
+        end = int(max(in_req["cpu_end_ns"].max(), _done(in_req).max()))
+        chosen.append((p, end, f"request-{len(chosen)}", "prefill_boundary", None))
+    return sorted(chosen, key=lambda c: c[0])
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if x.size else None
+
+
+def _host_timings(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per-request host timings from run.json ``timings``, in nanoseconds.
+
+    Accepted shapes: ``{"requests": [{...}, ...]}`` or a list; keys ``ttft``,
+    ``tpot``, ``e2e`` with a unit suffix ``_ns``, ``_us``, ``_ms`` or ``_s``.
+    """
+    if not manifest:
+        return []
+    t = manifest.get("timings")
+    reqs = t.get("requests") if isinstance(t, dict) else t
+    if not isinstance(reqs, list):
+        return []
+    scale = {"_ns": 1, "_us": 1e3, "_ms": 1e6, "_s": 1e9}
+    out = []
+    for r in reqs:
+        vals: dict[str, Any] = {}
+        if isinstance(r, dict):
+            for key in ("ttft", "tpot", "e2e"):
+                for suf, k in scale.items():
+                    v = r.get(key + suf)
+                    if isinstance(v, int | float):
+                        vals[key] = float(v) * k
+                        break
+        out.append(vals)
+    return out
+
+
+def build(
+    steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
+    manifest: dict[str, Any] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(requests, steps with request_id, kernel_steps with request_id, warnings). Inputs untouched."""
+    steps = steps.copy()
+    kernel_steps = kernel_steps.copy()
+    warnings: list[str] = []
+    if steps.empty:
+        return pd.DataFrame(columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+    windows = _windows(steps, annotations, cpu_ops)
+    host = _host_timings(manifest)
+    has_tracekit_ids = (steps["source"] == "tracekit").all() and steps["request_id"].notna().all()
+    rows = []
+    rid_of_step = pd.Series(pd.NA, index=steps.index, dtype="Int64")
+    for i, (start, end, name, source, label) in enumerate(windows):
+        rid = label.request_id if label is not None else i
+        if has_tracekit_ids and label is not None:
+            mask = steps["request_id"] == rid
+        else:
+            mask = (steps["cpu_start_ns"] >= start) & (steps["cpu_start_ns"] < end)
+        rid_of_step[mask & rid_of_step.isna()] = rid
+        st = steps[mask].sort_values("cpu_start_ns")
+        if st.empty:
+            warnings.append(f"request {rid} ({name}): no steps inside its window")
+            continue
+        done = _done(st).to_numpy(dtype="float64")
+        end = int(max(end, np.nanmax(done)))
+        pre = st[st["kind"] != "decode"]
+        dec = st[st["kind"] == "decode"]
+        batch = int(pre["batch"].iloc[0]) if not pre.empty and pd.notna(pre["batch"].iloc[0]) else None
+        input_tokens = int(pre["q_len"].fillna(0).sum()) if not pre.empty else 0
+        output_tokens = len(dec) + (1 if not pre.empty else 0)
+        if label is not None:
+            batch = label.batch
+            input_tokens, output_tokens = label.input_tokens, label.output_tokens
+        first = float(_done(pre).max()) if not pre.empty else float(done[0])
+        ttft = int(first - start)
+        e2e = int(end - start)
+        tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens > 1 else None
+        itl = np.diff(np.sort(done)) if len(done) > 1 else np.empty(0)
+        pre_time = first - start
+        b = batch or 1
+        pre_busy = float(pre["gpu_busy_ns"].fillna(0).sum())
+        dec_busy = float(dec["gpu_busy_ns"].fillna(0).sum())
+        dec_tokens = len(dec) * b
+        h = host[i] if i < len(host) else {}
+        if pre.empty:
+            warnings.append(f"request {rid} ({name}): no prefill step in the trace window; TTFT is the first step's")
+        rows.append({
+            "request_id": rid, "name": name, "batch": batch, "input_tokens": input_tokens,
+            "output_tokens": output_tokens, "start_ns": int(start), "end_ns": end, "ttft_ns": ttft,
+            "tpot_ns": tpot, "e2e_ns": e2e, "prefill_share": pre_time / e2e if e2e > 0 else None,
+            "source": source, "itl_p50_ns": _pct(itl, 50), "itl_p90_ns": _pct(itl, 90),
+            "itl_p99_ns": _pct(itl, 99),
+            "prefill_tok_s": input_tokens * b / (pre_time / 1e9) if pre_time > 0 and input_tokens else None,
+            "decode_tok_s": dec_tokens / ((e2e - ttft) / 1e9) if e2e > ttft and dec_tokens else None,
+            "prefill_gpu_ns_per_token": pre_busy / (input_tokens * b) if input_tokens else None,
+            "decode_gpu_ns_per_token": dec_busy / dec_tokens if dec_tokens else None,
+            "host_ttft_ns": h.get("ttft"), "host_tpot_ns": h.get("tpot"), "host_e2e_ns": h.get("e2e"),
+        })
+    steps["request_id"] = rid_of_step.astype("Int64")
+    if not kernel_steps.empty:
+        m = steps.set_index("step_id")["request_id"]
+        kernel_steps["request_id"] = kernel_steps["step_id"].map(m).astype("Int64")
+    n_out = int(steps["request_id"].isna().sum())
+    if n_out and windows:
+        warnings.append(f"{n_out} steps fall outside every request window")
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, warnings

@@ -1,0 +1,511 @@
+"""Step detection: one row per model forward pass, from whichever source the trace offers.
+
+Sources, in order of trust (the first one present decides; ``steps.source``
+says which):
+
+1. ``tracekit``: tracekit's own ``tracekit.step ...`` annotations (stepnames.py).
+2. ``vllm`` / ``sglang``: engine annotations. vLLM's detailed annotation
+   ``execute_<n>_context_<c>(<tokens>)_generation_<g>(<tokens>)`` and its default
+   ``execute_new_<n>_cached_<m>`` (vllm/v1/worker/gpu_worker.py, annotate_profile);
+   SGLang's ``step[EXTEND|DECODE|MIXED bs=...]``.
+3. ``model_ops``: no annotations at all. Each forward pass of a decoder starts
+   with the token-embedding lookup (``aten::embedding``), whose index tensor has
+   dims [batch, q_len]; a pass spans from one lookup to the next.
+4. ``cuda_graph``: compiled runs replay a CUDA graph per decode step: one
+   ``cudaGraphLaunch`` and no aten ops inside, so each launch that is not part of
+   an eager pass is one decode step (q_len 1, batch of the prefill before it).
+
+Contradictions (tracekit says decode, the embedding says q_len 5; overlapping
+annotated steps) are returned as warnings, never silently resolved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tracekit.analysis import timeline
+
+from tracekit.stepnames import parse_request, parse_step, step_kind
+
+EMBEDDING_OPS = ("aten::embedding",)
+ATTENTION_OPS = (
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)
+# Ops that mean "the layers of a forward pass ran eagerly here".
+MATMUL_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm")
+
+VLLM_DETAILED = re.compile(r"^execute_(\d+)_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
+VLLM_DEFAULT = re.compile(r"^execute_new_(\d+)_cached_(\d+)")
+SGLANG = re.compile(r"^step\[\s*(EXTEND|DECODE|MIXED|PREFILL|IDLE)\b([^\]]*)\]", re.IGNORECASE)
+
+STEP_COLUMNS = [
+    "step_id",
+    "request_id",
+    "kind",
+    "batch",
+    "q_len",
+    "kv_len",
+    "tokens",
+    "source",
+    "cpu_start_ns",
+    "cpu_end_ns",
+    "gpu_start_ns",
+    "gpu_end_ns",
+    "gpu_busy_ns",
+]
+
+
+@dataclass
+class Detected:
+    """What step detection found: steps, the step of every GPU activity, warnings."""
+
+    steps: pd.DataFrame
+    kernel_steps: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+
+def as_df(table: Any) -> pd.DataFrame:
+    """A pandas copy of a table with dictionary columns as plain strings."""
+    if table is None:
+        return pd.DataFrame()
+    df = table.to_pandas() if hasattr(table, "to_pandas") and not isinstance(table, pd.DataFrame) else table.copy()
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype(object).where(df[c].notna(), None)
+    return df
+
+
+def _dims(text: Any) -> list[Any] | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return None
+    return v if isinstance(v, list) else None
+
+
+def annotation_rows(annotations: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """Host-side annotations from both tables, deduplicated (ingest may put them in either)."""
+    parts = []
+    if not annotations.empty:
+        a = annotations
+        if "cat" in a:
+            a = a[a["cat"].astype(str) != "gpu_user_annotation"]
+        parts.append(a[["ts_ns", "dur_ns", "name", "cat"]])
+    if not cpu_ops.empty and "cat" in cpu_ops:
+        u = cpu_ops[cpu_ops["cat"].astype(str) == "user_annotation"]
+        parts.append(u[["ts_ns", "dur_ns", "name", "cat"]])
+    if not parts:
+        return pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat"])
+    out = pd.concat(parts, ignore_index=True)
+    out = out.dropna(subset=["ts_ns", "name"])
+    out["dur_ns"] = out["dur_ns"].fillna(0).astype("int64")
+    out["ts_ns"] = out["ts_ns"].astype("int64")
+    out["name"] = out["name"].astype(str)
+    out = out.drop_duplicates(subset=["name", "ts_ns"]).sort_values("ts_ns", kind="stable")
+    return out.reset_index(drop=True)
+
+
+def _row(**kw: Any) -> dict[str, Any]:
+    r: dict[str, Any] = dict.fromkeys(STEP_COLUMNS)
+    r.update(kw)
+    return r
+
+
+# --- source 1 and 2: annotations -------------------------------------------------
+
+
+def _from_tracekit(ann: pd.DataFrame) -> list[dict[str, Any]]:
+    rows = []
+    for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
+        lab = parse_step(name)
+        if lab is None:
+            continue
+        rows.append(
+            _row(
+                step_id=lab.step_id,
+                request_id=lab.request_id,
+                kind=lab.kind,
+                batch=lab.batch,
+                q_len=lab.q_len,
+                kv_len=lab.kv_len,
+                tokens=lab.batch * lab.q_len,
+                source="tracekit",
+                cpu_start_ns=int(ts),
+                cpu_end_ns=int(ts + dur),
+            )
+        )
+    return rows
+
+
+def _from_engine(ann: pd.DataFrame) -> list[dict[str, Any]]:
+    rows = []
+    for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
+        base = {"cpu_start_ns": int(ts), "cpu_end_ns": int(ts + dur)}
+        m = VLLM_DETAILED.match(name)
+        if m:
+            n_ctx, ctx_tok, n_gen, gen_tok = (int(m.group(i)) for i in (2, 3, 4, 5))
+            kind = "mixed" if n_ctx and n_gen else ("prefill" if n_ctx else "decode")
+            # q_len is the max over the batch; the annotation gives only totals, so
+            # a prefill's q_len is the mean context chunk (documented in metrics.md).
+            q = max(1, round(ctx_tok / n_ctx)) if n_ctx else 1
+            rows.append(
+                _row(kind=kind, batch=n_ctx + n_gen, q_len=q, tokens=ctx_tok + gen_tok, source="vllm", **base)
+            )
+            continue
+        m = VLLM_DEFAULT.match(name)
+        if m:
+            new, cached = int(m.group(1)), int(m.group(2))
+            if new + cached == 0:
+                continue
+            # New requests start with a prefill; cached ones are decoding (or a
+            # later chunk of a chunked prefill, which this annotation cannot tell).
+            kind = "mixed" if new and cached else ("prefill" if new else "decode")
+            rows.append(_row(kind=kind, batch=new + cached, q_len=1 if kind == "decode" else None, source="vllm", **base))
+            continue
+        m = SGLANG.match(name)
+        if m:
+            mode = m.group(1).upper()
+            if mode == "IDLE":
+                continue
+            fields = dict(re.findall(r"(\w+)=(\d+)", m.group(2)))
+            kind = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}[mode]
+            bs = int(fields["bs"]) if "bs" in fields else None
+            rows.append(
+                _row(kind=kind, batch=bs, q_len=1 if kind == "decode" else None,
+                     tokens=bs if kind == "decode" else None, source="sglang", **base)
+            )
+    return rows
+
+
+# --- source 3 and 4: the model's own ops, CUDA graph launches ---------------------
+
+
+def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    if cpu_ops.empty:
+        return pd.DataFrame(columns=["ts_ns", "batch", "q_len"])
+    emb = cpu_ops[cpu_ops["name"].astype(str).isin(EMBEDDING_OPS)]
+    recs = []
+    for ts, dims in zip(emb["ts_ns"], emb["input_dims"] if "input_dims" in emb else [None] * len(emb), strict=True):
+        d = _dims(dims)
+        if not d or len(d) < 2 or not isinstance(d[0], list) or not isinstance(d[1], list):
+            continue
+        idx = d[1]
+        if len(idx) == 2:
+            b, q = idx
+        elif len(idx) == 1:
+            b, q = 1, idx[0]
+        else:
+            continue
+        vocab = d[0][0] if d[0] else None
+        recs.append((int(ts), int(b), int(q), vocab))
+    df = pd.DataFrame(recs, columns=["ts_ns", "batch", "q_len", "vocab"])
+    if df.empty:
+        return df
+    # The token embedding has the largest table; position/type embeddings (GPT-2's
+    # wpe) are lookups too and must not count as passes of their own.
+    df = df[df["vocab"] == df["vocab"].max()]
+    return df.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def _attention_kv(cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    if cpu_ops.empty:
+        return pd.DataFrame(columns=["ts_ns", "kv"])
+    att = cpu_ops[cpu_ops["name"].astype(str).isin(ATTENTION_OPS)]
+    recs = []
+    for ts, dims in zip(att["ts_ns"], att["input_dims"] if "input_dims" in att else [None] * len(att), strict=True):
+        d = _dims(dims)
+        if d and len(d) > 1 and isinstance(d[1], list) and len(d[1]) == 4:
+            recs.append((int(ts), int(d[1][2])))  # key: [batch, kv_heads, kv_len, head_dim]
+    return pd.DataFrame(recs, columns=["ts_ns", "kv"]).sort_values("ts_ns", kind="stable")
+
+
+def _from_model_ops(
+    cpu_ops: pd.DataFrame, runtime: pd.DataFrame, fences: np.ndarray
+) -> list[dict[str, Any]]:
+    emb = _embeddings(cpu_ops)
+    graphs = pd.DataFrame(columns=["ts_ns", "dur_ns"])
+    if not runtime.empty:
+        graphs = runtime[runtime["name"].astype(str).str.contains("GraphLaunch", regex=False)][["ts_ns", "dur_ns"]]
+    marks = [
+        ("E", int(t), 0, int(b), int(q))
+        for t, b, q in zip(emb["ts_ns"].to_numpy(), emb["batch"].to_numpy(), emb["q_len"].to_numpy(), strict=True)
+    ]
+    marks += [("G", int(t), int(d or 0), 0, 1) for t, d in zip(graphs["ts_ns"], graphs["dur_ns"], strict=True)]
+    if not marks:
+        return []
+    marks.sort(key=lambda m: (m[1], m[0]))
+    mm = np.sort(cpu_ops.loc[cpu_ops["name"].astype(str).isin(MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
+        if not cpu_ops.empty else np.empty(0, dtype=np.int64)
+
+    starts: list[tuple[str, int, int, int, int]] = []
+    for m in marks:
+        if m[0] == "G" and starts and starts[-1][0] == "E":
+            prev = starts[-1][1]
+            n_mm = np.searchsorted(mm, m[1]) - np.searchsorted(mm, prev)
+            if n_mm == 0:
+                # An eager embedding then a graph with no layers in between: one
+                # pass whose layers were captured (piecewise graphs), not two.
+                continue
+        starts.append(m)
+
+    tops = _top_level_ends(cpu_ops, runtime)
+    att = _attention_kv(cpu_ops)
+    rows = []
+    batch_of_chain: int | None = None
+    for i, (src, ts, gdur, b, q) in enumerate(starts):
+        nxt = starts[i + 1][1] if i + 1 < len(starts) else None
+        end = _window_end(ts, nxt, fences, tops, ts + gdur)
+        if src == "E":
+            batch_of_chain = b
+            kv_attn = None
+            if not att.empty:
+                a = att[(att["ts_ns"] >= ts) & (att["ts_ns"] < end)]
+                kv_attn = int(a["kv"].to_numpy()[0]) if not a.empty else None
+            rows.append(
+                _row(kind=step_kind(q), batch=b, q_len=q, tokens=b * q, source="model_ops",
+                     cpu_start_ns=ts, cpu_end_ns=end, kv_len=kv_attn)
+            )
+        else:
+            rows.append(
+                _row(kind="decode", batch=batch_of_chain, q_len=1,
+                     tokens=batch_of_chain if batch_of_chain is not None else None,
+                     source="cuda_graph", cpu_start_ns=ts, cpu_end_ns=end, kv_len=None)
+            )
+    _fill_kv(rows)
+    return rows
+
+
+def _fill_kv(rows: list[dict[str, Any]]) -> None:
+    """KV length after each step: cumulative along a prefill → decode chain.
+
+    The attention op's key length is the witness where it grows step by step
+    (dynamic cache); a static cache reports its full size every step, so there
+    the running count (prefill q_len, +1 per decode) is used instead.
+    """
+    chains: list[list[dict[str, Any]]] = []
+    for r in rows:
+        if r["kind"] != "decode" or not chains:
+            chains.append([r])
+        else:
+            chains[-1].append(r)
+    for chain in chains:
+        attn = [r["kv_len"] for r in chain]
+        growing = all(a is not None for a in attn) and all(
+            attn[k + 1] - attn[k] == chain[k + 1]["q_len"] for k in range(len(chain) - 1)
+        )
+        seed = attn[0] if (attn[0] is not None and chain[0]["kind"] == "decode") else 0
+        run = seed
+        for k, r in enumerate(chain):
+            run = run + (r["q_len"] or 0) if k or chain[0]["kind"] != "decode" else run
+            r["kv_len"] = attn[k] if growing else run
+
+
+def _top_level_ends(cpu_ops: pd.DataFrame, runtime: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(start, running max end) of host events, to find where the last pass ends."""
+    parts = []
+    for df in (cpu_ops, runtime):
+        if not df.empty:
+            parts.append(df[["ts_ns", "dur_ns"]].dropna())
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    ev = pd.concat(parts).sort_values("ts_ns", kind="stable")
+    s = ev["ts_ns"].to_numpy(dtype=np.int64)
+    e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
+    return s, e
+
+
+def _window_end(
+    ts: int, nxt: int | None, fences: np.ndarray, tops: tuple[np.ndarray, np.ndarray], floor: int
+) -> int:
+    """A pass ends at the next pass, at the end of the request/ProfilerStep window
+    holding it, or (last pass, no window) at the end of the host events after it."""
+    bound = nxt
+    if fences.size:
+        inside = fences[(fences[:, 0] <= ts) & (fences[:, 1] > ts)]
+        if inside.size:
+            f = int(inside[:, 1].min())
+            bound = f if bound is None else min(bound, f)
+    if bound is not None:
+        return max(bound, floor) if nxt is None else bound
+    s, e = tops
+    if s.size:
+        after = e[s >= ts]
+        if after.size:
+            return max(int(after.max()), floor)
+    return max(floor, ts + 1)
+
+
+# --- putting it together ------------------------------------------------------------
+
+
+def request_fences(ann: pd.DataFrame) -> np.ndarray:
+    """Windows that a pass never crosses: requests (any user annotation that is
+    not itself a step) and ProfilerStep windows."""
+    if ann.empty:
+        return np.empty((0, 2), dtype=np.int64)
+    names = ann["name"].astype(str)
+    is_step = (
+        names.map(lambda n: parse_step(n) is not None)
+        | names.str.match(VLLM_DETAILED.pattern)
+        | names.str.match(VLLM_DEFAULT.pattern)
+        | names.str.match(SGLANG.pattern, case=False)
+    )
+    f = ann[~is_step]
+    return np.stack([f["ts_ns"].to_numpy(dtype=np.int64), (f["ts_ns"] + f["dur_ns"]).to_numpy(dtype=np.int64)], axis=1) \
+        if not f.empty else np.empty((0, 2), dtype=np.int64)
+
+
+def _check_overlaps(steps: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    if len(steps) < 2:
+        return steps
+    steps = steps.sort_values("cpu_start_ns", kind="stable").reset_index(drop=True)
+    ids = steps["step_id"].tolist()
+    srcs = steps["source"].astype(str).tolist()
+    starts = steps["cpu_start_ns"].to_numpy()
+    ends = steps["cpu_end_ns"].to_numpy().copy()
+    for i in range(len(steps) - 1):
+        if ends[i] > starts[i + 1]:
+            warnings.append(
+                f"steps {ids[i]} and {ids[i + 1]} overlap "
+                f"({ends[i] - starts[i + 1]} ns; source {srcs[i]}): "
+                f"the first is cut at the second's start so no GPU activity counts twice"
+            )
+            ends[i] = starts[i + 1]
+    steps["cpu_end_ns"] = ends
+    return steps
+
+
+def _cross_check(steps: pd.DataFrame, cpu_ops: pd.DataFrame, warnings: list[str]) -> None:
+    """Annotated steps against the embedding's shapes: disagreement is reported."""
+    emb = _embeddings(cpu_ops)
+    if emb.empty or steps.empty:
+        return
+    ts = emb["ts_ns"].to_numpy()
+    recs: list[dict[Any, Any]] = steps.to_dict("records")
+    e_batch = emb["batch"].to_numpy()
+    e_q = emb["q_len"].to_numpy()
+    for r in recs:
+        lo, hi = np.searchsorted(ts, int(r["cpu_start_ns"])), np.searchsorted(ts, int(r["cpu_end_ns"]))
+        if hi - lo != 1:
+            continue
+        eq, eb = int(e_q[lo]), int(e_batch[lo])
+        kind = step_kind(eq)
+        bad = []
+        if r["q_len"] is not None and not pd.isna(r["q_len"]) and int(r["q_len"]) != eq:
+            bad.append(f"q_len={r['q_len']} but aten::embedding shows q_len={eq}")
+        if r["batch"] is not None and not pd.isna(r["batch"]) and int(r["batch"]) != eb:
+            bad.append(f"batch={r['batch']} but aten::embedding shows batch={eb}")
+        if r["kind"] in ("prefill", "decode") and r["kind"] != kind:
+            bad.append(f"kind={r['kind']} but the embedding's shape says {kind}")
+        if bad:
+            warnings.append(
+                f"step {r['step_id']} ({r['source']}): " + "; ".join(bad) + " (annotation kept, not guessed)"
+            )
+
+
+def detect(
+    cpu_ops: Any, annotations: Any, runtime: Any, gpu_activity: Any
+) -> Detected:
+    """Find the steps of a trace and the step of each GPU activity.
+
+    Pure: inputs (pa.Table or DataFrame) are never modified.
+    """
+    cpu = as_df(cpu_ops)
+    ann = annotation_rows(as_df(annotations), cpu)
+    rt = as_df(runtime)
+    gpu = as_df(gpu_activity)
+    warnings: list[str] = []
+
+    rows = _from_tracekit(ann)
+    if not rows:
+        rows = _from_engine(ann)
+    if not rows:
+        rows = _from_model_ops(cpu, rt, request_fences(ann))
+    steps = pd.DataFrame(rows, columns=STEP_COLUMNS)
+    if not steps.empty:
+        if steps["step_id"].isna().any():
+            steps = steps.sort_values("cpu_start_ns", kind="stable").reset_index(drop=True)
+            steps["step_id"] = np.arange(len(steps))
+        steps = _check_overlaps(steps, warnings)
+        if steps["source"].iloc[0] != "model_ops":
+            _cross_check(steps, cpu, warnings)
+    else:
+        warnings.append(
+            "no model steps found (no tracekit/vLLM/SGLang step annotations, no aten::embedding with "
+            "input shapes, no cudaGraphLaunch): only the GPU timeline is reported"
+        )
+
+    kernel_steps = assign_gpu(gpu, rt, cpu, steps)
+    steps = fill_gpu_columns(steps, kernel_steps)
+    for c in ("step_id", "request_id", "batch", "q_len", "kv_len", "tokens", "cpu_start_ns", "cpu_end_ns",
+              "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"):
+        steps[c] = steps[c].astype("Int64")
+    return Detected(steps=steps.reset_index(drop=True), kernel_steps=kernel_steps, warnings=warnings)
+
+
+def assign_gpu(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU activity (row = its position in gpu_activity) with its step or null."""
+    cols = ["rank", "row", "device", "ts_ns", "dur_ns", "category", "step_id", "request_id"]
+    if gpu.empty:
+        return pd.DataFrame({c: pd.Series([], dtype="Int64" if c != "category" else object) for c in cols})
+    launch = timeline.launch_times(gpu, rt, cpu)
+    if steps.empty:
+        sid = pd.Series(pd.NA, index=gpu.index, dtype="Int64")
+    else:
+        sid = timeline.assign_to_windows(
+            launch,
+            steps["cpu_start_ns"].to_numpy(dtype=np.int64),
+            steps["cpu_end_ns"].to_numpy(dtype=np.int64),
+            steps["step_id"].to_numpy(dtype=np.int64),
+        )
+    out = pd.DataFrame(
+        {
+            "rank": gpu.get("rank", pd.NA),
+            "row": np.arange(len(gpu), dtype=np.int64),
+            "device": gpu["device"],
+            "ts_ns": gpu["ts_ns"].astype("int64"),
+            "dur_ns": gpu["dur_ns"].fillna(0).astype("int64"),
+            "category": timeline.categorise(gpu).to_numpy(),
+            "step_id": sid.to_numpy(),
+            "request_id": pd.array([pd.NA] * len(gpu), dtype="Int64"),
+        }
+    )
+    out["step_id"] = out["step_id"].astype("Int64")
+    return out.reset_index(drop=True)
+
+
+def fill_gpu_columns(steps: pd.DataFrame, kernel_steps: pd.DataFrame) -> pd.DataFrame:
+    steps = steps.copy()
+    if steps.empty:
+        return steps
+    g = timeline.busy_by_group(kernel_steps, "step_id")
+    g = g.set_index("step_id") if not g.empty else g
+    for c in ("gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"):
+        if g.empty:
+            steps[c] = pd.NA if c != "gpu_busy_ns" else 0
+        else:
+            steps[c] = steps["step_id"].map(g[c])
+            if c == "gpu_busy_ns":
+                steps[c] = steps[c].fillna(0)
+    return steps
+
+
+def request_labels(annotations: Any, cpu_ops: Any) -> list[tuple[int, int, Any]]:
+    """(start, end, RequestLabel) of tracekit's own request annotations."""
+    ann = annotation_rows(as_df(annotations), as_df(cpu_ops))
+    out = []
+    for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
+        lab = parse_request(name)
+        if lab is not None:
+            out.append((int(ts), int(ts + dur), lab))
+    return out

@@ -1,0 +1,176 @@
+"""Interval arithmetic over the GPU timeline.
+
+Everything here works on plain numpy arrays of [start, end) nanosecond
+intervals, so that busy time is a union (overlapping kernels on two streams
+count once) and no event is ever counted twice or dropped. The GPU activity of
+a run is split per device into compute kernels, memcpy/memset, communication
+(NCCL) and idle; every activity is assigned to exactly one step, or to none
+("outside", a null step_id).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+CATEGORIES = ("compute", "memcpy", "memset", "comm")
+
+
+def union(starts: Any, ends: Any) -> np.ndarray:
+    """The union of [start, end) intervals as a sorted (n, 2) int64 array of disjoint intervals."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return np.empty((0, 2), dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    # A new merged interval starts wherever a start lies beyond every end before it.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = run_end[np.r_[idx[1:] - 1, s.size - 1]]
+    return np.stack([out_s, out_e], axis=1)
+
+
+def length(intervals: np.ndarray) -> int:
+    """Total length of disjoint intervals."""
+    if intervals.size == 0:
+        return 0
+    return int((intervals[:, 1] - intervals[:, 0]).sum())
+
+
+def clip(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Disjoint intervals cut to [lo, hi)."""
+    if intervals.size == 0 or hi <= lo:
+        return np.empty((0, 2), dtype=np.int64)
+    s = np.maximum(intervals[:, 0], lo)
+    e = np.minimum(intervals[:, 1], hi)
+    keep = e > s
+    return np.stack([s[keep], e[keep]], axis=1)
+
+
+def intersect_length(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the intersection of two sets of disjoint intervals."""
+    if a.size == 0 or b.size == 0:
+        return 0
+    total = 0
+    for lo, hi in b:
+        total += length(clip(a, int(lo), int(hi)))
+    return total
+
+
+def categorise(gpu: pd.DataFrame) -> pd.Series:
+    """compute | memcpy | memset | comm, per GPU activity.
+
+    NCCL kernels are communication whatever their kind: they occupy the SMs but
+    their time is the collective's, not the model's arithmetic.
+    """
+    if gpu.empty:
+        return pd.Series([], dtype=object, index=gpu.index)
+    kind = gpu["kind"].astype(str).str.lower()
+    name = gpu["name"].astype(str).str.lower()
+    cat = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", "compute"))
+    cat = np.where(name.str.contains("nccl", regex=False), "comm", cat)
+    return pd.Series(cat, index=gpu.index, dtype=object)
+
+
+def launch_times(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.Series:
+    """Host time at which each GPU activity was launched.
+
+    The runtime call with the same correlation id is the best witness (it is
+    the launch itself, cudaGraphLaunch included); failing that, the start of the
+    launching CPU op (op_id). Null where neither is known.
+    """
+    out = pd.Series(pd.NA, index=gpu.index, dtype="Int64")
+    if gpu.empty:
+        return out
+    if not runtime.empty and "correlation" in gpu:
+        rt = runtime.dropna(subset=["correlation"]).drop_duplicates("correlation")
+        m = pd.Series(rt["ts_ns"].to_numpy(), index=rt["correlation"].to_numpy())
+        corr = gpu["correlation"]
+        hit = corr.map(m)
+        out = out.fillna(hit.astype("Int64"))
+    if not cpu_ops.empty and "op_id" in gpu:
+        ops = cpu_ops.dropna(subset=["op_id"]).drop_duplicates("op_id")
+        m = pd.Series(ops["ts_ns"].to_numpy(), index=ops["op_id"].to_numpy())
+        hit = gpu["op_id"].map(m)
+        out = out.fillna(hit.astype("Int64"))
+    return out
+
+
+def assign_to_windows(times: pd.Series, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray) -> pd.Series:
+    """The id of the [start, end) window holding each time; null if none.
+
+    Windows must not overlap (steps never do once detected); sorted here.
+    """
+    out = pd.Series(pd.NA, index=times.index, dtype="Int64")
+    if len(starts) == 0 or times.empty:
+        return out
+    order = np.argsort(starts, kind="stable")
+    s, e, i = starts[order], ends[order], ids[order]
+    t = times.to_numpy(dtype="float64", na_value=np.nan)
+    valid = ~np.isnan(t)
+    pos = np.searchsorted(s, t[valid], side="right") - 1
+    ok = pos >= 0
+    inside = np.zeros(valid.sum(), dtype=bool)
+    inside[ok] = t[valid][ok] < e[pos[ok]]
+    vals = np.full(valid.sum(), -1, dtype=np.int64)
+    vals[inside] = i[pos[inside]]
+    res = pd.array(np.where(inside, vals, 0), dtype="Int64")
+    res[~inside] = pd.NA
+    out.iloc[np.flatnonzero(valid)] = res
+    return out
+
+
+def busy_by_group(gpu: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per (key, device): busy union, first start, last end of the activities."""
+    cols = [key, "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"]
+    g = gpu.dropna(subset=[key])
+    if g.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for k, part in g.groupby(key, sort=True):
+        busy = 0
+        for _, dev in part.groupby("device", dropna=False):
+            busy += length(union(dev["ts_ns"], dev["ts_ns"] + dev["dur_ns"]))
+        rows.append((k, int(part["ts_ns"].min()), int((part["ts_ns"] + part["dur_ns"]).max()), busy))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def device_split(gpu: pd.DataFrame, windows: np.ndarray | None = None) -> dict[str, int]:
+    """busy / compute / memcpy (memcpy+memset) / comm nanoseconds, summed over devices.
+
+    Each category is a union per device; ``busy`` is the union of all of them
+    (so compute + memcpy + comm can exceed busy where they overlap). With
+    ``windows`` (disjoint intervals) everything is cut to them first.
+    """
+    out = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
+    if gpu.empty:
+        return out
+    cat = gpu["category"] if "category" in gpu else categorise(gpu)
+    for _, idx in gpu.groupby("device", dropna=False).groups.items():
+        part = gpu.loc[idx]
+        pc = cat.loc[idx]
+        ends = part["ts_ns"] + part["dur_ns"]
+
+        def _u(mask: pd.Series, part: pd.DataFrame = part, ends: pd.Series = ends) -> np.ndarray:
+            u = union(part["ts_ns"][mask], ends[mask])
+            if windows is None:
+                return u
+            if windows.size == 0:
+                return np.empty((0, 2), dtype=np.int64)
+            return np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows])
+
+        all_mask = pd.Series(True, index=part.index)
+        out["busy"] += length(_u(all_mask))
+        out["compute"] += length(_u(pc == "compute"))
+        out["memcpy"] += length(_u(pc.isin(["memcpy", "memset"])))
+        out["comm"] += length(_u(pc == "comm"))
+    return out

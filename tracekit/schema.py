@@ -151,7 +151,43 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("e2e_ns", _i64),
         ("prefill_share", _f64),
         ("source", _dict),
+        # Inter-token latency percentiles, throughput and the read/write asymmetry
+        # (GPU ns per input token in prefill vs per output token in decode).
+        ("itl_p50_ns", _f64),
+        ("itl_p90_ns", _f64),
+        ("itl_p99_ns", _f64),
+        ("prefill_tok_s", _f64),
+        ("decode_tok_s", _f64),
+        ("prefill_gpu_ns_per_token", _f64),
+        ("decode_gpu_ns_per_token", _f64),
+        # Host-side timings from run.json, beside the trace-derived ones.
+        ("host_ttft_ns", _f64),
+        ("host_tpot_ns", _f64),
+        ("host_e2e_ns", _f64),
         doc="One row per request",
+    ),
+    "kernel_steps": _schema(
+        ("rank", _i32),
+        ("row", _i64),  # position of the activity in gpu_activity
+        ("device", _i32),
+        ("ts_ns", _i64),
+        ("dur_ns", _i64),
+        ("category", _dict),  # compute | memcpy | memset | comm
+        ("step_id", _i64),  # null: outside every step
+        ("request_id", _i64),
+        doc="The step of every GPU activity (analysis; gpu_activity itself is not rewritten)",
+    ),
+    "gpu_timeline": _schema(
+        ("device", _i32),
+        ("span_ns", _i64),
+        ("busy_ns", _i64),
+        ("compute_ns", _i64),
+        ("memcpy_ns", _i64),
+        ("comm_ns", _i64),
+        ("idle_ns", _i64),
+        ("activities", _i64),
+        ("outside_steps", _i64),
+        doc="Per device over the whole trace: busy by category and idle",
     ),
     "phases": _schema(
         ("rank", _i32),

@@ -1,0 +1,449 @@
+"""tracekit's tracks: what a run looks like on a timeline, independent of the file format.
+
+One function, ``build_tracks``, turns a run's tables into a ``TrackSet``: plain
+tracks, slices and counter points. Both writers read it: the Chrome trace-event
+JSON writer here (``write_chrome_json``) and the native Perfetto protobuf
+writer (``tracekit.perfetto``). Keeping the content in one place means the two
+files show the same thing, and the tests check the content once per format.
+
+Tracks:
+  * tracekit / requests   one slice per request (with a nested ``ttft`` slice);
+                          overlapping requests get extra lanes, because slices on
+                          one thread must nest.
+  * tracekit / steps      one slice per forward pass, named by its kind
+                          (prefill / decode / mixed). Perfetto colours slices by
+                          name, so every prefill has one colour; Chrome's legacy
+                          viewer gets an explicit ``cname`` too.
+  * tracekit / bound      the step's bound class: the ``bound`` column when the
+                          roofline pass wrote one, else ``host-bound`` / ``gpu-busy``
+                          from the step's GPU busy share (source recorded in args).
+  * GPU <n> counters      one counter track per (device, source, metric).
+  * the trace itself      kernels per device/stream, CPU ops and runtime calls per
+                          thread, annotations: rebuilt from the tables, so a
+                          windowed export needs no pass over the raw JSON.
+
+Timestamps stay int64 ns; the JSON writer formats microseconds exactly from them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+# Synthetic pids for tracekit's own processes: far above real pids so they never
+# collide with the Kineto trace's processes when merged.
+TRACEKIT_PID = 0x7FFF0000
+COUNTER_PID_BASE = 0x7FFF0100
+
+# Chrome's legacy viewer takes reserved colour names; Perfetto colours by slice name.
+KIND_CNAME = {"prefill": "thread_state_running", "decode": "thread_state_iowait", "mixed": "yellow"}
+BOUND_CNAME = {
+    "compute": "good",
+    "compute-bound": "good",
+    "memory": "bad",
+    "memory-bound": "bad",
+    "host": "terrible",
+    "host-bound": "terrible",
+    "gpu-busy": "generic_work",
+}
+# Below this share of the step's wall time with a kernel running, the GPU mostly
+# waited for the host (DESIGN.md: idle inside a step is host-bound time).
+HOST_BOUND_BUSY_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Track:
+    key: str
+    name: str  # thread name (slice tracks) or counter name (counter tracks)
+    process: str
+    pid: int
+    tid: int
+    kind: str  # "slice" | "counter"
+    sort_index: int = 0
+    process_sort_index: int = 0
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Slice:
+    track: str
+    name: str
+    ts_ns: int
+    dur_ns: int
+    cat: str
+    args: dict[str, Any] = field(default_factory=dict)
+    cname: str | None = None
+
+
+@dataclass(frozen=True)
+class CounterPoint:
+    track: str
+    ts_ns: int
+    value: float
+
+
+@dataclass
+class TrackSet:
+    tracks: dict[str, Track] = field(default_factory=dict)
+    slices: list[Slice] = field(default_factory=list)
+    counters: list[CounterPoint] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add_track(self, track: Track) -> Track:
+        return self.tracks.setdefault(track.key, track)
+
+    def slices_on(self, key: str) -> list[Slice]:
+        return [s for s in self.slices if s.track == key]
+
+    def counters_on(self, key: str) -> list[CounterPoint]:
+        return [c for c in self.counters if c.track == key]
+
+
+@dataclass(frozen=True)
+class Window:
+    """A closed time window in trace ns; events overlapping it are kept (clipped)."""
+
+    start_ns: int
+    end_ns: int
+
+
+# --- table access that tolerates missing tables and columns ------------------
+
+
+def _col(table: pa.Table | None, name: str) -> list[Any]:
+    if table is None:
+        return []
+    if name not in table.column_names:
+        return [None] * table.num_rows
+    return table.column(name).to_pylist()
+
+
+def _rows(table: pa.Table | None, names: Iterable[str]) -> Iterator[dict[str, Any]]:
+    if table is None or table.num_rows == 0:
+        return iter(())
+    cols = {n: _col(table, n) for n in names}
+    return (dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True))
+
+
+def _clip(ts: int, dur: int, window: Window | None) -> tuple[int, int] | None:
+    end = ts + max(dur, 0)
+    if window is None:
+        return ts, max(dur, 0)
+    # Touching the window's start edge is not overlapping it (no zero-length stubs).
+    if end < window.start_ns or ts > window.end_ns or (end == window.start_ns and dur > 0):
+        return None
+    s, e = max(ts, window.start_ns), min(end, window.end_ns)
+    return s, e - s
+
+
+def step_span(row: dict[str, Any]) -> tuple[int, int] | None:
+    """A step's (start, end) ns: GPU span when recorded, else the CPU span."""
+    for a, b in (("gpu_start_ns", "gpu_end_ns"), ("cpu_start_ns", "cpu_end_ns")):
+        if row.get(a) is not None and row.get(b) is not None and row[b] >= row[a]:
+            return int(row[a]), int(row[b])
+    return None
+
+
+def window_for_steps(steps: pa.Table, first: int, last: int) -> Window:
+    """The time window covering steps ``first``..``last`` (step ids, inclusive)."""
+    spans = [
+        sp
+        for r in _rows(steps, ("step_id", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns"))
+        if r["step_id"] is not None and first <= r["step_id"] <= last and (sp := _span_both(r)) is not None
+    ]
+    if not spans:
+        raise ValueError(f"no steps with ids {first}..{last} and a recorded time span")
+    return Window(min(s for s, _ in spans), max(e for _, e in spans))
+
+
+def _span_both(row: dict[str, Any]) -> tuple[int, int] | None:
+    # For a window, cover both the CPU launch and the GPU execution of the steps.
+    pts = [row[c] for c in ("cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns") if row.get(c) is not None]
+    return (int(min(pts)), int(max(pts))) if pts else None
+
+
+def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
+    """Greedy lane assignment so slices on one lane never partially overlap."""
+    lane_end: list[int] = []
+    out: dict[int, int] = {}
+    for idx, s, e in sorted(spans, key=lambda t: (t[1], t[2])):
+        for lane, end in enumerate(lane_end):
+            if end <= s:
+                lane_end[lane] = e
+                out[idx] = lane
+                break
+        else:
+            lane_end.append(e)
+            out[idx] = len(lane_end) - 1
+    return out
+
+
+# --- builders -----------------------------------------------------------------
+
+
+def build_tracks(
+    tables: dict[str, pa.Table],
+    *,
+    window: Window | None = None,
+    include_trace: bool = True,
+) -> TrackSet:
+    """All of a run's tracks from its tables (absent tables: no tracks, a note)."""
+    ts = TrackSet()
+    _request_tracks(ts, tables.get("requests"), window)
+    _step_tracks(ts, tables.get("steps"), window)
+    _counter_tracks(ts, tables.get("counters"), window)
+    if include_trace:
+        _trace_tracks(ts, tables, window)
+    return ts
+
+
+def _request_tracks(ts: TrackSet, requests: pa.Table | None, window: Window | None) -> None:
+    rows = list(
+        _rows(
+            requests,
+            ("request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns", "tpot_ns", "e2e_ns"),
+        )
+    )
+    spans = []
+    for i, r in enumerate(rows):
+        if r["start_ns"] is None:
+            continue
+        end = r["end_ns"] if r["end_ns"] is not None else (r["start_ns"] + r["e2e_ns"] if r["e2e_ns"] is not None else None)
+        if end is None:
+            continue
+        spans.append((i, int(r["start_ns"]), int(end)))
+    if not rows:
+        ts.notes.append("requests: not recorded")
+        return
+    lanes = _lanes(spans)
+    for i, s, e in spans:
+        r = rows[i]
+        clipped = _clip(s, e - s, window)
+        if clipped is None:
+            continue
+        lane = lanes[i]
+        key = f"tracekit/requests/{lane}"
+        ts.add_track(
+            Track(key, "requests" if lane == 0 else f"requests ({lane + 1})", "tracekit", TRACEKIT_PID, 1 + lane, "slice", lane)
+        )
+        rid = r["request_id"]
+        args = {k: r[k] for k in ("request_id", "batch", "input_tokens", "output_tokens", "ttft_ns", "tpot_ns", "e2e_ns") if r[k] is not None}
+        ts.slices.append(Slice(key, str(r["name"] or f"request {rid}"), clipped[0], clipped[1], "tracekit.request", args))
+        if r["ttft_ns"] is not None:
+            ttft = _clip(s, min(int(r["ttft_ns"]), e - s), window)
+            if ttft is not None:
+                ts.slices.append(Slice(key, "ttft", ttft[0], ttft[1], "tracekit.request", {"request_id": rid}))
+
+
+def _step_tracks(ts: TrackSet, steps: pa.Table | None, window: Window | None) -> None:
+    names = ("step_id", "request_id", "kind", "batch", "q_len", "kv_len", "tokens", "source",
+             "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns", "bound")
+    rows = list(_rows(steps, names))
+    if not rows:
+        ts.notes.append("steps: not recorded")
+        return
+    has_bound = steps is not None and "bound" in steps.column_names
+    step_key, bound_key = "tracekit/steps", "tracekit/bound"
+    # Steps of one run are sequential forward passes; if an engine overlapped two
+    # (pipelining), lanes keep the JSON valid.
+    spans = [(i, *sp) for i, r in enumerate(rows) if (sp := step_span(r)) is not None]
+    lanes = _lanes(spans)
+    for i, s, e in spans:
+        r = rows[i]
+        clipped = _clip(s, e - s, window)
+        if clipped is None:
+            continue
+        lane = lanes[i]
+        skey, bkey = (step_key, bound_key) if lane == 0 else (f"{step_key}/{lane}", f"{bound_key}/{lane}")
+        suffix = "" if lane == 0 else f" ({lane + 1})"
+        ts.add_track(Track(skey, "steps" + suffix, "tracekit", TRACEKIT_PID, 100 + lane, "slice", 100 + lane))
+        ts.add_track(Track(bkey, "bound" + suffix, "tracekit", TRACEKIT_PID, 200 + lane, "slice", 200 + lane))
+        kind = str(r["kind"] or "unknown")
+        args = {k: r[k] for k in names if r[k] is not None and k != "bound"}
+        ts.slices.append(Slice(skey, kind, clipped[0], clipped[1], "tracekit.step", args, KIND_CNAME.get(kind)))
+        bound, source = _bound_of(r, e - s, has_bound)
+        bargs: dict[str, Any] = {"step_id": r["step_id"], "bound_source": source}
+        if r["gpu_busy_ns"] is not None and e > s:
+            bargs["gpu_busy_share"] = round(int(r["gpu_busy_ns"]) / (e - s), 4)
+        ts.slices.append(Slice(bkey, bound, clipped[0], clipped[1], "tracekit.bound", bargs, BOUND_CNAME.get(bound)))
+
+
+def _bound_of(row: dict[str, Any], dur: int, has_bound: bool) -> tuple[str, str]:
+    if has_bound and row.get("bound"):
+        return str(row["bound"]), "roofline"
+    busy = row.get("gpu_busy_ns")
+    if busy is None or dur <= 0:
+        return "not classified", "none"
+    return ("host-bound" if busy / dur < HOST_BOUND_BUSY_SHARE else "gpu-busy"), "gpu_busy_share"
+
+
+def _counter_tracks(ts: TrackSet, counters: pa.Table | None, window: Window | None) -> None:
+    rows = _rows(counters, ("ts_ns", "device", "metric", "value", "unit", "source"))
+    seen = False
+    devices: dict[int, int] = {}
+    for r in rows:
+        seen = True
+        if r["ts_ns"] is None or r["value"] is None or r["metric"] is None or not math.isfinite(r["value"]):
+            continue
+        t = int(r["ts_ns"])
+        if window is not None and not (window.start_ns <= t <= window.end_ns):
+            continue
+        dev = int(r["device"]) if r["device"] is not None else -1
+        devices.setdefault(dev, len(devices))
+        src = str(r["source"] or "counter")
+        unit = str(r["unit"] or "")
+        key = f"counter/{dev}/{src}/{r['metric']}"
+        if key not in ts.tracks:
+            label = f"{src}.{r['metric']}" + (f" ({unit})" if unit else "")
+            pname = f"GPU {dev} counters" if dev >= 0 else "host counters"
+            ts.add_track(Track(key, label, pname, COUNTER_PID_BASE + dev + 1, 0, "counter", 0, 10 + dev + 1, unit))
+        ts.counters.append(CounterPoint(key, t, float(r["value"])))
+    if not seen:
+        ts.notes.append("counters: not recorded")
+
+
+def _trace_tracks(ts: TrackSet, tables: dict[str, pa.Table], window: Window | None) -> None:
+    gpu = tables.get("gpu_activity")
+    for r in _rows(gpu, ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "grid", "block", "bytes")):
+        if r["ts_ns"] is None:
+            continue
+        c = _clip(int(r["ts_ns"]), int(r["dur_ns"] or 0), window)
+        if c is None:
+            continue
+        dev, stream = int(r["device"] or 0), int(r["stream"] or 0)
+        key = f"gpu/{dev}/{stream}"
+        ts.add_track(Track(key, f"stream {stream}", f"GPU {dev}", dev, stream, "slice", stream, 1000 + dev))
+        kind = str(r["kind"] or "kernel")
+        cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}.get(kind, kind)
+        args: dict[str, Any] = {"device": dev, "stream": stream}
+        for src, dst in (("correlation", "correlation"), ("external_id", "External id"), ("grid", "grid"), ("block", "block"), ("bytes", "bytes")):
+            if r[src] is not None:
+                args[dst] = r[src]
+        ts.slices.append(Slice(key, str(r["name"]), c[0], c[1], cat, args))
+    for table_name, cat_default in (("cpu_ops", "cpu_op"), ("runtime", "cuda_runtime"), ("annotations", "user_annotation")):
+        table = tables.get(table_name)
+        for r in _rows(table, ("ts_ns", "dur_ns", "name", "cat", "pid", "tid", "external_id", "correlation", "input_dims", "device", "stream")):
+            if r["ts_ns"] is None:
+                continue
+            c = _clip(int(r["ts_ns"]), int(r["dur_ns"] or 0), window)
+            if c is None:
+                continue
+            cat = str(r["cat"] or cat_default)
+            if cat == "gpu_user_annotation":
+                dev, stream = int(r["device"] or 0), int(r["stream"] or 0)
+                pid, tid, process, tname = dev, stream, f"GPU {dev}", f"stream {stream}"
+                key = f"gpu/{dev}/{stream}/annotations"
+                tid = stream + 1_000_000  # own lane: GPU annotations need not nest with kernels
+                tname = f"stream {stream} annotations"
+            else:
+                pid, tid = int(r["pid"] or 0), int(r["tid"] or 0)
+                process, tname, key = f"host {pid}", f"thread {tid}", f"cpu/{pid}/{tid}"
+            ts.add_track(Track(key, tname, process, pid, tid, "slice", tid % 1_000_000, 2000))
+            args = {}
+            if r["external_id"] is not None:
+                args["External id"] = r["external_id"]
+            if r["correlation"] is not None:
+                args["correlation"] = r["correlation"]
+            if r["input_dims"]:
+                args["Input Dims"] = _json_or_text(r["input_dims"])
+            ts.slices.append(Slice(key, str(r["name"]), c[0], c[1], cat, args))
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def nested(slices: list[Slice]) -> Iterator[tuple[Slice, int]]:
+    """Slices of one track in start order, with each end clamped to its parent's.
+
+    Trace formats require slices on one thread to nest; real data occasionally
+    has a child ending a few ns after its parent (clock rounding). Clamping keeps
+    the file valid and the slice visible instead of dropping it.
+    """
+    stack: list[int] = []
+    for s in sorted(slices, key=lambda x: (x.ts_ns, -x.dur_ns)):
+        while stack and stack[-1] <= s.ts_ns:
+            stack.pop()
+        end = s.ts_ns + s.dur_ns
+        if stack and end > stack[-1]:
+            end = stack[-1]
+        stack.append(end)
+        yield s, end - s.ts_ns
+
+
+# --- Chrome trace-event JSON --------------------------------------------------
+
+
+def _us(ns: int) -> str:
+    """Exact microseconds as a JSON number (floats lose ns at epoch scale)."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+def chrome_events(ts: TrackSet) -> Iterator[str]:
+    """The track set as trace-event JSON objects (one string each)."""
+    processes: dict[int, tuple[str, int]] = {}
+    for t in ts.tracks.values():
+        processes.setdefault(t.pid, (t.process, t.process_sort_index))
+    for pid, (pname, psort) in processes.items():
+        yield _dump({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}})
+        yield _dump({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": psort}})
+    for t in ts.tracks.values():
+        if t.kind == "slice":
+            yield _dump({"ph": "M", "name": "thread_name", "pid": t.pid, "tid": t.tid, "args": {"name": t.name}})
+            yield _dump({"ph": "M", "name": "thread_sort_index", "pid": t.pid, "tid": t.tid, "args": {"sort_index": t.sort_index}})
+    by_track: dict[str, list[Slice]] = defaultdict(list)
+    for s in ts.slices:
+        by_track[s.track].append(s)
+    for key, slices in by_track.items():
+        t = ts.tracks[key]
+        for s, dur in nested(slices):
+            ev = (
+                f'{{"ph":"X","cat":{_dump(s.cat)},"name":{_dump(s.name)},"pid":{t.pid},"tid":{t.tid},'
+                f'"ts":{_us(s.ts_ns)},"dur":{_us(dur)}'
+            )
+            if s.cname:
+                ev += f',"cname":{_dump(s.cname)}'
+            yield ev + f',"args":{_dump(s.args)}}}'
+    for c in ts.counters:
+        t = ts.tracks[c.track]
+        yield f'{{"ph":"C","name":{_dump(t.name)},"pid":{t.pid},"tid":0,"ts":{_us(c.ts_ns)},"args":{{"value":{c.value!r}}}}}'
+
+
+def write_chrome_json(ts: TrackSet, out: IO[str], *, extra: dict[str, Any] | None = None) -> int:
+    """Stream the track set as a Chrome trace (``{"traceEvents": [...]}``); returns the event count."""
+    out.write('{"traceEvents":[\n')
+    n = 0
+    for ev in chrome_events(ts):
+        if n:
+            out.write(",\n")
+        out.write(ev)
+        n += 1
+    out.write("\n]")
+    for k, v in (extra or {}).items():
+        out.write(f",{_dump(k)}:{_dump(v)}")
+    out.write("}\n")
+    return n
+
+
+def write_chrome_json_gz(ts: TrackSet, path: Path, *, extra: dict[str, Any] | None = None) -> int:
+    from tracekit.rundir import atomic_path
+
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as fh:
+        return write_chrome_json(ts, fh, extra=extra)

@@ -1,0 +1,202 @@
+"""A hive-partitioned Parquet dataset of many runs and ranks.
+
+    <root>/
+      _tracekit_dataset.json                      marker: schema version, tables, parts written
+      <table>/run_id=<id>/rank=<k>/part-<p>.parquet
+
+The layout is the one DuckDB (``read_parquet('<root>/steps/**/*.parquet',
+hive_partitioning=true)``), polars (``pl.scan_parquet(..., hive_partitioning=True)``),
+pyarrow.dataset and Spark (``spark.read.parquet('<root>/steps')``) read
+directly: the partition values live in the directory names, not in the
+files, so ``run_id`` and ``rank`` come back as columns. Names starting with
+``_`` are ignored by Spark and by the ``**/*.parquet`` glob, so the marker
+never reads as data.
+
+Every part is written atomically (temp name, rename) and one writer owns one
+(run_id, rank, part) triple, so many processes or Ray tasks write into one
+root at once without locks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from tracekit import schema as _schema
+from tracekit.errors import RunExistsError, UsageError
+from tracekit.rundir import atomic_path, write_json
+
+MARKER = "_tracekit_dataset.json"
+PARTITION_COLUMNS = ("run_id", "rank")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_run_id(run_id: str) -> str:
+    """A run id usable as a directory name and hive value ('/' and '=' would break the layout)."""
+    cleaned = _SAFE.sub("-", run_id).strip(".-")
+    return cleaned or "run"
+
+
+def is_dataset(path: str | os.PathLike[str]) -> bool:
+    return (Path(path) / MARKER).is_file()
+
+
+def init_dataset(root: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Create (or reuse) a dataset root and its marker.
+
+    Reusing a root adds runs to it; ``force`` empties it first. A non-empty
+    directory that is not a dataset is refused: writing into it could mix
+    our files with someone else's.
+    """
+    root = Path(root)
+    if root.exists() and any(root.iterdir()) and not is_dataset(root) and not force:
+        raise RunExistsError(f"{root} exists and is not a tracekit dataset; pass --force to replace it")
+    if force and root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    if not is_dataset(root):
+        write_json(root / MARKER, {"format": "tracekit-dataset", "schema_version": _schema.SCHEMA_VERSION,
+                                   "partitioning": list(PARTITION_COLUMNS)})  # fmt: skip
+    return root
+
+
+def part_path(root: Path, table: str, run_id: str, rank: int, part: str = "0") -> Path:
+    return root / table / f"run_id={safe_run_id(run_id)}" / f"rank={int(rank)}" / f"part-{part}.parquet"
+
+
+@dataclass(frozen=True)
+class PartWritten:
+    table: str
+    run_id: str
+    rank: int
+    rows: int
+    path: str
+
+
+def write_run_tables(
+    root: str | os.PathLike[str],
+    run_id: str,
+    tables: Mapping[str, pa.Table],
+    *,
+    rank: int | None = None,
+    part: str = "0",
+) -> list[PartWritten]:
+    """Write one run's tables into the dataset, one file per (table, rank).
+
+    A table whose ``rank`` column holds several ranks is split; nulls in it
+    take ``rank`` (default 0: a single-GPU trace is rank 0). The partition
+    columns are dropped from the files, as hive layout expects. Empty tables
+    are written too (schema only), so every table directory exists and a
+    query over it never fails for want of files.
+    """
+    root = Path(root)
+    default_rank = 0 if rank is None else int(rank)
+    written: list[PartWritten] = []
+    for name, table in tables.items():
+        if name in _schema.SCHEMAS:
+            table = _schema.conform(name, table)
+        if "rank" in table.column_names:
+            col = table.column("rank")
+            filled = pc.fill_null(col, pa.scalar(default_rank, col.type)) if col.null_count else col
+            ranks = sorted({int(r) for r in pc.unique(filled).to_pylist()}) or [default_rank]
+            body = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
+            for r in ranks:
+                sub = body if len(ranks) == 1 else body.filter(pc.equal(filled, r))
+                written.append(_write_part(root, name, run_id, r, part, sub))
+        else:
+            body = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
+            written.append(_write_part(root, name, run_id, default_rank, part, body))
+    return written
+
+
+def _write_part(root: Path, table: str, run_id: str, rank: int, part: str, body: pa.Table) -> PartWritten:
+    path = part_path(root, table, run_id, rank, part)
+    with atomic_path(path) as tmp:
+        pq.write_table(body, tmp, compression="zstd")
+    return PartWritten(table, safe_run_id(run_id), rank, body.num_rows, str(path))
+
+
+def record_parts(root: str | os.PathLike[str], parts: Iterable[PartWritten], **extra: Any) -> None:
+    """Add what was written to the marker (one writer: the driver, after its tasks)."""
+    root = Path(root)
+    marker = json.loads((root / MARKER).read_text())
+    runs = marker.setdefault("runs", {})
+    for p in parts:
+        entry = runs.setdefault(p.run_id, {"ranks": [], "rows": {}})
+        if p.rank not in entry["ranks"]:
+            entry["ranks"] = sorted([*entry["ranks"], p.rank])
+        entry["rows"][p.table] = entry["rows"].get(p.table, 0) + p.rows
+    marker.update(extra)
+    write_json(root / MARKER, marker)
+
+
+def tables_in(root: str | os.PathLike[str]) -> list[str]:
+    root = Path(root)
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def read_dataset(
+    root: str | os.PathLike[str],
+    table: str,
+    *,
+    run_ids: Iterable[str] | None = None,
+    ranks: Iterable[int] | None = None,
+) -> pa.Table:
+    """One table across every run and rank, with ``run_id`` and ``rank`` columns.
+
+    Partition pruning happens on the directory names: reading one rank of
+    one run opens only its files. Columns come back in the table's schema
+    order with ``run_id`` first.
+    """
+    root = Path(root)
+    if not is_dataset(root):
+        raise UsageError(f"{root} is not a tracekit dataset (no {MARKER})")
+    tdir = root / table
+    sch = _schema.schema(table) if table in _schema.SCHEMAS else None
+    if not tdir.is_dir():
+        if sch is None:
+            raise UsageError(f"{root}: no table {table!r}; tables: {', '.join(tables_in(root))}")
+        return _with_partitions(sch.empty_table(), sch)
+    part = ds.partitioning(pa.schema([("run_id", pa.string()), ("rank", pa.int32())]), flavor="hive")
+    dset = ds.dataset(tdir, format="parquet", partitioning=part, exclude_invalid_files=False)
+    flt = None
+    if run_ids is not None:
+        flt = ds.field("run_id").isin([safe_run_id(r) for r in run_ids])
+    if ranks is not None:
+        rf = ds.field("rank").isin([int(r) for r in ranks])
+        flt = rf if flt is None else flt & rf
+    out = dset.to_table(filter=flt)
+    return _with_partitions(out, sch)
+
+
+def _with_partitions(table: pa.Table, sch: pa.Schema | None) -> pa.Table:
+    if "run_id" not in table.column_names:
+        table = table.append_column("run_id", pa.nulls(table.num_rows, pa.string()))
+    if sch is None:
+        return table
+    body = [n for n in sch.names if n in table.column_names]
+    cols = {n: table.column(n) for n in table.column_names}
+    names = ["run_id", *body]
+    arrays = [cols["run_id"].cast(pa.string()), *[cols[n].cast(sch.field(n).type) for n in body]]
+    return pa.table(arrays, names=names)
+
+
+def duckdb_source(root: str | os.PathLike[str], table: str) -> str:
+    """The DuckDB table expression over one table of the dataset (for ``tracekit query``)."""
+    glob = str(Path(root) / table / "**" / "*.parquet").replace("'", "''")
+    # Explicit hive types: a run id like "0042" must stay text, not become an integer.
+    return (
+        f"read_parquet('{glob}', hive_partitioning = true, union_by_name = true, "
+        "hive_types = {'run_id': VARCHAR, 'rank': INTEGER})"
+    )

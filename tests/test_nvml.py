@@ -1,0 +1,330 @@
+"""The NVML/GPM sampler, against a fake NVML (tests/fake_pynvml.py) and the real machine."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pynvml
+import pytest
+from tracekit.collectors.nvml import METRICS, NvmlSampler
+
+from tracekit import schema
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_pynvml as fk
+
+BASIC = [
+    "gpu_util",
+    "mem_util",
+    "mem_used",
+    "power",
+    "energy",
+    "sm_clock",
+    "mem_clock",
+    "temperature",
+    "clock_event_reasons",
+]
+PCIE = ["pcie_tx", "pcie_rx"]
+GPM = [
+    "dram_bw_util",
+    "sm_util",
+    "sm_occupancy",
+    "tensor_util",
+    "hmma_tensor_util",
+    "fp16_util",
+    "fp32_util",
+    "fp64_util",
+    "integer_util",
+    "graphics_util",
+]
+
+
+def run_for(sampler: NvmlSampler, seconds: float) -> pa.Table:
+    sampler.start()
+    time.sleep(seconds)
+    sampler.stop()
+    return sampler.counters()
+
+
+def by_metric(table: pa.Table) -> dict[str, list[tuple[int, float]]]:
+    out: dict[str, list[tuple[int, float]]] = {}
+    for ts, m, v in zip(
+        table.column("ts_ns").to_pylist(),
+        table.column("metric").to_pylist(),
+        table.column("value").to_pylist(),
+        strict=True,
+    ):
+        out.setdefault(m, []).append((ts, v))
+    return out
+
+
+def sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("tracekit-nvml")]
+
+
+def test_basic_metrics_are_converted_to_the_units_the_table_names() -> None:
+    fake = fk.FakeNvml()
+    table = run_for(NvmlSampler(nvml=fake, interval_s=0.01), 0.3)
+    rows = by_metric(table)
+    assert set(BASIC + PCIE + GPM) == set(rows)
+
+    def values(m: str) -> set[float]:
+        return {v for _, v in rows[m]}
+
+    assert values("gpu_util") == {fk.UTIL_GPU}
+    assert values("mem_util") == {fk.UTIL_MEM}
+    assert values("mem_used") == {fk.MEM_USED}
+    assert values("power") == {fk.POWER_MW / 1000}  # mW -> W
+    assert values("sm_clock") == {fk.SM_MHZ} and values("mem_clock") == {fk.MEM_MHZ}
+    assert values("temperature") == {fk.TEMP_C}
+    assert values("clock_event_reasons") == {fk.EVENT_REASONS}
+    assert values("pcie_tx") == {fk.PCIE_TX_KBS * 1024}  # KB/s -> bytes/s
+    assert values("pcie_rx") == {fk.PCIE_RX_KBS * 1024}
+    energy = [v for _, v in rows["energy"]]
+    # mJ -> J; the probe at start() took the first reading, so the first sample is the second call.
+    assert energy[0] == pytest.approx((fk.ENERGY_START_MJ + 2 * fk.ENERGY_STEP_MJ) / 1000)
+    assert energy == sorted(energy) and energy[1] - energy[0] == pytest.approx(fk.ENERGY_STEP_MJ / 1000)
+    # Each row's unit and source match the one registry others read.
+    for m, unit, source in zip(
+        table.column("metric").to_pylist(),
+        table.column("unit").to_pylist(),
+        table.column("source").to_pylist(),
+        strict=True,
+    ):
+        assert (unit, source) == METRICS[m]
+    assert METRICS["power"] == ("W", "nvml") and METRICS["dram_bw_util"] == ("%", "gpm")
+
+
+def test_counters_table_has_the_counters_schema_empty_or_not() -> None:
+    fake = fk.FakeNvml()
+    sampler = NvmlSampler(device_index=0, nvml=fake)
+    assert sampler.counters().schema == schema.schema("counters")
+    assert sampler.counters().num_rows == 0
+    table = run_for(sampler, 0.15)
+    assert table.schema == schema.schema("counters")
+    assert table.num_rows > 0
+    assert table.column("rank").null_count == table.num_rows
+    assert set(table.column("device").to_pylist()) == {0}
+    assert set(table.column("source").to_pylist()) == {"nvml", "gpm"}
+    # Host wall clock: within this test's window.
+    ts = table.column("ts_ns").to_pylist()
+    assert time.time_ns() - 10**10 < min(ts) <= max(ts) <= time.time_ns()
+
+
+def test_device_index_goes_into_every_row() -> None:
+    table = run_for(NvmlSampler(device_index=2, nvml=fk.FakeNvml(device_count=3), gpm=False), 0.05)
+    assert table.num_rows > 0 and set(table.column("device").to_pylist()) == {2}
+
+
+def test_fast_metrics_run_at_the_configured_rate_and_slow_ones_at_theirs() -> None:
+    fake = fk.FakeNvml()
+    sampler = NvmlSampler(nvml=fake, interval_s=0.01, gpm_interval_s=0.1)
+    t0 = time.perf_counter()
+    rows = by_metric(run_for(sampler, 1.0))
+    elapsed = time.perf_counter() - t0
+    st = sampler.status()
+    # 100 Hz for ~1 s. A loaded 2-core CI box may miss some deadlines, never add ticks.
+    assert 60 <= st["ticks"] <= elapsed / 0.01 + 2
+    assert 60 <= st["rate_hz"] <= 105
+    assert st["target_rate_hz"] == 100
+    assert len(rows["gpu_util"]) == st["ticks"]
+    gaps = sorted(b[0] - a[0] for a, b in zip(rows["gpu_util"], rows["gpu_util"][1:], strict=False))
+    assert 7e6 < gaps[len(gaps) // 2] < 14e6  # median spacing ~10 ms
+    # Slow loop at 10 Hz: ~10 PCIe samples, GPM one fewer (its first tick only primes).
+    assert 6 <= len(rows["pcie_tx"]) <= elapsed / 0.1 + 2
+    assert 5 <= len(rows["dram_bw_util"]) <= len(rows["pcie_tx"]) - 1
+    assert st["slow_ticks"] == len(rows["pcie_tx"])
+    # Cost per tick is measured and plausible (the fake's calls cost microseconds).
+    assert 0 < st["tick_us_mean"] <= st["tick_us_p99"] <= st["tick_us_max"]
+    assert st["tick_us_mean"] < 5000
+    # The slow tick includes two 20 ms PCIe reads.
+    assert st["slow_tick_us_mean"] >= 2 * fake.pcie_delay_s * 1e6
+
+
+def test_sampling_sleeps_between_ticks_instead_of_spinning() -> None:
+    fake = fk.FakeNvml(pcie_delay_s=0.0)
+    sampler = NvmlSampler(nvml=fake, interval_s=0.01)
+    c0 = time.process_time()
+    run_for(sampler, 0.5)
+    cpu = time.process_time() - c0
+    # ~50 ticks of microseconds each; a busy wait would burn ~0.5 s of CPU.
+    assert cpu < 0.2, cpu
+    assert sampler.status()["tick_cpu_us_mean"] < 2000
+
+
+def test_unsupported_and_forbidden_metrics_are_recorded_and_not_retried() -> None:
+    fake = fk.FakeNvml(
+        errors={
+            "nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED,
+            "nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_NO_PERMISSION,
+            f"nvmlDeviceGetPcieThroughput[{pynvml.NVML_PCIE_UTIL_RX_BYTES}]": pynvml.NVML_ERROR_NOT_SUPPORTED,
+        }
+    )
+    sampler = NvmlSampler(nvml=fake, interval_s=0.01)
+    rows = by_metric(run_for(sampler, 0.3))
+    st = sampler.status()
+    assert st["available"] is True
+    assert set(st["metrics_failed"]) == {"temperature", "power", "pcie_rx"}
+    assert "Not Supported" in st["metrics_failed"]["temperature"]
+    assert "Insufficient Permissions" in st["metrics_failed"]["power"]
+    assert "temperature" not in st["metrics_ok"] and "gpu_util" in st["metrics_ok"]
+    # Asked once (at start), never again; the rest kept sampling.
+    assert fake.calls["nvmlDeviceGetTemperature"] == 1
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == 1
+    assert "temperature" not in rows and "power" not in rows and "pcie_rx" not in rows
+    assert len(rows["gpu_util"]) >= 15 and len(rows["pcie_tx"]) >= 2
+
+
+def test_a_metric_that_keeps_failing_transiently_is_dropped_after_a_few_tries() -> None:
+    fake = fk.FakeNvml(errors={"nvmlDeviceGetUtilizationRates": pynvml.NVML_ERROR_TIMEOUT})
+    sampler = NvmlSampler(nvml=fake, interval_s=0.01, gpm=False)
+    rows = by_metric(run_for(sampler, 0.3))
+    st = sampler.status()
+    assert "gpu_util" not in rows and "mem_util" not in rows
+    assert "5 times in a row" in st["metrics_failed"]["gpu_util"]
+    # One probe at start (a timeout may pass, so it stays), then five tries in the loop.
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == 6
+    assert len(rows["sm_clock"]) >= 15
+
+
+def test_a_binding_without_the_new_clock_event_function_falls_back_to_the_old_name() -> None:
+    class OldBinding(fk.FakeNvml):
+        nvmlDeviceGetCurrentClocksEventReasons = None  # type: ignore[assignment]
+
+        def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object) -> int:
+            self._call("nvmlDeviceGetCurrentClocksThrottleReasons")
+            return 0x8
+
+    rows = by_metric(run_for(NvmlSampler(nvml=OldBinding(), gpm=False), 0.05))
+    assert {v for _, v in rows["clock_event_reasons"]} == {0x8}
+
+
+def test_gpm_metrics_are_computed_between_consecutive_samples() -> None:
+    failing = pynvml.NVML_GPM_METRIC_FP64_UTIL
+    fake = fk.FakeNvml(gpm_failing=[failing], pcie_delay_s=0.0)
+    sampler = NvmlSampler(nvml=fake, interval_s=0.05, gpm_interval_s=0.1)
+    t_start = time.time_ns()
+    rows = by_metric(run_for(sampler, 0.55))
+    st = sampler.status()
+    assert st["gpm_supported"] is True and st["gpm_reason"] is None
+    assert set(st["gpm_metrics_failed"]) == {"fp64_util"}
+    assert "fp64_util" not in st["gpm_metrics_ok"] and "dram_bw_util" in st["gpm_metrics_ok"]
+    assert "fp64_util" not in rows
+    # Each value is the fake's rate for consecutive samples; a wrong pairing adds 1000.
+    assert {v for _, v in rows["dram_bw_util"]} == {88.0}
+    assert {v for _, v in rows["tensor_util"]} == {63.0}
+    assert {v for _, v in rows["sm_occupancy"]} == {40.25}
+    assert 3 <= len(rows["dram_bw_util"]) <= 6
+    # Stamped at the start of the interval each value covers: ~100 ms apart, after start().
+    ts = [t for t, _ in rows["dram_bw_util"]]
+    assert ts[0] >= t_start
+    assert all(80e6 < b - a < 200e6 for a, b in itertools.pairwise(ts))
+    # Both GPM samples were freed at stop.
+    assert len(fake.freed) == 2
+
+
+def test_gpm_unsupported_device_is_reported_and_basic_metrics_go_on() -> None:
+    fake = fk.FakeNvml(gpm_supported=False)
+    sampler = NvmlSampler(nvml=fake)
+    rows = by_metric(run_for(sampler, 0.2))
+    st = sampler.status()
+    assert st["gpm_supported"] is False
+    assert "Hopper" in st["gpm_reason"]
+    assert not set(GPM) & set(rows)
+    assert "gpu_util" in rows and fake.calls["nvmlGpmSampleGet"] == 0
+
+
+def test_gpm_on_a_driver_without_the_function_is_reported() -> None:
+    fake = fk.FakeNvml(gpm_query_error=pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    sampler = NvmlSampler(nvml=fake)
+    run_for(sampler, 0.05)
+    st = sampler.status()
+    assert st["gpm_supported"] is False
+    assert "Function Not Found" in st["gpm_reason"]
+
+
+def test_gpm_can_be_turned_off() -> None:
+    fake = fk.FakeNvml()
+    sampler = NvmlSampler(nvml=fake, gpm=False)
+    rows = by_metric(run_for(sampler, 0.15))
+    assert not set(GPM) & set(rows)
+    assert sampler.status()["gpm_reason"] == "disabled by the caller"
+    assert fake.calls["nvmlGpmQueryDeviceSupport"] == 0
+
+
+def test_stop_is_idempotent_and_releases_nvml_once() -> None:
+    fake = fk.FakeNvml()
+    sampler = NvmlSampler(nvml=fake)
+    sampler.stop()  # before start: nothing to do
+    assert fake.calls["nvmlInit"] == 0
+    fake2 = fk.FakeNvml()
+    with NvmlSampler(nvml=fake2) as s2:
+        time.sleep(0.05)
+        assert len(sampler_threads()) == 2
+        mid = s2.counters().num_rows
+        assert mid > 0  # readable while running
+    assert sampler_threads() == []
+    n = s2.counters().num_rows
+    s2.stop()
+    s2.stop()
+    assert fake2.calls["nvmlShutdown"] == 1 and fake2.initialised == 0
+    assert s2.counters().num_rows == n >= mid
+    assert s2.status()["state"] == "stopped"
+    with pytest.raises(RuntimeError):
+        s2.start()
+
+
+def test_nvml_library_missing_is_reported_not_raised() -> None:
+    fake = fk.FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    sampler = NvmlSampler(nvml=fake)
+    table = run_for(sampler, 0.05)
+    st = sampler.status()
+    assert st["available"] is False
+    assert "NVML Shared Library Not Found" in st["reason"]
+    assert st["ticks"] == 0 and sampler_threads() == []
+    assert table.num_rows == 0 and table.schema == schema.schema("counters")
+    assert fake.calls["nvmlShutdown"] == 0  # never initialised, so never shut down
+
+
+def test_missing_device_is_reported() -> None:
+    fake = fk.FakeNvml(device_count=1)
+    sampler = NvmlSampler(device_index=3, nvml=fake)
+    run_for(sampler, 0.02)
+    st = sampler.status()
+    assert st["available"] is False and "no device 3" in st["reason"]
+    assert fake.calls["nvmlShutdown"] == 1
+
+
+def test_pynvml_not_installed_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    sampler = NvmlSampler()
+    table = run_for(sampler, 0.02)
+    st = sampler.status()
+    assert st["available"] is False and "pynvml not importable" in st["reason"]
+    assert table.num_rows == 0
+
+
+def test_bad_intervals_are_refused() -> None:
+    with pytest.raises(ValueError):
+        NvmlSampler(interval_s=0)
+    with pytest.raises(ValueError):
+        NvmlSampler(gpm_interval_s=0.05)  # GPM needs samples >= 100 ms apart
+
+
+def test_real_nvml_on_this_machine_does_not_raise() -> None:
+    # No fake: whatever this machine has. Here (CPU only) NVML is missing and
+    # status says why; on a GPU machine it samples.
+    sampler = NvmlSampler(interval_s=0.01)
+    table = run_for(sampler, 0.1)
+    st = sampler.status()
+    assert table.schema == schema.schema("counters")
+    if st["available"]:
+        assert table.num_rows > 0 and st["ticks"] > 0 and st["device_name"]
+    else:
+        assert st["reason"] and table.num_rows == 0 and st["gpm_supported"] is False
+    assert sampler_threads() == []

@@ -21,7 +21,7 @@ KERNELS = [
     ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn", "gemm", 0.45),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>", "elementwise", 0.35),
     ("flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false>>", "attention", 0.10),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "reduce", 0.10),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "reduction", 0.10),
 ]
 
 

@@ -1,0 +1,172 @@
+"""What changed between two runs, per phase and per kernel class (pure: DataFrames in, DataFrame out).
+
+One long table, one row per (scope, phase, key, metric):
+
+  scope "phase":         key = the phase; metrics time_ns, time_per_step_ns, steps,
+                         compute_bound_ns, memory_bound_ns, idle_ns, other_ns.
+                         share = metric / the phase's time_ns (time_ns itself:
+                         / the run's total time), so a split that moved shows up
+                         even when the total did not.
+  scope "kernel_class":  key = the kernel class (gemm, attention, elementwise, ...);
+                         phase = the phase of the step the kernel ran in, or "all";
+                         metric time_ns (kernel time) and kernels (count);
+                         share = / the phase's total kernel time.
+
+Columns: a, b, delta = b - a, ratio = b / a (null when a is 0 or either side is
+missing), share_a, share_b. A side with no data is null, never 0: "not recorded"
+is different from "took no time".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PHASE_METRICS = ("time_ns", "time_per_step_ns", "steps", "compute_bound_ns", "memory_bound_ns", "idle_ns", "other_ns")
+COLUMNS = ["scope", "phase", "key", "metric", "a", "b", "delta", "ratio", "share_a", "share_b"]
+
+# Used only if tracekit.analysis.kernels (the shared classifier) is not importable.
+_FALLBACK = [
+    ("communication", r"nccl|all_?reduce|all_?gather"),
+    ("attention", r"flash|fmha|attention|attn|sdpa"),
+    ("gemm", r"gemm|gemv|cublas|cutlass|matmul"),
+    ("copy", r"memcpy|memset|copy|cat"),
+    ("reduction", r"reduce|norm|softmax"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise"),
+]
+
+
+def kernel_classes(names: pd.Series, kinds: pd.Series | None = None) -> pd.Series:
+    try:
+        from tracekit.analysis.kernels import kernel_classes as shared
+    except ImportError:
+        shared = None
+    if shared is not None:
+        return pd.Series(shared(names, kinds), index=names.index, dtype=object)
+
+    def one(n: Any, k: Any) -> str:
+        if k in ("memcpy", "memset"):
+            return "copy"
+        for cls, pat in _FALLBACK:
+            if isinstance(n, str) and re.search(pat, n, re.I):
+                return cls
+        return "other"
+
+    ks = kinds if kinds is not None else pd.Series([None] * len(names), index=names.index)
+    return pd.Series([one(n, k) for n, k in zip(names, ks, strict=True)], index=names.index, dtype=object)
+
+
+def run_phases(phases: pd.DataFrame) -> pd.DataFrame:
+    """Whole-run rows per phase (request_id null); summed over requests if there are none."""
+    if phases is None or phases.empty or "phase" not in phases:
+        return pd.DataFrame(columns=["phase", *PHASE_METRICS])
+    df = phases.copy()
+    if "request_id" in df and df["request_id"].isna().any():
+        df = df[df["request_id"].isna()]
+    cols = [c for c in PHASE_METRICS if c in df and c != "time_per_step_ns"]
+    out = df.groupby(df["phase"].astype(str), sort=False)[cols].sum(min_count=1).reset_index()
+    if "time_ns" in out and "steps" in out:
+        out["time_per_step_ns"] = out["time_ns"] / out["steps"].replace(0, np.nan)
+    return out
+
+
+def kernel_time(gpu: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
+    """Kernel time and count per (phase, class), plus phase "all"."""
+    cols = ["phase", "key", "time_ns", "kernels"]
+    if gpu is None or gpu.empty or "ts_ns" not in gpu or "dur_ns" not in gpu:
+        return pd.DataFrame(columns=cols)
+    g = gpu[["ts_ns", "dur_ns"]].copy()
+    names = gpu["name"] if "name" in gpu else pd.Series([None] * len(gpu), index=gpu.index)
+    g["key"] = kernel_classes(names.astype(object), gpu["kind"].astype(object) if "kind" in gpu else None).to_numpy()
+    g["phase"] = _phase_of(g["ts_ns"], steps)
+    g = g.dropna(subset=["ts_ns", "dur_ns"])
+    per = g.groupby(["phase", "key"]).agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
+    allp = g.groupby("key").agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
+    allp.insert(0, "phase", "all")
+    return pd.concat([allp, per[per["phase"] != "all"]], ignore_index=True)[cols]
+
+
+def _phase_of(ts: pd.Series, steps: pd.DataFrame | None) -> np.ndarray:
+    """The phase of the step whose GPU span holds each timestamp ("outside" if none)."""
+    out = np.full(len(ts), "outside", dtype=object)
+    if steps is None or steps.empty or not {"gpu_start_ns", "gpu_end_ns", "kind"} <= set(steps):
+        return out
+    s = steps.dropna(subset=["gpu_start_ns", "gpu_end_ns"]).sort_values("gpu_start_ns")
+    if s.empty:
+        return out
+    starts = s["gpu_start_ns"].to_numpy(dtype=np.int64)
+    ends = s["gpu_end_ns"].to_numpy(dtype=np.int64)
+    kinds = s["kind"].astype(str).to_numpy(dtype=object)
+    t = ts.fillna(-1).to_numpy(dtype=np.int64)
+    idx = np.searchsorted(starts, t, side="right") - 1
+    ok = (idx >= 0) & (t < ends[np.clip(idx, 0, None)])
+    out[ok] = kinds[idx[ok]]
+    return out
+
+
+def _rows(scope: str, a: pd.DataFrame, b: pd.DataFrame, keys: list[str], metrics: list[str], share_of: Any) -> list[dict]:
+    rows = []
+    ia = a.set_index(keys) if not a.empty else pd.DataFrame()
+    ib = b.set_index(keys) if not b.empty else pd.DataFrame()
+    index = list(dict.fromkeys([*ia.index.tolist(), *ib.index.tolist()]))
+    for k in index:
+        for m in metrics:
+            va = _get(ia, k, m)
+            vb = _get(ib, k, m)
+            kt = k if isinstance(k, tuple) else (k,)
+            rec = dict(zip(keys, kt, strict=True))
+            rows.append({
+                "scope": scope,
+                "phase": rec.get("phase", rec.get("key")),
+                "key": rec.get("key", rec.get("phase")),
+                "metric": m,
+                "a": va,
+                "b": vb,
+                "delta": vb - va if va is not None and vb is not None else None,
+                "ratio": vb / va if va not in (None, 0) and vb is not None else None,
+                "share_a": share_of(a, rec, m, va),
+                "share_b": share_of(b, rec, m, vb),
+            })
+    return rows
+
+
+def _get(df: pd.DataFrame, k: Any, m: str) -> float | None:
+    if df.empty or m not in df or k not in df.index:
+        return None
+    v = df.loc[k, m]
+    if isinstance(v, pd.Series):
+        v = v.sum(min_count=1)
+    return None if pd.isna(v) else float(v)
+
+
+def _phase_share(df: pd.DataFrame, rec: dict, m: str, v: float | None) -> float | None:
+    if v is None or df.empty or m in ("steps", "time_per_step_ns"):
+        return None
+    if m == "time_ns":
+        total = df["time_ns"].sum()
+    else:
+        total = df.loc[df["phase"] == rec["phase"], "time_ns"].sum()
+    return v / total if total else None
+
+
+def _kernel_share(df: pd.DataFrame, rec: dict, m: str, v: float | None) -> float | None:
+    if v is None or df.empty or m != "time_ns":
+        return None
+    total = df.loc[df["phase"] == rec["phase"], "time_ns"].sum()
+    return v / total if total else None
+
+
+def diff_runs(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Compare two runs given as {table name: DataFrame} (phases, steps, gpu_activity)."""
+    pa_, pb_ = run_phases(a.get("phases")), run_phases(b.get("phases"))  # type: ignore[arg-type]
+    rows = _rows("phase", pa_, pb_, ["phase"], list(PHASE_METRICS), _phase_share)
+    ka = kernel_time(a.get("gpu_activity"), a.get("steps"))  # type: ignore[arg-type]
+    kb = kernel_time(b.get("gpu_activity"), b.get("steps"))  # type: ignore[arg-type]
+    rows += _rows("kernel_class", ka, kb, ["phase", "key"], ["time_ns", "kernels"], _kernel_share)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    for c in ("a", "b", "delta", "ratio", "share_a", "share_b"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    return out

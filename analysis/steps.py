@@ -264,7 +264,13 @@ def _from_model_ops(
     batch_of_chain: int | None = None
     for i, (src, ts, gdur, b, q) in enumerate(starts):
         nxt = starts[i + 1][1] if i + 1 < len(starts) else None
-        end = _window_end(ts, nxt, fences, tops, ts + gdur)
+        in_fence = bool(fences.size) and bool(((fences[:, 0] <= ts) & (fences[:, 1] > ts)).any())
+        if nxt is None and not in_fence:
+            end = _last_pass_end(ts, cpu_ops, runtime, ts + gdur) if src == "E" else ts + gdur
+            if end == ts + gdur and src == "E":
+                end = _window_end(ts, nxt, fences, tops, ts + gdur)
+        else:
+            end = _window_end(ts, nxt, fences, tops, ts + gdur)
         if src == "E":
             batch_of_chain = b
             kv_attn = None
@@ -343,6 +349,18 @@ def _window_end(
         if after.size:
             return max(int(after.max()), floor)
     return max(floor, ts + 1)
+
+
+def _last_pass_end(ts: int, cpu_ops: pd.DataFrame, runtime: pd.DataFrame, floor: int) -> int:
+    """The last pass with no next pass and no enclosing window ends with its last
+    matmul (the lm_head producing the logits), not at the end of the trace."""
+    if cpu_ops.empty:
+        return floor
+    mm = cpu_ops[cpu_ops["name"].astype(str).isin(MATMUL_OPS) & (cpu_ops["ts_ns"] >= ts)]
+    if mm.empty:
+        return floor
+    end = int((mm["ts_ns"] + mm["dur_ns"].fillna(0)).max())
+    return max(end, floor)
 
 
 # --- putting it together ------------------------------------------------------------

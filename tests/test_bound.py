@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracekit.analysis import bound
+from tracekit.analysis.kernels import kernel_class
+from tracekit.analysis.opmodels import op_cost
+from tracekit.ceilings import datasheet
+
+H200 = datasheet("NVIDIA H200")
+assert H200 is not None
+HALF = "c10::Half"
+
+
+def _op(op_id: int, name: str, dims: list, types: list, parent: int | None = None) -> dict:
+    return {
+        "op_id": op_id,
+        "name": name,
+        "input_dims": json.dumps(dims),
+        "input_types": json.dumps(types),
+        "parent_id": parent,
+    }
+
+
+def _k(ts: int, dur: int, name: str, op_id: int | None, kind: str = "kernel", stream: int = 7, **kw: object) -> dict:
+    return {"ts_ns": ts, "dur_ns": dur, "name": name, "op_id": op_id, "kind": kind, "stream": stream, **kw}
+
+
+@pytest.fixture
+def tables() -> dict[str, pd.DataFrame]:
+    cpu_ops = pd.DataFrame(
+        [
+            _op(1, "aten::linear", [[1, 1000, 2048], [5632, 2048], []], [HALF, HALF, ""]),  # prefill GEMM
+            _op(2, "aten::linear", [[1, 1, 2048], [5632, 2048], []], [HALF, HALF, ""]),  # decode GEMV
+            _op(3, "aten::mul", [[1, 1000, 2048], [1, 1000, 2048]], [HALF, HALF]),
+            _op(10, "aten::scaled_dot_product_attention", [[1, 32, 1000, 64]] * 3, [HALF] * 3),
+            _op(11, "aten::_scaled_dot_product_flash_attention", [[1, 32, 1000, 64]] * 3, [HALF] * 3, parent=10),
+            _op(12, "aten::empty_like", [[1, 32, 1000, 64]], [HALF], parent=10),
+            _op(13, "aten::some_custom_op", [[4]], [HALF]),
+        ]
+    )
+    gpu = pd.DataFrame(
+        [
+            _k(100, 300, "sm90_xmma_gemm_f16f16_f32", 1),
+            _k(400, 100, "sm90_xmma_gemm_f16f16_f32_splitK", 1),
+            _k(500, 200, "vectorized_elementwise_kernel", 3),
+            _k(700, 100, "flash_fwd_kernel", 11),
+            _k(800, 50, "fill_kernel", 12),  # ancestor 10 is covered by 11: no model, class copy -> memory
+            _k(850, 50, "my_weird_kernel", 13),  # nothing at all: other
+            _k(900, 100, "Memcpy DtoD", None, kind="memcpy", bytes=1000, memcpy_kind="DtoD"),
+            _k(950, 100, "ncclKernel_AllReduce", None, stream=9),  # overlaps the memcpy: comm wins
+            _k(1300, 20, "gemv_kernel", 2),
+            _k(1400, 30, "elementwise_kernel", None),
+        ]
+    )
+    steps = pd.DataFrame(
+        {
+            "step_id": [0, 1],
+            "request_id": [0, 0],
+            "kind": ["prefill", "decode"],
+            "tokens": [1000, 1],
+            "cpu_start_ns": [0, 1200],
+            "cpu_end_ns": [1000, 1250],
+            "gpu_start_ns": [100, 1300],
+            "gpu_end_ns": [1100, 1430],
+        }
+    )
+    return {"cpu_ops": cpu_ops, "gpu_activity": gpu, "steps": steps}
+
+
+def test_kernel_costs_classify_and_split(tables: dict[str, pd.DataFrame]) -> None:
+    before = {k: v.copy() for k, v in tables.items()}
+    k = bound.kernel_costs(tables["gpu_activity"], tables["cpu_ops"], H200)
+    for name, df in tables.items():  # inputs untouched
+        pd.testing.assert_frame_equal(df, before[name])
+    gemm = op_cost("aten::linear", "[[1,1000,2048],[5632,2048],[]]", json.dumps([HALF, HALF, ""]))
+    assert gemm is not None
+    # GIVEN one op launching two kernels (300 ns, 100 ns) THEN its FLOPs split 3:1 by duration
+    assert k.loc[0, "flops"] == pytest.approx(0.75 * gemm.flops)
+    assert k.loc[1, "flops"] == pytest.approx(0.25 * gemm.flops)
+    assert k.loc[0, "flops"] + k.loc[1, "flops"] == pytest.approx(gemm.flops)
+    assert list(k["bound"]) == [
+        "compute", "compute", "memory", "compute", "memory", "other", "memcpy", "comm", "memory", "memory",
+    ]
+    assert list(k["model"][:6]) == ["shape", "shape", "shape", "shape", "kernel_class", "none"]
+    assert k.loc[6, "bytes"] == 2000  # DtoD reads and writes
+    # decode GEMV intensity is ~1 FLOP/byte, far under the H200 fp16 ridge (~206)
+    assert k.loc[8, "intensity"] < 2 < H200.ridge_point("fp16")  # type: ignore[operator]
+    assert k.loc[0, "intensity"] > H200.ridge_point("fp16")  # type: ignore[operator]
+
+
+def test_class_fallback_can_be_switched_off(tables: dict[str, pd.DataFrame]) -> None:
+    k = bound.kernel_costs(
+        tables["gpu_activity"], tables["cpu_ops"], H200, bound.BoundOptions(class_fallback_memory=False)
+    )
+    assert k.loc[4, "bound"] == "other" and k.loc[9, "bound"] == "other"
+
+
+def test_step_attribution_by_interval_arithmetic(tables: dict[str, pd.DataFrame]) -> None:
+    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200)
+    st_ = out["step_bound"].set_index("step_id")
+    # prefill window [0, 1100) clipped at next start 1200 -> 1100 ns
+    p = st_.loc[0]
+    assert p["time_ns"] == 1100
+    assert p["compute_bound_ns"] == 300 + 100 + 100
+    assert p["memory_bound_ns"] == 200 + 50
+    assert p["other_ns"] == 50
+    assert p["memcpy_ns"] == 50  # 900-950; 950-1000 is hidden by the comm kernel
+    assert p["comm_ns"] == 100
+    assert p["idle_ns"] == 100 + 50  # 0-100 before the first kernel, 1050-1100
+    d = st_.loc[1]
+    assert d["time_ns"] == 1430 - 1200
+    assert d["memory_bound_ns"] == 50 and d["idle_ns"] == 180
+    for _, r in out["step_bound"].iterrows():
+        assert sum(int(r[c]) for c in bound.TIME_COLUMNS.values()) == r["time_ns"]
+
+
+def test_phases_identity_rates_and_ceiling_name(tables: dict[str, pd.DataFrame]) -> None:
+    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200)
+    ph = out["phases"]
+    assert set(ph["phase"]) == {"prefill", "decode"}
+    assert len(ph) == 4  # run-level and request-level rows
+    for _, r in ph.iterrows():
+        assert sum(int(r[c]) for c in bound.TIME_COLUMNS.values()) == int(r["time_ns"])
+        assert r["ceiling"].startswith("NVIDIA H200 (datasheet)")
+    dec = ph[(ph["phase"] == "decode") & ph["request_id"].isna()].iloc[0]
+    k = out["kernels"]
+    assert dec["flops"] == pytest.approx(k.loc[8, "flops"])
+    assert dec["achieved_tflops"] == pytest.approx(k.loc[8, "flops"] / dec["gpu_busy_ns"] / 1e3)
+    assert dec["achieved_tbps_wall"] == pytest.approx(dec["bytes"] / dec["time_ns"] / 1e3)
+    assert dec["pct_peak_bandwidth"] == pytest.approx(100 * dec["achieved_tbps"] * 1e12 / H200.peak_bytes_per_s)
+
+
+def test_merges_into_existing_phases_table(tables: dict[str, pd.DataFrame]) -> None:
+    given = pd.DataFrame(
+        {"request_id": [None, 0, 0], "phase": ["decode", "decode", "outside"], "steps": [1, 1, 0], "time_ns": [9, 9, 5]}
+    )
+    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200, phases=given)
+    ph = out["phases"]
+    assert len(ph) == 3
+    assert list(ph["time_ns"][:2]) == [230, 230]
+    assert pd.isna(ph.loc[2, "compute_bound_ns"])
+
+
+def test_empty_inputs() -> None:
+    steps = pd.DataFrame(columns=["step_id", "request_id", "kind", "cpu_start_ns", "cpu_end_ns"])
+    gpu = pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "kind", "op_id"])
+    out = bound.bound_tables(gpu, pd.DataFrame(columns=["op_id", "name", "input_dims", "input_types"]), steps, H200)
+    assert len(out["phases"]) == 0 and len(out["kernels"]) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 800), st.sampled_from(bound.PRIORITY)), max_size=40),
+    st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 1500)), min_size=1, max_size=6),
+)
+def test_sweep_sums_exactly_and_matches_brute_force(kern: list, wins: list) -> None:
+    kernels = pd.DataFrame(
+        {
+            "ts_ns": [t for t, _, _ in kern],
+            "dur_ns": [d for _, d, _ in kern],
+            "bound": [c for _, _, c in kern],
+            "flops": 0.0,
+            "bytes": 0.0,
+            "model": "shape",
+        }
+    )
+    steps = pd.DataFrame(
+        {
+            "step_id": range(len(wins)),
+            "request_id": 0,
+            "kind": "decode",
+            "cpu_start_ns": [s for s, _ in wins],
+            "cpu_end_ns": [s + d for s, d in wins],
+        }
+    )
+    out = bound.attribute_steps(steps, kernels)
+    # brute force: the class of every nanosecond
+    horizon = 8000
+    cls = np.full(horizon, len(bound.PRIORITY))
+    for t, d, c in kern:
+        i = bound.PRIORITY.index(c)
+        seg = cls[t : t + d]
+        cls[t : t + d] = np.minimum(seg, i)
+    for _, r in out.iterrows():
+        window = cls[int(r["start_ns"]) : int(r["end_ns"])]
+        for i, c in enumerate([*bound.PRIORITY, bound.IDLE]):
+            assert int(r[bound.TIME_COLUMNS[c]]) == int((window == i).sum())
+        assert sum(int(r[c]) for c in bound.TIME_COLUMNS.values()) == r["time_ns"]
+
+
+def test_kernel_name_classes() -> None:
+    assert kernel_class("ncclDevKernel_AllReduce_Sum_f16_RING_LL") == "communication"
+    assert kernel_class("void pytorch_flash::flash_fwd_kernel<...>") == "attention"
+    assert kernel_class("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64") == "gemm"
+    assert kernel_class("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT") == "gemm"
+    assert kernel_class("void gemv2T_kernel_val<int, int, __half>") == "gemm"
+    assert kernel_class("void at::native::vectorized_elementwise_kernel<4, ...>") == "elementwise"
+    assert kernel_class("void at::native::reduce_kernel<512, 1, ...>") == "reduction"
+    assert kernel_class("void at::native::(anonymous namespace)::CatArrayBatchedCopy<...>") == "copy"
+    assert kernel_class("Memcpy HtoD (Pageable -> Device)", "memcpy") == "copy"
+    assert kernel_class("mystery") == "other"

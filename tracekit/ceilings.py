@@ -1,0 +1,308 @@
+"""Hardware ceilings: datasheet peaks per GPU, and calibrations measured by ``tracekit calibrate``.
+
+A ceiling is what a kernel is compared against: peak FLOP/s per dtype and peak
+DRAM bytes/s. Every ceiling carries ``source`` (datasheet name and date, or
+"measured ...") so that every report can say which one it used.
+
+All FLOP/s here are DENSE (no 2:4 sparsity): NVIDIA datasheets print the sparse
+figure first for Ampere and later; we halve it. Bytes/s are decimal (1 TB/s =
+1e12 B/s) as in the datasheets.
+
+Lookup is by the device name NVML and torch report ("NVIDIA H100 80GB HBM3",
+"Tesla T4", ...): exact aliases first, then ordered patterns (specific before
+general, so "H100 PCIe" never matches the SXM entry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracekit.errors import UsageError
+
+T = 1e12
+TB = 1e12
+
+# dtype keys used everywhere in tracekit (opmodels' dtypes map onto these)
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """Peak rates of one GPU.
+
+    peak_flops: dtype -> FLOP/s. fp16/bf16/tf32/fp8/int8 are tensor-core rates
+    (dense, FP32 accumulate where the datasheet distinguishes); fp32/fp64 are
+    the non-tensor (CUDA core) rates, which is what elementwise kernels can use.
+    """
+
+    gpu: str
+    peak_flops: Mapping[str, float]
+    peak_bytes_per_s: float
+    source: str
+    kind: str = "datasheet"  # datasheet | measured
+    date: str = ""
+    notes: str = ""
+    aliases: tuple[str, ...] = field(default=())
+
+    def flops(self, dtype: str) -> float | None:
+        """Peak FLOP/s for a dtype, or None where the GPU has no such rate."""
+        d = _DTYPE_FALLBACK.get(dtype, dtype)
+        v = self.peak_flops.get(d)
+        return float(v) if v else None
+
+    def ridge_point(self, dtype: str) -> float | None:
+        """Arithmetic intensity (FLOP/byte) where compute and bandwidth ceilings meet."""
+        f = self.flops(dtype)
+        if f is None or self.peak_bytes_per_s <= 0:
+            return None
+        return f / self.peak_bytes_per_s
+
+    def ridge_points(self) -> dict[str, float]:
+        return {d: r for d in DTYPES if (r := self.ridge_point(d)) is not None}
+
+    def describe(self) -> str:
+        """One line naming the ceiling, for reports."""
+        return (
+            f"{self.gpu} ({self.kind}): {self.peak_bytes_per_s / TB:.2f} TB/s, "
+            + ", ".join(f"{d} {v / T:.0f} TFLOP/s" for d, v in self.peak_flops.items() if v)
+            + f"; source: {self.source}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["peak_flops"] = dict(self.peak_flops)
+        d["aliases"] = list(self.aliases)
+        d["ridge_points"] = self.ridge_points()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
+        return cls(
+            gpu=str(d["gpu"]),
+            peak_flops={str(k): float(v) for k, v in dict(d["peak_flops"]).items() if v},
+            peak_bytes_per_s=float(d["peak_bytes_per_s"]),
+            source=str(d.get("source", "")),
+            kind=str(d.get("kind", "datasheet")),
+            date=str(d.get("date", "")),
+            notes=str(d.get("notes", "")),
+            aliases=tuple(d.get("aliases", ())),
+        )
+
+
+# A dtype a GPU lacks falls back to the rate its kernels really run at: bf16 on
+# a Turing/Volta GPU is emulated, so no fallback (None) there; fp8 -> none.
+_DTYPE_FALLBACK: dict[str, str] = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def _c(
+    gpu: str,
+    *,
+    bw_tbps: float,
+    fp32: float,
+    fp16: float | None = None,
+    bf16: float | None = None,
+    tf32: float | None = None,
+    fp8: float | None = None,
+    int8: float | None = None,
+    fp64: float | None = None,
+    source: str,
+    date: str,
+    aliases: tuple[str, ...] = (),
+    notes: str = "",
+) -> Ceiling:
+    rates = {"fp64": fp64, "fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": bf16, "fp8": fp8, "int8": int8}
+    return Ceiling(
+        gpu=gpu,
+        peak_flops={k: v * T for k, v in rates.items() if v},
+        peak_bytes_per_s=bw_tbps * TB,
+        source=source,
+        date=date,
+        aliases=aliases,
+        notes=notes,
+    )
+
+
+_HOPPER_DS = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), dense = sparse / 2"
+_A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/), dense = sparse / 2"
+_ADA_WP = "NVIDIA Ada GPU Architecture whitepaper v2.1, appendix A (GeForce: FP32-accumulate tensor rates)"
+
+# Values in TFLOP/s (dense) and TB/s.
+DATASHEET: dict[str, Ceiling] = {
+    c.gpu: c
+    for c in [
+        _c("NVIDIA B200", bw_tbps=8.0, fp64=37, fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, int8=4500,
+           source="NVIDIA HGX B200 / DGX B200 datasheet (nvidia.com/en-us/data-center/hgx/), per GPU, dense = sparse / 2",
+           date="2024-2025", aliases=("B200",),
+           notes="preliminary figures; fp32 is the non-tensor rate as printed"),
+        _c("NVIDIA H200", bw_tbps=4.8, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, int8=1979,
+           source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), H200 SXM, dense = sparse / 2",
+           date="2024-11", aliases=("NVIDIA H200 SXM", "NVIDIA H200 141GB HBM3e")),
+        _c("NVIDIA H200 NVL", bw_tbps=4.8, fp64=30, fp32=60, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5,
+           int8=1670.5, source="NVIDIA H200 Tensor Core GPU datasheet, H200 NVL column, dense = sparse / 2",
+           date="2024-11"),
+        _c("NVIDIA H100 SXM", bw_tbps=3.35, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979,
+           int8=1979, source=_HOPPER_DS + ", H100 SXM column", date="2023",
+           aliases=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "H100 SXM")),
+        _c("NVIDIA H100 PCIe", bw_tbps=2.0, fp64=26, fp32=51, tf32=378, fp16=756, bf16=756, fp8=1513, int8=1513,
+           source=_HOPPER_DS + ", H100 PCIe column", date="2023", aliases=("H100 PCIe",)),
+        _c("NVIDIA H100 NVL", bw_tbps=3.9, fp64=30, fp32=60, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5,
+           int8=1670.5, source=_HOPPER_DS + ", H100 NVL column", date="2023"),
+        _c("NVIDIA A100-SXM4-80GB", bw_tbps=2.039, fp64=9.7, fp32=19.5, tf32=156, fp16=312, bf16=312, int8=624,
+           source=_A100_DS + ", A100 80GB SXM column", date="2021"),
+        _c("NVIDIA A100-SXM4-40GB", bw_tbps=1.555, fp64=9.7, fp32=19.5, tf32=156, fp16=312, bf16=312, int8=624,
+           source=_A100_DS + ", A100 40GB SXM column (first A100 datasheet, 2020)", date="2020"),
+        _c("NVIDIA A100 80GB PCIe", bw_tbps=1.935, fp64=9.7, fp32=19.5, tf32=156, fp16=312, bf16=312, int8=624,
+           source=_A100_DS + ", A100 80GB PCIe column", date="2021", aliases=("NVIDIA A100-PCIE-80GB",)),
+        _c("NVIDIA A100-PCIE-40GB", bw_tbps=1.555, fp64=9.7, fp32=19.5, tf32=156, fp16=312, bf16=312, int8=624,
+           source=_A100_DS + ", A100 40GB PCIe column", date="2021", aliases=("NVIDIA A100 40GB PCIe",)),
+        _c("NVIDIA A10", bw_tbps=0.6, fp32=31.2, tf32=62.5, fp16=125, bf16=125, int8=250,
+           source="NVIDIA A10 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/products/a10-gpu/), dense = sparse / 2",
+           date="2021"),
+        _c("NVIDIA A10G", bw_tbps=0.6, fp32=31.2, tf32=35, fp16=70, bf16=70, int8=140,
+           source="AWS EC2 G5 instance documentation (A10G, 24 GB, 600 GB/s); NVIDIA publishes no A10G datasheet: "
+                  "tensor rates are the commonly quoted 70 dense fp16 TFLOP/s, run `tracekit calibrate`",
+           date="2021", notes="tensor rates unverified: calibrate"),
+        _c("NVIDIA L4", bw_tbps=0.3, fp32=30.3, tf32=60, fp16=121, bf16=121, fp8=242.5, int8=242.5,
+           source="NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4/), dense = sparse / 2",
+           date="2023"),
+        _c("NVIDIA L40S", bw_tbps=0.864, fp32=91.6, tf32=183, fp16=362, bf16=362, fp8=733, int8=733,
+           source="NVIDIA L40S GPU datasheet (nvidia.com/en-us/data-center/l40s/), dense = sparse / 2", date="2023"),
+        _c("NVIDIA L40", bw_tbps=0.864, fp32=90.5, tf32=90.5, fp16=181, bf16=181, fp8=362, int8=362,
+           source="NVIDIA L40 GPU datasheet (nvidia.com/en-us/data-center/l40/), dense = sparse / 2", date="2022"),
+        _c("Tesla T4", bw_tbps=0.32, fp32=8.1, fp16=65, int8=130,
+           source="NVIDIA T4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/tesla-t4/), mixed-precision FP16/FP32",
+           date="2019", aliases=("NVIDIA T4",), notes="no bf16/tf32 tensor cores (Turing)"),
+        _c("Tesla V100-SXM2", bw_tbps=0.9, fp64=7.8, fp32=15.7, fp16=125,
+           source="NVIDIA V100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/v100/), V100 SXM2 column",
+           date="2020", aliases=("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB", "Tesla V100S-PCIE-32GB"),
+           notes="no bf16/tf32 tensor cores (Volta)"),
+        _c("Tesla V100-PCIE", bw_tbps=0.9, fp64=7, fp32=14, fp16=112,
+           source="NVIDIA V100 Tensor Core GPU datasheet, V100 PCIe column", date="2020",
+           aliases=("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB")),
+        _c("NVIDIA GeForce RTX 4090", bw_tbps=1.008, fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2, fp8=330.3,
+           int8=660.6, source=_ADA_WP + ", RTX 4090 column", date="2023"),
+        _c("NVIDIA GeForce RTX 3090", bw_tbps=0.936, fp32=35.6, tf32=35.6, fp16=71, bf16=71, int8=284,
+           source="NVIDIA Ampere GA102 GPU Architecture whitepaper v2, RTX 3090 column (FP32-accumulate tensor rates)",
+           date="2021"),
+    ]
+}
+
+# Ordered patterns for names not matched exactly (NVML names vary by board and driver).
+_PATTERNS: list[tuple[str, str]] = [
+    (r"\bB200\b", "NVIDIA B200"),
+    (r"\bH200\b.*\bNVL\b", "NVIDIA H200 NVL"),
+    (r"\bH200\b", "NVIDIA H200"),
+    (r"\bH100\b.*\bNVL\b", "NVIDIA H100 NVL"),
+    (r"\bH100\b.*\bPCIE\b", "NVIDIA H100 PCIe"),
+    (r"\bH100\b", "NVIDIA H100 SXM"),
+    (r"\bA100\b.*PCIE.*80\s*GB|\bA100\b.*80\s*GB.*PCIE", "NVIDIA A100 80GB PCIe"),
+    (r"\bA100\b.*PCIE", "NVIDIA A100-PCIE-40GB"),
+    (r"\bA100\b.*80\s*GB", "NVIDIA A100-SXM4-80GB"),
+    (r"\bA100\b", "NVIDIA A100-SXM4-40GB"),
+    (r"\bA10G\b", "NVIDIA A10G"),
+    (r"\bA10\b", "NVIDIA A10"),
+    (r"\bL40S\b", "NVIDIA L40S"),
+    (r"\bL40\b", "NVIDIA L40"),
+    (r"\bL4\b", "NVIDIA L4"),
+    (r"\bT4\b", "Tesla T4"),
+    (r"\bV100\b.*PCIE", "Tesla V100-PCIE"),
+    (r"\bV100", "Tesla V100-SXM2"),
+    (r"\bRTX 4090\b", "NVIDIA GeForce RTX 4090"),
+    (r"\bRTX 3090\b", "NVIDIA GeForce RTX 3090"),
+]
+
+
+def datasheet(device_name: str) -> Ceiling | None:
+    """The datasheet ceiling for a device name as NVML/torch report it, or None."""
+    name = device_name.strip()
+    for c in DATASHEET.values():
+        if name.lower() == c.gpu.lower() or name.lower() in (a.lower() for a in c.aliases):
+            return c
+    upper = name.upper()
+    for pat, key in _PATTERNS:
+        if re.search(pat, upper, flags=re.IGNORECASE):
+            return DATASHEET[key]
+    return None
+
+
+# --- measured calibrations -------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """Per-user cache of measured ceilings: $TRACEKIT_CACHE_DIR or $XDG_CACHE_HOME/tracekit/ceilings."""
+    env = os.environ.get("TRACEKIT_CACHE_DIR")
+    if env:
+        return Path(env) / "ceilings"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tracekit" / "ceilings"
+
+
+def slug(device_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-").lower() or "gpu"
+
+
+def cache_path(device_name: str) -> Path:
+    return cache_dir() / f"{slug(device_name)}.json"
+
+
+def measured_ceiling(device_name: str, measurement: Mapping[str, Any]) -> Ceiling:
+    """A Ceiling from what ``collectors.calibrate.measure`` returned.
+
+    Dtypes the calibration did not measure (fp8, int8, ...) are taken from the
+    datasheet when one is known, and the source says so.
+    """
+    ds = datasheet(device_name)
+    flops = dict(ds.peak_flops) if ds else {}
+    measured = {str(k): float(v) for k, v in dict(measurement.get("matmul_flops_per_s", {})).items() if v}
+    flops.update(measured)
+    bw = float(measurement["copy_bytes_per_s"])
+    src = f"measured by tracekit calibrate on {measurement.get('date', '?')} ({', '.join(sorted(measured))} matmul, copy)"
+    if ds and set(ds.peak_flops) - set(measured):
+        src += f"; {', '.join(sorted(set(ds.peak_flops) - set(measured)))} from {ds.source}"
+    return Ceiling(
+        gpu=device_name,
+        peak_flops=flops,
+        peak_bytes_per_s=bw,
+        source=src,
+        kind="measured",
+        date=str(measurement.get("date", "")),
+        notes=json.dumps({k: v for k, v in measurement.items() if k not in ("matmul_flops_per_s",)}, default=str),
+    )
+
+
+def save_measured(ceiling: Ceiling, path: Path | None = None) -> Path:
+    from tracekit.rundir import write_json  # local: keeps this module import-light
+
+    target = path or cache_path(ceiling.gpu)
+    write_json(target, ceiling.to_dict())
+    return target
+
+
+def load(path: Path) -> Ceiling:
+    try:
+        return Ceiling.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"cannot read ceiling file {path}: {exc}") from None
+
+
+def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None = None) -> Ceiling:
+    """The ceiling to use for a device: an explicit file, else a measured one from the cache, else the datasheet."""
+    if path is not None:
+        return load(path)
+    if prefer_measured:
+        p = cache_path(device_name)
+        if p.is_file():
+            return load(p)
+    ds = datasheet(device_name)
+    if ds is None:
+        raise UsageError(
+            f"no ceiling known for GPU {device_name!r}: run `tracekit calibrate` on it or pass a ceiling file"
+        )
+    return ds

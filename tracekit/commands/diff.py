@@ -47,10 +47,12 @@ def render(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
         if part.empty:
             console.print(f"{title}: not recorded in either run")
             continue
-        for r in part.itertuples(index=False):
-            cells = [str(r.phase)] + ([str(r.key)] if scope == "kernel_class" else []) + [
-                r.metric, _fmt(r.a, r.metric), _fmt(r.b, r.metric), _fmt(r.delta, r.metric),
-                "—" if pd.isna(r.ratio) else f"{r.ratio:.2f}×", _pct(r.share_a), _pct(r.share_b)]
+        for r in part.to_dict("records"):
+            m = str(r["metric"])
+            ratio = r["ratio"]
+            cells = [str(r["phase"])] + ([str(r["key"])] if scope == "kernel_class" else []) + [
+                m, _fmt(r["a"], m), _fmt(r["b"], m), _fmt(r["delta"], m),
+                "—" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}×", _pct(r["share_a"]), _pct(r["share_b"])]
             table.add_row(*cells)
         console.print(table)
 

@@ -1,0 +1,138 @@
+"""torch.profiler around the workload: shapes on, stacks off, an optional window of steps.
+
+``record_shapes`` feeds the per-op FLOP/byte models; ``with_stack`` is off
+because it multiplies trace size and overhead. ``--trace-steps`` limits
+kernel-level capture to a window of forward passes (a schedule driven by the
+step hooks), so long generations stay tractable while the host timers still
+cover every request.
+
+Clock: each ``tracekit.clock_sync host_ns=<t>`` annotation is opened right
+after reading ``time.time_ns()``; its ``ts`` in the trace gives the offset
+between the host clock and the trace's clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracekit.errors import UsageError
+
+CLOCK_SYNC = "tracekit.clock_sync"
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """Forward passes [start, stop) of the recorded run (global step ids)."""
+
+    start: int
+    stop: int
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.stop}"
+
+
+def parse_trace_steps(text: str | None) -> StepWindow | None:
+    """``"0:16"`` -> steps 0..15; ``"16"`` -> the first 16 steps; None/"all" -> everything."""
+    if text is None or text in ("", "all"):
+        return None
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            window = StepWindow(int(a or 0), int(b))
+        else:
+            window = StepWindow(0, int(text))
+    except ValueError:
+        raise UsageError(f"--trace-steps {text!r}: use a count (16) or a window (START:STOP)") from None
+    if window.start < 0 or window.stop <= window.start:
+        raise UsageError(f"--trace-steps {text!r}: need 0 <= START < STOP")
+    return window
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    cuda: bool
+    window: StepWindow | None = None
+    record_shapes: bool = True
+    profile_memory: bool = False
+
+
+def clock_sync_marker() -> None:
+    """Emit one clock-sync annotation carrying the host time it was opened at."""
+    import torch
+
+    t = time.time_ns()
+    with torch.autograd.profiler.record_function(f"{CLOCK_SYNC} host_ns={t}"):
+        pass
+
+
+class KinetoCapture:
+    """One torch.profiler session writing its Chrome trace to ``raw_path``."""
+
+    def __init__(self, config: ProfilerConfig, raw_path: Path) -> None:
+        self.config = config
+        self.raw_path = raw_path
+        self.exported = False
+        self._prof: Any = None
+        self._active = False
+        self._stopped = False
+
+    @property
+    def windowed(self) -> bool:
+        return self.config.window is not None
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if self.config.cuda:
+            activities.append(ProfilerActivity.CUDA)
+        kwargs: dict[str, Any] = {}
+        w = self.config.window
+        if w is not None:
+            # One warm-up step before the window where there is one: CUPTI's
+            # first collection is slow and would distort the first captured step.
+            warm = 1 if w.start > 0 else 0
+            kwargs["schedule"] = schedule(wait=w.start - warm, warmup=warm, active=w.stop - w.start, repeat=1)
+            kwargs["on_trace_ready"] = self._on_ready
+        self._prof = profile(
+            activities=activities,
+            record_shapes=self.config.record_shapes,
+            profile_memory=self.config.profile_memory,
+            with_stack=False,
+            **kwargs,
+        )
+        del torch
+        self._prof.start()
+        self._active = True
+        if w is None:
+            clock_sync_marker()
+
+    def _on_ready(self, prof: Any) -> None:
+        prof.export_chrome_trace(str(self.raw_path))
+        self.exported = True
+
+    def on_step_start(self, step_id: int) -> None:
+        w = self.config.window
+        if w is not None and self._active and step_id in (w.start, w.stop - 1):
+            clock_sync_marker()  # inside the captured window, or it would not be recorded
+
+    def on_step_end(self, step_id: int) -> None:
+        if self.windowed and self._active and not self._stopped:
+            self._prof.step()
+
+    def stop(self) -> None:
+        """Stop and export; safe to call twice and after a failure."""
+        if self._prof is None or self._stopped:
+            return
+        self._stopped = True
+        if not self.windowed:
+            clock_sync_marker()
+        self._prof.stop()
+        self._active = False
+        if not self.windowed:
+            self._prof.export_chrome_trace(str(self.raw_path))
+            self.exported = True

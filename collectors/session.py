@@ -1,0 +1,615 @@
+"""A recording session: profiler + NVML sampler + generate annotations around a block of work.
+
+Three ways in, one machinery (``Recording``):
+
+* ``with tracekit.record("name", out=...) as run:`` around user code (the Python API);
+* ``tracekit record -- python my_script.py ARGS``: the script runs in-process
+  (runpy) inside a Recording;
+* ``tracekit record`` with no script: the built-in workload (``run_workload``),
+  which also measures the same requests once without the profiler.
+
+While a Recording is open every ``GenerationMixin.generate`` call is a
+request with step annotations and host token timers. On exit (normal, an
+exception or Ctrl-C) whatever was captured is written: the merged trace, the
+steps/requests/counters tables, run.json; the run is marked complete only when
+the block finished without an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import runpy
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracekit.collectors.hooks import GenerationTracker, RequestRecord, StepRecord, patch_generate
+from tracekit.collectors.profiler import KinetoCapture, ProfilerConfig, StepWindow
+
+from tracekit import chrome_trace
+from tracekit import schema as _schema
+from tracekit.errors import TracekitError, UsageError
+from tracekit.rundir import RunDir, default_run_id
+from tracekit.stepnames import RequestLabel, StepLabel, format_request, format_step, parse_step
+
+RAW_TRACE = "kineto.raw.json"
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    out: Path
+    force: bool = False
+    nvml: bool = True
+    sample_hz: float = 100.0
+    trace_steps: StepWindow | None = None
+    cuda: bool | None = None  # None: profile CUDA activity where CUDA is available
+    device_index: int = 0  # NVML index of the GPU to sample
+    quiet: bool = True
+    command: tuple[str, ...] = field(default_factory=tuple)
+    nvml_off_reason: str = "disabled with --no-nvml"
+
+
+def default_out(label: str) -> Path:
+    return Path("runs") / default_run_id(label)
+
+
+# --- environment -------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+    }
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["gpu"] = torch.cuda.get_device_name(0)
+            env["gpu_count"] = torch.cuda.device_count()
+            cap = torch.cuda.get_device_capability(0)
+            env["compute_capability"] = f"{cap[0]}.{cap[1]}"
+    except ImportError:
+        pass
+    try:
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            drv = pynvml.nvmlSystemGetDriverVersion()
+            env["driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML on this machine: the driver stays unknown
+        env.setdefault("driver", None)
+    return env
+
+
+def _make_sampler(opts: RecordOptions) -> tuple[Any, dict[str, Any] | None]:
+    if not opts.nvml:
+        return None, {"available": False, "reason": opts.nvml_off_reason}
+    try:
+        from tracekit.collectors.nvml import NvmlSampler
+    except ImportError as exc:
+        return None, {"available": False, "reason": f"nvml: not available ({exc})"}
+    try:
+        return NvmlSampler(device_index=opts.device_index, interval_s=1.0 / opts.sample_hz), None
+    except Exception as exc:  # a bad rate, or NVML refusing: record why and go on
+        return None, {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
+
+
+# --- timings -----------------------------------------------------------------------
+
+
+def timings(records: list[RequestRecord]) -> dict[str, Any]:
+    """Per-request metrics and their means over the requests that completed."""
+    per = [r.metrics() for r in records]
+    done = [m for m in per if m["complete"] and m["ttft_ns"] is not None]
+    agg: dict[str, Any] = {"requests": len(done)}
+
+    def mean(key: str) -> float | None:
+        vals = [m[key] for m in done if m.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    for key in ("ttft_ns", "tpot_ns", "e2e_ns", "prefill_share"):
+        agg[key] = mean(key)
+    pre = [m["batch"] * m["input_tokens"] / (m["ttft_ns"] / 1e9) for m in done if m["ttft_ns"]]
+    dec = [
+        m["batch"] * (m["output_tokens"] - 1) / ((m["e2e_ns"] - m["ttft_ns"]) / 1e9)
+        for m in done
+        if m["output_tokens"] > 1 and m["e2e_ns"] > m["ttft_ns"]
+    ]
+    agg["prefill_tok_s"] = sum(pre) / len(pre) if pre else None
+    agg["decode_tok_s"] = sum(dec) / len(dec) if dec else None
+    return {"clock": "host time.time_ns, synchronised", "aggregate": agg, "requests": per}
+
+
+def overhead(profiled: dict[str, Any], unprofiled: dict[str, Any]) -> dict[str, float | None]:
+    """Profiler overhead in %, per metric: (profiled - unprofiled) / unprofiled."""
+    out: dict[str, float | None] = {}
+    for key in ("ttft_ns", "tpot_ns", "e2e_ns"):
+        p, u = profiled["aggregate"].get(key), unprofiled["aggregate"].get(key)
+        out[key.replace("_ns", "_pct")] = round(100.0 * (p - u) / u, 2) if p and u else None
+    return out
+
+
+# --- the session -------------------------------------------------------------------
+
+
+class Recording:
+    """Profiler, NVML sampler and generate annotations over a block; writes the run on exit."""
+
+    def __init__(
+        self, run: RunDir, opts: RecordOptions, on_token: Callable[[RequestRecord], None] | None = None
+    ):
+        self.run = run
+        self.opts = opts
+        self._on_token = on_token
+        self.capture: KinetoCapture | None = None
+        self.sampler: Any = None
+        self._nvml_status: dict[str, Any] | None = None
+        self.tracker = GenerationTracker(annotate=True)
+        self._patch = patch_generate(self.tracker)
+        self.result: dict[str, Any] = {}
+        self.extra_manifest: dict[str, Any] = {}
+        self._traced_steps: dict[int, chrome_trace.Annotation] = {}
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    def name_next(self, name: str) -> None:
+        """Name the next generate call's request (default ``request-<id>``)."""
+        self.tracker.next_name = name
+
+    def __enter__(self) -> Recording:
+        import torch
+
+        cuda = torch.cuda.is_available() if self.opts.cuda is None else self.opts.cuda
+        self.sampler, self._nvml_status = _make_sampler(self.opts)
+        if self.sampler is not None:
+            self.sampler.start()
+        self.capture = KinetoCapture(
+            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps), self.run.path / RAW_TRACE
+        )
+        self.tracker.on_step_start = self.capture.on_step_start
+        self.tracker.on_step_end = self.capture.on_step_end
+        self.tracker.on_token = self._on_token
+        self.run.update_manifest(
+            profiler={
+                "activities": ["cpu", "cuda"] if cuda else ["cpu"],
+                "record_shapes": True,
+                "with_stack": False,
+                "trace_steps": str(self.opts.trace_steps) if self.opts.trace_steps else "all",
+            }
+        )
+        self._patch.__enter__()
+        try:
+            self.capture.start()
+        except BaseException:
+            self._patch.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.finish(exc)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """Stop every collector and write what was captured; complete only if ``exc`` is None."""
+        problems: list[str] = []
+        self._patch.__exit__(None, None, None)
+        if self.capture is not None:
+            try:
+                self.capture.stop()
+            except Exception as e:  # keep going: the host-side log is still worth writing
+                problems.append(f"profiler stop failed: {type(e).__name__}: {e}")
+        if self.sampler is not None:
+            self.sampler.stop()
+            self._nvml_status = self.sampler.status()
+        try:
+            self._write(problems)
+        finally:
+            for p in problems:
+                self.run.add_warning(p)
+            if exc is None and not problems_fatal(problems):
+                self.run.mark_complete()
+            else:
+                reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
+                self.run.mark_incomplete(reason or "; ".join(problems))
+
+    def _write(self, problems: list[str]) -> None:
+        run = self.run
+        raw = run.path / RAW_TRACE
+        have_raw = raw.is_file() and raw.stat().st_size > 0
+        annotations = chrome_trace.find_annotations(raw) if have_raw else []
+        syncs = chrome_trace.find_clock_syncs(raw) if have_raw else []
+        # Every step annotation is a sync pair too: its host start was read just before it opened.
+        traced_steps: dict[int, chrome_trace.Annotation] = {}
+        for a in annotations:
+            label = parse_step(a.name)
+            if label is not None:
+                traced_steps[label.step_id] = a
+        by_id = {s.step_id: s for s in self.tracker.steps}
+        step_syncs = [
+            chrome_trace.ClockSync(a.ts_ns, by_id[i].cpu_start_ns)
+            for i, a in traced_steps.items()
+            if i in by_id
+        ]
+        offset = chrome_trace.clock_offset([*syncs, *step_syncs])
+        clock: dict[str, Any] = {
+            "trace_clock": "Kineto ts converted to int64 ns",
+            "clock_syncs": len(syncs),
+            "step_syncs": len(step_syncs),
+        }
+        if offset is None:
+            # No marker (no trace, or a window never reached): tables stay on the host clock.
+            offset = 0
+            clock["source"] = "none: host clock used as the trace clock"
+            problems.append("no tracekit.clock_sync in the trace: tables use the host clock")
+        else:
+            clock["source"] = "tracekit.clock_sync and step annotations (minimum offset)"
+            offs = sorted(s.offset_ns - offset for s in [*syncs, *step_syncs])
+            clock["sync_excess_ns_p50"] = offs[len(offs) // 2]
+        clock["offset_ns"] = offset  # trace_ns = host_ns + offset_ns
+        self._traced_steps = traced_steps
+        steps_t, requests_t, req_events, step_events = self._tables(offset)
+        run.write_table("steps", steps_t)
+        run.write_table("requests", requests_t)
+        counters = self.sampler.counters() if self.sampler is not None else _schema.empty("counters")
+        if counters.num_rows:
+            import pyarrow.compute as pc
+
+            shifted = pc.add(counters.column("ts_ns"), offset)
+            counters = counters.set_column(counters.schema.get_field_index("ts_ns"), "ts_ns", shifted)
+        run.write_table("counters", counters)
+        counter_events = [
+            {"ts_ns": t, "metric": m, "value": v}
+            for t, m, v in zip(
+                counters.column("ts_ns").to_pylist(),
+                counters.column("metric").to_pylist(),
+                counters.column("value").to_pylist(),
+                strict=True,
+            )
+        ]
+        events = chrome_trace.tracekit_events(req_events, step_events, counter_events)
+        try:
+            chrome_trace.merge(raw if have_raw else None, run.trace_path, events)
+            if have_raw:
+                raw.unlink()
+        except TracekitError as e:
+            problems.append(f"trace merge failed ({e.message}); raw Kineto trace kept as {RAW_TRACE}")
+        profiled = timings(self.tracker.requests)
+        self.result = {"profiled": profiled}
+        data = run.read_manifest()
+        t = data.get("timings", {})
+        t["profiled"] = profiled
+        if t.get("unprofiled"):
+            t["profiler_overhead"] = overhead(profiled, t["unprofiled"])
+        nvml = self._nvml_status or {"available": False, "reason": "not started"}
+        if self.capture is not None and self.capture.windowed and not self.capture.exported:
+            problems.append(
+                f"--trace-steps {self.opts.trace_steps}: the window was never reached; no kernels captured"
+            )
+        run.update_manifest(
+            timings=t,
+            clock=clock,
+            nvml=nvml,
+            steps=len(self.tracker.steps),
+            requests=len(self.tracker.requests),
+            **self.extra_manifest,
+        )
+
+    def _tables(self, offset: int) -> tuple[Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
+        steps = self.tracker.steps
+        reqs = self.tracker.requests
+
+        def tr(ns: int | None) -> int | None:
+            return None if ns is None else ns + offset
+
+        # Where Kineto recorded the step's annotation, its own timestamps are the
+        # trace clock exactly; elsewhere (outside a --trace-steps window) map the host's.
+        def start_of(s: StepRecord) -> int | None:
+            a = self._traced_steps.get(s.step_id)
+            return a.ts_ns if a is not None else tr(s.cpu_start_ns)
+
+        def end_of(s: StepRecord) -> int | None:
+            a = self._traced_steps.get(s.step_id)
+            return a.ts_ns + a.dur_ns if a is not None else tr(s.cpu_end_ns)
+
+        steps_t = _schema.from_columns(
+            "steps",
+            {
+                "step_id": [s.step_id for s in steps],
+                "request_id": [s.request_id for s in steps],
+                "kind": [s.kind for s in steps],
+                "batch": [s.batch for s in steps],
+                "q_len": [s.q_len for s in steps],
+                "kv_len": [s.kv_len for s in steps],
+                "tokens": [s.batch * s.q_len for s in steps],
+                "source": ["tracekit"] * len(steps),
+                "cpu_start_ns": [start_of(s) for s in steps],
+                "cpu_end_ns": [end_of(s) for s in steps],
+            },
+        )
+        metrics = [r.metrics() for r in reqs]
+        requests_t = _schema.from_columns(
+            "requests",
+            {
+                "request_id": [r.request_id for r in reqs],
+                "name": [r.name for r in reqs],
+                "batch": [r.batch for r in reqs],
+                "input_tokens": [r.input_tokens for r in reqs],
+                "output_tokens": [r.output_tokens for r in reqs],
+                "start_ns": [tr(r.start_ns) for r in reqs],
+                "end_ns": [tr(r.end_ns) for r in reqs],
+                "ttft_ns": [m["ttft_ns"] for m in metrics],
+                "tpot_ns": [m["tpot_ns"] for m in metrics],
+                "e2e_ns": [m["e2e_ns"] for m in metrics],
+                "prefill_share": [m["prefill_share"] for m in metrics],
+                "source": ["tracekit"] * len(reqs),
+            },
+        )
+        req_events = [
+            {
+                "name": format_request(
+                    RequestLabel(r.request_id, r.name, r.batch, r.input_tokens, r.requested_tokens)
+                ),
+                "start_ns": tr(r.start_ns),
+                "end_ns": tr(r.end_ns),
+                "args": {k: m[k] for k in ("ttft_ns", "tpot_ns", "e2e_ns", "output_tokens")},
+            }
+            for r, m in zip(reqs, metrics, strict=True)
+        ]
+        step_events = [
+            {
+                "name": format_step(StepLabel(s.step_id, s.request_id, s.kind, s.batch, s.q_len, s.kv_len)),
+                "start_ns": start_of(s),
+                "end_ns": end_of(s),
+                "args": {"kind": s.kind},
+            }
+            for s in steps
+        ]
+        return steps_t, requests_t, req_events, step_events
+
+
+def problems_fatal(problems: list[str]) -> bool:
+    # A failed merge leaves no trace.json.gz: that run is not complete.
+    return any(p.startswith("trace merge failed") or p.startswith("profiler stop failed") for p in problems)
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def create_run(opts: RecordOptions, **manifest: Any) -> RunDir:
+    return RunDir.create(
+        opts.out,
+        force=opts.force,
+        command=list(opts.command) or sys.argv,
+        environment=environment(),
+        **manifest,
+    )
+
+
+def record(
+    name: str = "record",
+    out: str | os.PathLike[str] | None = None,
+    *,
+    force: bool = False,
+    nvml: bool = True,
+    sample_hz: float = 100.0,
+    trace_steps: str | None = None,
+    device_index: int = 0,
+) -> Recording:
+    """``with tracekit.record("name", out="runs/x") as run: model.generate(...)``.
+
+    Every ``generate`` inside becomes an annotated, timed request; on exit the
+    run directory holds trace.json.gz, the steps/requests/counters tables and
+    run.json (complete only if the block raised nothing). ``run.path`` is the
+    directory.
+    """
+    from tracekit.collectors.profiler import parse_trace_steps
+
+    opts = RecordOptions(
+        out=Path(out) if out is not None else default_out(name),
+        force=force,
+        nvml=nvml,
+        sample_hz=sample_hz,
+        trace_steps=parse_trace_steps(trace_steps),
+        device_index=device_index,
+    )
+    run = create_run(opts, workload={"kind": "python-api", "name": name})
+    return Recording(run, opts)
+
+
+# --- a user's script ---------------------------------------------------------------
+
+
+def parse_script_argv(argv: list[str]) -> tuple[str, str, list[str]]:
+    """``python x.py A`` / ``python -m pkg A`` / ``x.py A`` -> (kind, target, args)."""
+    if not argv:
+        raise UsageError("nothing to run after --")
+    rest = list(argv)
+    if Path(rest[0]).name.startswith("python"):
+        rest = rest[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            rest = rest[1:]  # interpreter flags (-u, -O): meaningless in-process
+        if not rest:
+            raise UsageError("no script after python")
+        if rest[0] == "-m":
+            if len(rest) < 2:
+                raise UsageError("python -m needs a module name")
+            return "module", rest[1], rest[2:]
+    if not rest[0].endswith(".py"):
+        raise UsageError(
+            f"can only wrap Python scripts: tracekit record -- python SCRIPT.py ARGS (got {argv[0]!r})"
+        )
+    if not Path(rest[0]).is_file():
+        raise UsageError(f"script not found: {rest[0]}")
+    return "script", rest[0], rest[1:]
+
+
+def run_script(argv: list[str], opts: RecordOptions) -> tuple[RunDir, int]:
+    """Run a Python script in-process under a Recording; (run, the script's exit code)."""
+    kind, target, args = parse_script_argv(argv)
+    run = create_run(opts, workload={"kind": "script", "argv": list(argv)})
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    code = 0
+    rec = Recording(run, opts)
+    rec.__enter__()
+    exc: BaseException | None = None
+    try:
+        if kind == "script":
+            sys.argv = [target, *args]
+            sys.path.insert(0, str(Path(target).resolve().parent))
+            runpy.run_path(target, run_name="__main__")
+        else:
+            sys.argv = [target, *args]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code != 0:
+            exc = RuntimeError(f"script exited with status {code}")
+    except KeyboardInterrupt as e:
+        exc = e
+    except Exception as e:
+        traceback.print_exc()
+        exc = e
+        code = 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        rec.finish(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    if exc is not None and code == 0:
+        code = 1
+    run.update_manifest(script_exit_code=code)
+    return run, code
+
+
+# --- the built-in workload -------------------------------------------------------
+
+
+class Progress:
+    """One status line on stderr while generating (``\\r``-updated on a terminal)."""
+
+    def __init__(self, quiet: bool, total_requests: int, output_tokens: int) -> None:
+        self.quiet = quiet
+        self.total = total_requests
+        self.out = output_tokens
+        self.phase = ""
+        self.index = 0
+        self._tty = sys.stderr.isatty()
+        self._last = 0.0
+
+    def start(self, phase: str, index: int) -> None:
+        self.phase, self.index = phase, index
+        self._line(0, force=True)
+
+    def on_token(self, rec: RequestRecord) -> None:
+        self._line(rec.output_tokens, force=rec.output_tokens >= self.out)
+
+    def _line(self, tokens: int, force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        text = f"{self.phase}: request {self.index + 1}/{self.total}, {tokens}/{self.out} tokens"
+        if self._tty:
+            sys.stderr.write("\r\033[K" + text)
+            if tokens >= self.out:
+                sys.stderr.write("\n")
+        elif tokens >= self.out:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
+    """Build the model, warm up, time the requests without the profiler, then record them."""
+    from tracekit.collectors import workload as wl
+
+    model, model_info = wl.build_model(cfg)
+    wl.check_fits(cfg, model)
+    vocab = int(model.config.vocab_size)
+    prompts = wl.make_prompts(cfg, vocab, cfg.requests)
+    warm = wl.make_prompts(cfg, vocab, cfg.warmup, seed_offset=10_000)
+    run = create_run(opts, workload=cfg.manifest(), model=model_info)
+    progress = Progress(opts.quiet, cfg.requests, cfg.output_tokens)
+    phase = "warm-up"
+    rec: Recording | None = None
+    try:
+        with _oom_guard(cfg):
+            for i, p in enumerate(warm):
+                progress.total = len(warm)
+                progress.start("warm-up", i)
+                model.generate(**wl.generate_kwargs(cfg, p))
+            phase = "unprofiled"
+            progress.total = cfg.requests
+            bare = GenerationTracker(annotate=False, on_token=progress.on_token)
+            try:
+                with patch_generate(bare):
+                    for i, p in enumerate(prompts):
+                        progress.start("timing without profiler", i)
+                        bare.next_name = f"{cfg.shape}-{i}"
+                        model.generate(**wl.generate_kwargs(cfg, p))
+            finally:
+                run.update_manifest(timings={"unprofiled": timings(bare.requests)})
+            phase = "profiled"
+            rec = Recording(run, opts, on_token=progress.on_token)
+            with rec:
+                for i, p in enumerate(prompts):
+                    progress.start("recording", i)
+                    rec.name_next(f"{cfg.shape}-{i}")
+                    model.generate(**wl.generate_kwargs(cfg, p))
+    except BaseException as exc:
+        if rec is None:  # failed before the profiled pass: say so in run.json
+            reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
+            run.mark_incomplete(f"{phase}: {reason}")
+        if not opts.quiet or isinstance(exc, KeyboardInterrupt | TracekitError):
+            sys.stderr.write(f"\ntracekit: partial run kept (status incomplete): {run.path}\n")
+        raise
+    return run
+
+
+class _oom_guard:
+    """CUDA out-of-memory becomes one line naming the shape and batch."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            return
+        import torch
+
+        oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+        if isinstance(exc, oom):
+            c = self.cfg
+            raise TracekitError(
+                f"CUDA out of memory at shape {c.shape} ({c.input_tokens} in / {c.output_tokens} out), "
+                f"batch {c.batch}, model {c.model.label}, {c.dtype}: try a smaller --batch or shape"
+            ) from None

@@ -1,0 +1,364 @@
+"""Chrome trace JSON (.json / .json.gz) for tracekit's own tracks: the one place that reads and writes it.
+
+Kineto's trace is kept as written; tracekit adds a "tracekit" process with a
+``requests`` and a ``steps`` track ("X" events) and NVML counters ("C"
+events), so Perfetto shows kernels, requests, prefill/decode steps and GPU
+counters on one timeline.
+
+Clock: Kineto writes ``ts`` in microseconds relative to ``baseTimeNanoseconds``
+(torch >= 2.4); tracekit's tables use that ``ts`` converted to int64 ns (the
+"trace clock"). Host timestamps map onto it by the offset measured from the
+``tracekit.clock_sync host_ns=<t>`` annotations.
+
+Merging streams the Kineto text (a 500-token trace is over 1 GB; parsing it
+whole just to add a few thousand events would be wasteful).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from tracekit.errors import TraceFormatError
+from tracekit.rundir import atomic_path
+from tracekit.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
+
+CLOCK_SYNC = "tracekit.clock_sync"
+# A pid no OS hands out (Linux pids are < 2**22): tracekit's own process in the trace.
+TRACEKIT_PID = 2**31 - 2
+TID_REQUESTS = 1
+TID_STEPS = 2
+TID_COUNTERS = 3
+
+_CHUNK = 1 << 22
+
+
+def open_text(path: Path) -> IO[str]:
+    """A trace file as text, gzip or not (decided by magic bytes, not the name)."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Parse a whole trace (small traces, fixtures, tests)."""
+    path = Path(path)
+    try:
+        with open_text(path) as fh:
+            data = json.load(fh)
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(f"{path}: not a readable Chrome trace ({exc})") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceFormatError(f"{path}: no traceEvents array")
+    return data
+
+
+def write(path: str | Path, data: dict[str, Any]) -> None:
+    """Write a trace atomically; gzip if the name ends in .gz."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        if path.name.endswith(".gz"):
+            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as fh:
+                json.dump(data, fh, separators=(",", ":"))
+        else:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, separators=(",", ":"))
+
+
+# --- clock sync ------------------------------------------------------------------
+
+_ANNOT_RE = re.compile(r'"name":\s*"(tracekit\.(?:clock_sync|step|request) [^"]*)"')
+_TS_RE = re.compile(r'"ts":\s*(-?[0-9.eE+]+)')
+_DUR_RE = re.compile(r'"dur":\s*(-?[0-9.eE+]+)')
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """One of tracekit's CPU-side annotations as Kineto recorded it (trace-clock ns)."""
+
+    name: str
+    ts_ns: int
+    dur_ns: int
+
+
+@dataclass(frozen=True)
+class ClockSync:
+    trace_ns: int
+    host_ns: int
+
+    @property
+    def offset_ns(self) -> int:
+        return self.trace_ns - self.host_ns
+
+
+def _chunks(fh: IO[str]) -> Iterator[str]:
+    while True:
+        block = fh.read(_CHUNK)
+        if not block:
+            return
+        yield block
+
+
+def find_annotations(path: str | Path) -> list[Annotation]:
+    """tracekit's own annotations (clock syncs, steps, requests) in a trace, found by streaming its text."""
+    found: dict[tuple[str, int], Annotation] = {}
+    tail = ""
+    with open_text(Path(path)) as fh:
+        for block in _chunks(fh):
+            text = tail + block
+            cut = max(0, len(text) - 4096)  # keep enough to complete an event split across chunks
+            for m in _ANNOT_RE.finditer(text):
+                # ts and dur are sibling keys of the same object: search only inside it.
+                lo = text.rfind("{", 0, m.start())
+                hi = text.find("}", m.end())
+                if hi < 0 or lo < 0:
+                    cut = min(cut, max(lo, 0))
+                    break
+                obj = text[lo:hi]
+                ts = _TS_RE.search(obj)
+                if ts is None or not _is_user_annotation(obj):
+                    continue
+                dur = _DUR_RE.search(obj)
+                a = Annotation(
+                    m.group(1),
+                    round(float(ts.group(1)) * 1000),
+                    round(float(dur.group(1)) * 1000) if dur else 0,
+                )
+                found[(a.name, a.ts_ns)] = a
+            tail = text[cut:]
+    return sorted(found.values(), key=lambda a: a.ts_ns)
+
+
+def find_clock_syncs(path: str | Path) -> list[ClockSync]:
+    """Every ``tracekit.clock_sync host_ns=<t>`` annotation as a (trace, host) time pair."""
+    out = []
+    for a in find_annotations(path):
+        if a.name.startswith(CLOCK_SYNC + " host_ns="):
+            out.append(ClockSync(a.ts_ns, int(a.name.split("host_ns=", 1)[1])))
+    return out
+
+
+def _is_user_annotation(obj_text: str) -> bool:
+    # Kineto mirrors CPU annotations onto the GPU timeline (gpu_user_annotation);
+    # only the CPU one is opened at the host time it names.
+    return '"gpu_user_annotation"' not in obj_text
+
+
+def clock_offset(syncs: Sequence[ClockSync]) -> int | None:
+    """trace_ns - host_ns; None where the trace has none.
+
+    Each pair reads the host clock just before the annotation opens, so a
+    pair can only overstate the offset (by whatever ran in between: the first
+    annotation after the profiler starts was measured 15 ms late on a CPU
+    run). The minimum over the pairs is the best estimate, as in NTP's
+    minimum-delay filter.
+    """
+    if not syncs:
+        return None
+    return min(s.offset_ns for s in syncs)
+
+
+# --- tracekit's tracks -------------------------------------------------------------
+
+
+def _us(ns: int | float) -> float:
+    return round(float(ns) / 1000.0, 3)
+
+
+def tracekit_events(
+    requests: Iterable[dict[str, Any]],
+    steps: Iterable[dict[str, Any]],
+    counters: Iterable[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Chrome events for tracekit's tracks. Timestamps in the inputs are trace-clock ns.
+
+    requests: dicts with name (the format_request label), start_ns, end_ns, args
+    steps: dicts with name (the format_step label), start_ns, end_ns, args
+    counters: dicts with ts_ns, metric, value (one "C" event each)
+    """
+    pid = TRACEKIT_PID
+    ev: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "tracekit"}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": TID_REQUESTS, "args": {"name": "requests"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": TID_STEPS, "args": {"name": "steps"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": TID_COUNTERS, "args": {"name": "counters"}},
+    ]
+    for tid, cat, items in (
+        (TID_REQUESTS, "tracekit_request", requests),
+        (TID_STEPS, "tracekit_step", steps),
+    ):
+        for it in items:
+            start, end = it["start_ns"], it["end_ns"]
+            if start is None or end is None:
+                continue
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": cat,
+                    "name": it["name"],
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": _us(start),
+                    "dur": _us(max(0, end - start)),
+                    "args": it.get("args", {}),
+                }
+            )
+    for c in counters:
+        ev.append(
+            {
+                "ph": "C",
+                "cat": "tracekit_counter",
+                "name": c["metric"],
+                "pid": pid,
+                "tid": TID_COUNTERS,
+                "ts": _us(c["ts_ns"]),
+                "args": {c["metric"]: c["value"]},
+            }
+        )
+    return ev
+
+
+_EVENTS_KEY = re.compile(r'"traceEvents"\s*:\s*\[')
+
+
+def merge(kineto: str | Path | None, out: str | Path, events: Sequence[dict[str, Any]]) -> Path:
+    """Write ``out`` (gzip): the Kineto trace with ``events`` spliced into its traceEvents.
+
+    Streams the Kineto text; never parses it whole. Without a Kineto trace (no
+    profiler, or a window never reached) the result holds tracekit's events only.
+    """
+    out = Path(out)
+    extra = ",\n".join(json.dumps(e, separators=(",", ":")) for e in events)
+    with atomic_path(out) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as dst:
+        if kineto is None or not Path(kineto).is_file() or Path(kineto).stat().st_size == 0:
+            dst.write('{"displayTimeUnit":"ms","traceEvents":[\n' + extra + "\n]}\n")
+            return out
+        with open_text(Path(kineto)) as src:
+            head = ""
+            for block in _chunks(src):
+                head += block
+                m = _EVENTS_KEY.search(head)
+                if m:
+                    dst.write(head[: m.end()])
+                    rest = head[m.end() :]
+                    # An empty traceEvents array must not get a dangling comma.
+                    if extra:
+                        dst.write("\n" + extra + ("," if rest.lstrip()[:1] != "]" else "") + "\n")
+                    dst.write(rest)
+                    break
+                if len(head) > 64 * _CHUNK:
+                    raise TraceFormatError(f"{kineto}: no traceEvents array near the start")
+            else:
+                raise TraceFormatError(f"{kineto}: no traceEvents array")
+            for block in _chunks(src):
+                dst.write(block)
+    return out
+
+
+# --- trimming (test fixtures) ----------------------------------------------------
+
+
+def _step_window(events: list[dict[str, Any]], first: int, last: int) -> tuple[float, float]:
+    spans: list[tuple[float, float]] = []
+    for e in events:
+        if e.get("ph") != "X" or not str(e.get("name", "")).startswith(STEP_PREFIX):
+            continue
+        if e.get("cat") == "gpu_user_annotation":
+            continue
+        label = parse_step(e["name"])
+        if label is not None and first <= label.step_id <= last:
+            spans.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+    if not spans:
+        raise TraceFormatError(f"no tracekit.step events with ids {first}..{last} in the trace")
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def trim(data: dict[str, Any], first_step: int, last_step: int) -> dict[str, Any]:
+    """A consistent sub-trace holding steps ``first_step..last_step`` (inclusive).
+
+    Kept: metadata; host events inside the steps' time window; the enclosing
+    request and profiler-step annotations; GPU work (kernels, memcpys, GPU
+    annotations) whose launching runtime call was kept; flow events whose both
+    ends were kept; counter samples inside the window extended to the last kept
+    GPU activity. Never a kernel without its launch, never half a flow.
+    """
+    events: list[dict[str, Any]] = data["traceEvents"]
+    t0, t1 = _step_window(events, first_step, last_step)
+
+    def inside(e: dict[str, Any]) -> bool:
+        ts = float(e.get("ts", 0))
+        return t0 <= ts and ts + float(e.get("dur", 0)) <= t1
+
+    def encloses(e: dict[str, Any]) -> bool:
+        ts = float(e.get("ts", 0))
+        return ts <= t0 and ts + float(e.get("dur", 0)) >= t1
+
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset"}
+    kept: list[dict[str, Any]] = []
+    correlations: set[Any] = set()
+    gpu: list[dict[str, Any]] = []
+    gpu_annotations: list[dict[str, Any]] = []
+    counters: list[dict[str, Any]] = []
+    flows: list[dict[str, Any]] = []
+    for e in events:
+        ph, cat, name = e.get("ph"), e.get("cat"), str(e.get("name", ""))
+        if ph == "M":
+            kept.append(e)
+        elif ph in ("s", "f", "t"):
+            flows.append(e)
+        elif ph == "C":
+            counters.append(e)
+        elif cat in gpu_cats:
+            gpu.append(e)
+        elif cat == "gpu_user_annotation":
+            gpu_annotations.append(e)
+        elif ph == "X":
+            enclosing = name.startswith(REQUEST_PREFIX) or name.startswith("ProfilerStep")
+            if inside(e) or (enclosing and encloses(e)):
+                kept.append(e)
+                corr = (e.get("args") or {}).get("correlation")
+                if corr is not None and cat in ("cuda_runtime", "cuda_driver"):
+                    correlations.add(corr)
+        elif ph in ("i", "I") and t0 <= float(e.get("ts", 0)) <= t1:
+            kept.append(e)
+    gpu_end = t1
+    for e in gpu:
+        if (e.get("args") or {}).get("correlation") in correlations:
+            kept.append(e)
+            gpu_end = max(gpu_end, float(e["ts"]) + float(e.get("dur", 0)))
+    for e in gpu_annotations:
+        ts = float(e.get("ts", 0))
+        if t0 <= ts and ts + float(e.get("dur", 0)) <= gpu_end:
+            kept.append(e)
+    for e in counters:
+        if t0 <= float(e.get("ts", 0)) <= gpu_end:
+            kept.append(e)
+    # Flows pair by (cat, id): keep a pair only when both of its anchors survived.
+    anchors = {(e.get("pid"), e.get("tid"), float(e.get("ts", 0))) for e in kept if e.get("ph") == "X"}
+    by_id: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for e in flows:
+        by_id.setdefault((e.get("cat"), e.get("id")), []).append(e)
+    for group in by_id.values():
+        if all((e.get("pid"), e.get("tid"), float(e.get("ts", 0))) in anchors for e in group):
+            kept.extend(group)
+    out = {k: v for k, v in data.items() if k != "traceEvents"}
+    out["traceEvents"] = kept
+    out["tracekitTrim"] = {"first_step": first_step, "last_step": last_step}
+    return out
+
+
+def trim_file(src: str | Path, dst: str | Path, first_step: int, last_step: int) -> Path:
+    """Trim a trace file to a window of steps and write it (gzip if ``dst`` ends in .gz)."""
+    write(dst, trim(load(src), first_step, last_step))
+    return Path(dst)

@@ -1,0 +1,158 @@
+"""``tracekit record``: the built-in generation workload, or your own script, into a run directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tracekit.errors import UsageError
+
+
+@click.command(
+    "record",
+    context_settings={"ignore_unknown_options": False, "help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--model",
+    "model",
+    default=None,
+    metavar="NAME_OR_PATH",
+    help="A preset (tiny, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, llama-3.1-8b; random weights) "
+    "or a local Hugging Face model directory. Default: tinyllama-1.1b with CUDA, else tiny.",
+)
+@click.option("--trust-remote-code", is_flag=True, help="Allow a local model's own code to run.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option(
+    "--dtype", default="auto", show_default=True, help="auto (fp16 on GPU, fp32 on CPU), fp32, fp16, bf16."
+)
+@click.option(
+    "--shape",
+    default="smoke",
+    show_default=True,
+    help="smoke (22/8), chat (128/128), rag (1205/60), creative (25/500).",
+)
+@click.option(
+    "--input-tokens", type=click.IntRange(min=1), default=None, help="Override the shape's prompt length."
+)
+@click.option(
+    "--output-tokens", type=click.IntRange(min=1), default=None, help="Override the shape's output length."
+)
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Untimed, unrecorded requests first.",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="Run directory [runs/<timestamp>-<shape>]."
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing run directory.")
+@click.option(
+    "--trace-steps",
+    default=None,
+    metavar="N|START:STOP",
+    help="Capture kernels only for these forward passes.",
+)
+@click.option("--no-nvml", is_flag=True, help="Do not sample NVML counters.")
+@click.option("--sample-hz", type=click.FloatRange(min=0.1, max=1000), default=100.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
+@click.argument("script", nargs=-1, type=click.UNPROCESSED)
+def command(
+    model: str | None,
+    trust_remote_code: bool,
+    device: str,
+    dtype: str,
+    shape: str,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    batch: int,
+    n_requests: int,
+    warmup: int,
+    out: Path | None,
+    force: bool,
+    trace_steps: str | None,
+    no_nvml: bool,
+    sample_hz: float,
+    seed: int,
+    quiet: bool,
+    script: tuple[str, ...],
+) -> int:
+    """Record a generation workload (or your script) into a run directory.
+
+    \b
+    tracekit record                                  # built-in workload, default model and shape
+    tracekit record --model tinyllama-1.1b --shape chat
+    tracekit record --model ./my-hf-model --shape rag --batch 4
+    tracekit record --out runs/mine -- python my_script.py ARGS
+    """
+    from tracekit.collectors import presets
+    from tracekit.collectors.profiler import parse_trace_steps
+    from tracekit.collectors.session import RecordOptions, default_out, run_script, run_workload
+    from tracekit.rundir import RunDir
+    from tracekit.summary import render
+
+    window = parse_trace_steps(trace_steps)
+    command_line = (
+        ("tracekit", "record", *sys.argv[2:]) if sys.argv[1:2] == ["record"] else ("tracekit", "record")
+    )
+
+    if script:
+        opts = RecordOptions(
+            out=out or default_out(Path(script[-1] if len(script) == 1 else script[1]).stem or "script"),
+            force=force,
+            nvml=not no_nvml,
+            sample_hz=sample_hz,
+            trace_steps=window,
+            quiet=quiet,
+            command=command_line,
+        )
+        run, code = run_script(list(script), opts)
+        if not quiet:
+            click.echo(render(RunDir.open(run.path).read_manifest(), run.path), err=True)
+        return code
+
+    from tracekit.collectors import workload as wl
+
+    dev = wl.resolve_device(device)
+    name = model or (presets.GPU_DEFAULT_MODEL if dev.startswith("cuda") else presets.CPU_DEFAULT_MODEL)
+    spec = presets.resolve_model(name)
+    sp = presets.resolve_shape(shape)
+    custom = input_tokens is not None or output_tokens is not None
+    cfg = wl.WorkloadConfig(
+        model=spec,
+        device=dev,
+        dtype=wl.resolve_dtype(dtype, dev),
+        shape=sp.name if not custom else f"{sp.name}-custom",
+        input_tokens=input_tokens or sp.input_tokens,
+        output_tokens=output_tokens or sp.output_tokens,
+        batch=batch,
+        requests=n_requests,
+        warmup=warmup,
+        seed=seed,
+        trust_remote_code=trust_remote_code,
+    )
+    if cfg.output_tokens < 1:
+        raise UsageError("--output-tokens must be at least 1")
+    device_index = int(dev.split(":", 1)[1]) if ":" in dev else 0
+    opts = RecordOptions(
+        out=out or default_out(cfg.shape),
+        force=force,
+        nvml=not no_nvml and dev.startswith("cuda"),
+        sample_hz=sample_hz,
+        trace_steps=window,
+        cuda=dev.startswith("cuda"),
+        device_index=device_index,
+        quiet=quiet,
+        command=command_line,
+        nvml_off_reason="disabled with --no-nvml" if no_nvml else "device is cpu: no GPU to sample",
+    )
+    run = run_workload(cfg, opts)
+    if not quiet:
+        click.echo(render(run.read_manifest(), run.path), err=True)
+    return 0

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from tracekit.analysis import ranks
+from tracekit.collectors import tp
+
+from tracekit.errors import TracekitError, UsageError
+from tracekit.rundir import RunDir
+
+
+@pytest.fixture(scope="module")
+def tp_run(tmp_path_factory) -> RunDir:
+    # GIVEN the tiny Llama preset sharded over 2 CPU processes (gloo), one request
+    out = tmp_path_factory.mktemp("tp") / "run"
+    return tp.launch(tp.TPOptions(out=out, world_size=2, device="cpu", requests=1, warmup=1, timeout_s=300))
+
+
+def test_each_rank_writes_its_own_run_and_trace(tp_run: RunDir) -> None:
+    assert tp_run.status == "complete"
+    man = tp_run.read_manifest()
+    assert [r["status"] for r in man["tp"]["ranks"]] == ["complete", "complete"]
+    for k in (0, 1):
+        rd = RunDir(tp.rank_dir(tp_run.path, k))
+        m = rd.read_manifest()
+        assert m["tp"]["rank"] == k and m["tp"]["world_size"] == 2 and m["tp"]["backend"] == "gloo"
+        assert m["model"]["tp_modules"] > 0 or m["tp"]["impl"] == "transformers"
+        # the model really is sharded: every layer all-reduces after attention and after the MLP
+        with gzip.open(rd.trace_path) as fh:
+            events = json.load(fh)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        allreduce = [e for e in events if "allreduce" in str(e.get("name", "")).lower()]
+        layers = m["model"]["config"]["num_hidden_layers"]
+        steps = rd.read_table("steps").num_rows
+        assert len(allreduce) >= 2 * layers * steps > 0
+
+
+def test_merged_tables_carry_the_rank_and_align(tp_run: RunDir) -> None:
+    steps = tp_run.read_df("steps")
+    assert sorted(steps["rank"].unique()) == [0, 1]
+    per_rank = steps.groupby("rank")["step_id"].apply(list)
+    assert per_rank[0] == per_rank[1]  # the same forward passes on both ranks
+    assert set(tp_run.read_df("requests")["rank"]) == {0, 1}
+    aligned = ranks.align_steps(steps)
+    assert len(aligned) == len(per_rank[0]) and (aligned["ranks"] == 2).all()
+    # collectives keep the ranks in lock-step: the ends of a step are close (same host clock)
+    assert aligned["skew_ns"].max() < 0.5 * aligned["dur_max_ns"].sum()
+
+
+def test_a_failing_rank_fails_the_run_with_one_line_and_keeps_it(tmp_path: Path) -> None:
+    # the tiny preset's 32 heads do not split over 3 processes: every rank refuses
+    with pytest.raises(TracekitError) as err:
+        tp.launch(tp.TPOptions(out=tmp_path / "bad", world_size=3, device="cpu", warmup=0, timeout_s=120))
+    assert "rank" in err.value.message and "\n" not in err.value.message
+    assert RunDir.open(tmp_path / "bad").status == "incomplete"
+
+
+def test_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        tp.launch(tp.TPOptions(out=tmp_path / "x", world_size=0))
+    with pytest.raises(UsageError):
+        tp.launch(tp.TPOptions(out=tmp_path / "y", impl="magic"))
+
+
+@pytest.mark.gpu
+def test_two_gpu_tensor_parallel_run_has_nccl_kernels(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    run = tp.launch(
+        tp.TPOptions(out=tmp_path / "g", world_size=2, device="cuda", dtype="bf16", timeout_s=300)
+    )
+    assert run.status == "complete"

@@ -1,0 +1,333 @@
+"""The sweep's summary table and the comparison with the seed study. Pure: no I/O.
+
+Inputs are each point's run.json fields and its requests / phases tables, as
+DataFrames; nothing is mutated. Definitions (DESIGN.md, vLLM's benchmark):
+TTFT is request start to the first token on the host; TPOT is
+(e2e - TTFT) / (output tokens - 1); prefill share is TTFT / e2e (for an agent
+loop: summed over its calls). Throughputs count every sequence of a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+NS_PER_MS = 1e6
+
+SUMMARY_COLUMNS = (
+    "point_id", "group", "shape", "mode", "agent_mode", "batch", "input_tokens", "output_tokens", "calls",
+    "sent_input_tokens", "prefilled_tokens", "generated_tokens",
+    "ttft_ms", "tpot_ms", "e2e_ms", "prefill_ms", "prefill_share", "prefill_tok_s", "decode_tok_s",
+    "ms_per_input_token", "ms_per_output_token", "read_write_asymmetry",
+    "prefill_compute_share", "prefill_memory_share", "prefill_idle_share",
+    "decode_compute_share", "decode_memory_share", "decode_idle_share",
+    "kv_formula_bytes_per_token", "kv_cache_bytes_per_token", "kv_allocated_bytes_per_token",
+    "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "compile_s", "cost_usd", "cost_vs_chat",
+    "status", "reason", "run_dir",
+)  # fmt: skip
+
+# The seed: T4, TinyLlama-1.1B, fp16. One chat request is the cost unit.
+CHAT_REFERENCE = (128, 128)
+
+
+@dataclass(frozen=True)
+class PointData:
+    """One point as the report needs it: run.json fields and two tables."""
+
+    point: Mapping[str, Any]  # run.json "point": group, shape, input_tokens, ..., agent, id
+    status: str  # complete | failed | incomplete
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    requests: pd.DataFrame | None = None
+    phases: pd.DataFrame | None = None
+    run_dir: str = ""
+
+
+def _f(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _split(phases: pd.DataFrame | None, phase: str) -> tuple[float | None, float | None, float | None]:
+    """compute / memory / idle shares of a phase's time (run-level rows if present)."""
+    if phases is None or phases.empty or "phase" not in phases:
+        return None, None, None
+    rows = phases[phases["phase"].astype(str) == phase]
+    if "request_id" in rows and rows["request_id"].isna().any():
+        rows = rows[rows["request_id"].isna()]
+    if rows.empty:
+        return None, None, None
+    cols = ("compute_bound_ns", "memory_bound_ns", "idle_ns")
+    if not all(c in rows for c in cols) or rows[list(cols)].isna().all().all():
+        return None, None, None  # no GPU activity in the trace (a CPU run): no split, not a zero split
+    t = float(rows["time_ns"].sum())
+    if t <= 0:
+        return None, None, None
+    return tuple(float(rows[c].sum()) / t for c in ("compute_bound_ns", "memory_bound_ns", "idle_ns"))  # type: ignore[return-value]
+
+
+def summarize_point(p: PointData, input_price: float, output_price: float) -> dict[str, Any]:
+    pt = p.point
+    agent = pt.get("agent") or None
+    row: dict[str, Any] = dict.fromkeys(SUMMARY_COLUMNS)
+    row.update(
+        point_id=pt.get("id"),
+        group=pt.get("group"),
+        shape=pt.get("shape"),
+        mode=pt.get("mode"),
+        agent_mode=agent.get("mode") if agent else None,
+        batch=int(pt.get("batch", 1)),
+        input_tokens=int(pt.get("input_tokens", 0)),
+        output_tokens=int(pt.get("output_tokens", 0)),
+        status=p.status,
+        reason=p.manifest.get("error") or "",
+        run_dir=p.run_dir,
+    )
+    kv = p.manifest.get("kv") or {}
+    row.update(
+        kv_formula_bytes_per_token=_f(kv.get("formula_bytes_per_token")),
+        kv_cache_bytes_per_token=_f(kv.get("cache_tensor_bytes_per_token")),
+        kv_allocated_bytes_per_token=_f(kv.get("allocated_growth_bytes_per_token")),
+        kv_peak_bytes_per_token=_f(kv.get("peak_growth_bytes_per_token")),
+        logits_fp32_bytes_per_token=_f(kv.get("logits_fp32_bytes_per_token")),
+        compile_s=_f((p.manifest.get("compiled") or {}).get("compile_s")),
+    )
+    req = p.requests
+    if p.status != "complete" or req is None or req.empty:
+        return row
+    req = req.sort_values("request_id")
+    batch = row["batch"]
+    prefilled = _prefilled(p, req)
+    ttft = req["ttft_ns"].astype(float)
+    e2e = req["e2e_ns"].astype(float)
+    out = req["output_tokens"].astype(float)
+    sent = float((req["input_tokens"].astype(float) * req["batch"].astype(float)).sum())
+    generated = float((out * req["batch"].astype(float)).sum())
+    decode_ns = float((e2e - ttft).sum())
+    decode_tokens = float(((out - 1).clip(lower=0) * req["batch"].astype(float)).sum())
+    row.update(
+        calls=len(req),
+        sent_input_tokens=sent,
+        prefilled_tokens=prefilled * batch,
+        generated_tokens=generated,
+        ttft_ms=float(ttft.iloc[0]) / NS_PER_MS,
+        tpot_ms=_f(req["tpot_ns"].astype(float).mean() / NS_PER_MS),
+        e2e_ms=float(e2e.sum()) / NS_PER_MS,
+        prefill_ms=float(ttft.sum()) / NS_PER_MS,
+        prefill_share=_div(float(ttft.sum()), float(e2e.sum())),
+        prefill_tok_s=_div(prefilled * batch, float(ttft.sum()) / 1e9),
+        decode_tok_s=_div(decode_tokens, decode_ns / 1e9),
+    )
+    row["ms_per_input_token"] = _div(row["prefill_ms"], prefilled * batch)
+    row["ms_per_output_token"] = _div(row["tpot_ms"], float(batch))
+    row["read_write_asymmetry"] = _div(row["ms_per_output_token"], row["ms_per_input_token"])
+    pc, pm, pi = _split(p.phases, "prefill")
+    dc, dm, di = _split(p.phases, "decode")
+    row.update(
+        prefill_compute_share=pc, prefill_memory_share=pm, prefill_idle_share=pi,
+        decode_compute_share=dc, decode_memory_share=dm, decode_idle_share=di,
+    )  # fmt: skip
+    cost = (sent * input_price + generated * output_price) / 1e6
+    chat = (CHAT_REFERENCE[0] * input_price + CHAT_REFERENCE[1] * output_price) / 1e6
+    row["cost_usd"] = cost
+    row["cost_vs_chat"] = _div(cost, chat)
+    return row
+
+
+def _prefilled(p: PointData, req: pd.DataFrame) -> float:
+    """Tokens per sequence run through prefill: measured at the model input where recorded."""
+    agent = p.manifest.get("agent") or {}
+    if agent.get("steps"):
+        return float(sum(int(s["prefilled_tokens"]) for s in agent["steps"]))
+    t = p.manifest.get("timings") or {}
+    if t.get("prefilled_tokens") is not None:
+        return float(t["prefilled_tokens"])
+    return float(req["input_tokens"].astype(float).sum())
+
+
+def summarize(points: Sequence[PointData], *, input_price: float, output_price: float) -> pd.DataFrame:
+    """One row per point, in SUMMARY_COLUMNS order; failed points keep their reason."""
+    rows = [summarize_point(p, input_price, output_price) for p in points]
+    df = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    for c in ("batch", "input_tokens", "output_tokens"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+# --- the seed's claims against the measured numbers -------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    text: str
+    seed: float
+    unit: str
+    relative: bool  # a ratio or share (comparable across GPUs) vs an absolute number (hardware-specific)
+
+
+SEED_CLAIMS: tuple[Claim, ...] = (
+    Claim("smoke_prefill_ms", "smoke 22-in/8-out: prefill (TTFT)", 152.0, "ms", False),
+    Claim("smoke_prefill_tok_s", "smoke: prefill throughput", 144.0, "tok/s", False),
+    Claim("smoke_decode_tok_s", "smoke: decode throughput", 7.0, "tok/s", False),
+    Claim("chat_prefill_share", "chat 128/128: prefill share of latency", 0.03, "share", True),
+    Claim("rag_prefill_share", "RAG 1205/60: prefill share of latency", 0.16, "share", True),
+    Claim("creative_prefill_share", "creative 25/500: prefill share of latency", 0.005, "share", True),
+    Claim("short_prompt_tok_s", "prefill tok/s, 25-token prompt", 143.0, "tok/s", False),
+    Claim("long_prompt_tok_s", "prefill tok/s, long prompt", 2271.0, "tok/s", False),
+    Claim(
+        "long_vs_short_prefill",
+        "long-prompt prefill tok/s / 25-token prefill tok/s",
+        2271.0 / 143.0,
+        "x",
+        True,
+    ),
+    Claim("ms_per_input_token", "ms per input token (best prefill)", 0.44, "ms", False),
+    Claim("output_vs_input_token", "ms per output token / ms per input token", 300.0, "x", True),
+    Claim(
+        "kv_measured_vs_formula",
+        "KV bytes/token measured / formula (0.17 MB vs 0.022 MB)",
+        0.17 / 0.022,
+        "x",
+        True,
+    ),
+    Claim("agent_cost_vs_chat", "5-step agent loop (resend) cost / one chat request", 11.9, "x", True),
+    Claim("agent_prefill_share", "agent loop (resend): prefill share of latency", 0.03, "share", True),
+)
+# A relative claim "holds" when the measured value is within this factor of the seed's.
+HOLD_FACTOR = 3.0
+
+
+def _pick(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
+    m = df["status"] == "complete"
+    for k, v in eq.items():
+        m &= df[k] == v
+    return df[m]
+
+
+def _first(df: pd.DataFrame, col: str) -> float | None:
+    vals = df[col].dropna()
+    return _f(vals.iloc[0]) if len(vals) else None
+
+
+def measured_claims(summary: pd.DataFrame, mode: str = "eager") -> dict[str, float | None]:
+    """The measured counterpart of every seed claim, from the summary table only."""
+    s = summary
+    shapes = _pick(s, group="shapes", mode=mode)
+    smoke = shapes[shapes["shape"] == "smoke"]
+    out: dict[str, float | None] = {
+        "smoke_prefill_ms": _first(smoke, "ttft_ms"),
+        "smoke_prefill_tok_s": _first(smoke, "prefill_tok_s"),
+        "smoke_decode_tok_s": _first(smoke, "decode_tok_s"),
+    }
+    for name in ("chat", "rag", "creative"):
+        out[f"{name}_prefill_share"] = _first(shapes[shapes["shape"] == name], "prefill_share")
+    prompts = _pick(s, group="prompt", mode=mode, batch=1).sort_values("input_tokens")
+    short = _first(prompts.head(1), "prefill_tok_s") if len(prompts) else None
+    long_ = _first(prompts.tail(1), "prefill_tok_s") if len(prompts) > 1 else None
+    out["short_prompt_tok_s"], out["long_prompt_tok_s"] = short, long_
+    out["long_vs_short_prefill"] = _div(long_, short)
+    best = _pick(s, mode=mode)["ms_per_input_token"].dropna()
+    best_in = float(best.min()) if len(best) else None
+    out["ms_per_input_token"] = best_in
+    b1 = _pick(s, mode=mode, batch=1)
+    b1 = b1[b1["agent_mode"].isna() & (b1["output_tokens"] > 1)]
+    per_out = b1["ms_per_output_token"].dropna()
+    out["output_vs_input_token"] = _div(float(per_out.median()) if len(per_out) else None, best_in)
+    kv = _pick(s, mode=mode)
+    measured_kv = kv["kv_peak_bytes_per_token"].dropna()
+    if measured_kv.empty:
+        measured_kv = kv["kv_cache_bytes_per_token"].dropna()
+    formula = kv["kv_formula_bytes_per_token"].dropna()
+    out["kv_measured_vs_formula"] = _div(
+        float(measured_kv.median()) if len(measured_kv) else None,
+        _f(formula.iloc[0]) if len(formula) else None,
+    )
+    agent = _pick(s, group="agent", mode=mode, agent_mode="resend")
+    out["agent_cost_vs_chat"] = _first(agent, "cost_vs_chat")
+    out["agent_prefill_share"] = _first(agent, "prefill_share")
+    return out
+
+
+def seed_comparison(summary: pd.DataFrame, mode: str = "eager") -> pd.DataFrame:
+    """Seed value beside measured value, and whether each relative claim holds here."""
+    measured = measured_claims(summary, mode)
+    rows = []
+    for c in SEED_CLAIMS:
+        m = measured.get(c.key)
+        ratio = _div(m, c.seed)
+        if m is None:
+            holds: bool | None = None
+            verdict = "not measured"
+        elif not c.relative:
+            holds = None
+            verdict = f"hardware-specific: {ratio:.3g}x the T4's value"  # type: ignore[str-format]
+        else:
+            holds = bool(ratio is not None and 1 / HOLD_FACTOR <= ratio <= HOLD_FACTOR)
+            verdict = "holds" if holds else ("higher here" if (ratio or 0) > 1 else "lower here")
+        rows.append(
+            {
+                "claim": c.text,
+                "key": c.key,
+                "unit": c.unit,
+                "seed_t4": c.seed,
+                "measured": m,
+                "measured_vs_seed": ratio,
+                "holds": holds,
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def agent_steps(points: Sequence[PointData]) -> pd.DataFrame:
+    """Per agent step, per loop mode: tokens sent and prefilled, latency and its cumulative sum."""
+    rows = []
+    for p in points:
+        agent = p.manifest.get("agent") or {}
+        if p.status != "complete" or not agent.get("steps"):
+            continue
+        cum = 0.0
+        for s in agent["steps"]:
+            cum += s["e2e_ns"] / NS_PER_MS
+            rows.append(
+                {
+                    "point_id": p.point.get("id"),
+                    "mode": p.point.get("mode"),
+                    "agent_mode": agent.get("mode"),
+                    "step": s["step"],
+                    "prompt_tokens": s["prompt_tokens"],
+                    "prefilled_tokens": s["prefilled_tokens"],
+                    "output_tokens": s["output_tokens"],
+                    "prefill_ms": s["prefill_ns"] / NS_PER_MS,
+                    "e2e_ms": s["e2e_ns"] / NS_PER_MS,
+                    "cumulative_ms": cum,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "point_id",
+            "mode",
+            "agent_mode",
+            "step",
+            "prompt_tokens",
+            "prefilled_tokens",
+            "output_tokens",
+            "prefill_ms",
+            "e2e_ms",
+            "cumulative_ms",
+        ],
+    )

@@ -1,0 +1,94 @@
+"""Execution mode ``compiled``: static KV cache + torch.compile, as Transformers offers it.
+
+Transformers compiles the decode forward itself when a generate call uses a
+static cache (``generation_config.cache_implementation = "static"``) on a GPU:
+``model.forward`` goes through ``torch.compile(mode="reduce-overhead")``, i.e.
+CUDA graphs, while the prefill stays eager. We use exactly that path rather
+than compiling by hand, so the numbers are what a Transformers user gets.
+
+Compilation is expensive (tens of seconds) and must not land in a timed
+region: ``warm_up`` runs generate calls at every batch size a sweep will use,
+times them, and the caller writes that time to run.json as ``compile_s``.
+The static cache is sized once for the largest point (``max_cache_len``) so
+that later points reuse the compiled graphs instead of recompiling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+MODE_EAGER = "eager"
+MODE_COMPILED = "compiled"
+
+
+@dataclass(frozen=True)
+class CompiledSetup:
+    """What ``enable`` did, for run.json."""
+
+    cache_implementation: str
+    compile_mode: str
+    max_cache_len: int
+    auto_compile: bool  # False on CPU: Transformers only auto-compiles on accelerators
+    notes: tuple[str, ...] = ()
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "cache_implementation": self.cache_implementation,
+            "compile_mode": self.compile_mode,
+            "max_cache_len": self.max_cache_len,
+            "auto_compile": self.auto_compile,
+            "notes": list(self.notes),
+        }
+
+
+def enable(model: Any, *, max_cache_len: int, compile_mode: str = "reduce-overhead") -> CompiledSetup:
+    """Switch ``model`` (in place) to a static cache with compiled decode."""
+    import torch
+    from transformers import GenerationConfig
+
+    notes: list[str] = []
+    gc: GenerationConfig = model.generation_config
+    gc.cache_implementation = "static"
+    try:
+        from transformers import CompileConfig
+
+        gc.compile_config = CompileConfig(mode=compile_mode)
+    except ImportError:  # older Transformers: its default config is reduce-overhead too
+        notes.append("transformers has no CompileConfig; its default compile settings were used")
+    # Size the cache for the worst case once. Newer Transformers reads
+    # generation_config.max_cache_len; older ones keep the largest length seen
+    # on the model, which we seed the same way.
+    with contextlib.suppress(AttributeError):
+        gc.max_cache_len = max_cache_len
+    model._previous_max_cache_length = max_cache_len
+    # Every batch size is its own graph; the default recompile limit (8) would
+    # make dynamo fall back to eager silently after a few sweep points.
+    dyn = torch._dynamo.config
+    for attr in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dyn, attr):
+            setattr(dyn, attr, max(64, getattr(dyn, attr)))
+    device = getattr(model, "device", torch.device("cpu"))
+    auto = device.type != "cpu"
+    if not auto:
+        notes.append("on CPU Transformers does not auto-compile: static cache only")
+    return CompiledSetup("static", compile_mode, max_cache_len, auto, tuple(notes))
+
+
+def disable(model: Any) -> None:
+    """Back to eager with a dynamic cache (the model is shared between sweep points)."""
+    gc = model.generation_config
+    gc.cache_implementation = None
+    if hasattr(gc, "compile_config"):
+        gc.compile_config = None
+
+
+def warm_up(run_once: Callable[[int], Any], batches: Iterable[int]) -> float:
+    """Run one short generate per batch size; return the seconds it took (compilation included)."""
+    t0 = time.perf_counter()
+    for b in sorted(set(batches)):
+        run_once(b)
+    return time.perf_counter() - t0

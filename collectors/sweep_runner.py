@@ -1,0 +1,416 @@
+"""Run one sweep point into its own run directory: warm up, time, trace, analyse.
+
+Order of a point, and why:
+1. warm-up: a short generate at the point's batch and prompt length (kernels,
+   allocator, and for ``compiled`` the one-off compilation, timed and written to
+   run.json as ``compile_s``, never inside a timed region);
+2. the timed run, without the profiler: host timers on every token;
+3. the kernel-capture window: the same prompt again with only a few output
+   tokens under torch.profiler (prefill + a few decode steps), so traces stay
+   small however long the answer is;
+4. analysis of that trace into phases (compute / memory / idle), when the
+   ingest and analysis passes are installed.
+
+A failing point (CUDA out of memory at batch 32, a bad shape) is recorded as
+failed with its one-line reason, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tracekit import schema
+from tracekit.rundir import RunDir
+from tracekit.sweepspec import Point, SweepSpec
+
+STATUS_COMPLETE = "complete"
+STATUS_FAILED = "failed"
+STATUS_SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    point_id: str
+    status: str  # complete | failed | skipped
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class SweepContext:
+    """What every point of a sweep shares: the model (built once), its device and dtype."""
+
+    model: Any
+    model_info: dict[str, Any]
+    device: str
+    dtype: str
+    compiled_batches: set[int]
+    max_cache_len: int
+    current_mode: str = "eager"
+    compile_setup: dict[str, Any] | None = None
+
+
+def resolve_model_name(name: str) -> str:
+    # The sweep calls the TinyLlama shape "tinyllama"; the record presets spell it out.
+    return {"tinyllama": "tinyllama-1.1b"}.get(name, name)
+
+
+def load(spec: SweepSpec) -> SweepContext:
+    """Build the sweep's model once (random weights from a preset, or a local directory)."""
+    from tracekit.collectors import presets, workload
+
+    device = workload.resolve_device(spec.device)
+    dtype = workload.resolve_dtype(
+        {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(spec.dtype, spec.dtype), device
+    )
+    cfg = workload.WorkloadConfig(
+        model=presets.resolve_model(resolve_model_name(spec.model)),
+        device=device,
+        dtype=dtype,
+        shape="sweep",
+        input_tokens=1,
+        output_tokens=1,
+    )
+    model, info = workload.build_model(cfg)
+    compiled = [p for p in spec.points if p.mode == "compiled"]
+    max_len = max((max(p.prompt_lengths()) + p.output_tokens for p in compiled), default=0)
+    return SweepContext(model, info, device, dtype, set(), max_len)
+
+
+def kv_bytes_per_token_formula(config: dict[str, Any], dtype: str) -> float:
+    """2 (K and V) x layers x KV heads x head dim x bytes per element."""
+    heads = int(config.get("num_attention_heads", 1))
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    elem = {"fp32": 4, "fp16": 2, "bf16": 2}.get(dtype, 4)
+    return float(2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * elem)
+
+
+def _cache_tensor_bytes(cache: Any) -> int:
+    """Bytes of the K/V tensors a cache holds (allocated size, static caches included)."""
+    total = 0
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for layer in layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name, None)
+                if t is not None and hasattr(t, "numel"):
+                    total += t.numel() * t.element_size()
+        return total
+    for name in ("key_cache", "value_cache"):
+        for t in getattr(cache, name, []) or []:
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _set_mode(ctx: SweepContext, point: Point) -> None:
+    from tracekit.collectors import compiled
+
+    if point.mode == ctx.current_mode:
+        return
+    if point.mode == "compiled":
+        setup = compiled.enable(ctx.model, max_cache_len=max(ctx.max_cache_len, 64))
+        ctx.compile_setup = setup.manifest()
+    else:
+        compiled.disable(ctx.model)
+    ctx.current_mode = point.mode
+
+
+def _prompt(ctx: SweepContext, batch: int, n: int, seed: int) -> Any:
+    import torch
+
+    vocab = int(ctx.model.config.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (batch, n), generator=gen).to(ctx.device)
+
+
+def _empty_cache(ctx: SweepContext) -> None:
+    import torch
+
+    if ctx.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def _host_tables(point: Point, calls: list[Any]) -> tuple[Any, Any]:
+    """requests and steps tables from host timers (source ``host``)."""
+    req: dict[str, list[Any]] = {k: [] for k in (
+        "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns",
+        "ttft_ns", "tpot_ns", "e2e_ns", "prefill_share", "source")}  # fmt: skip
+    st: dict[str, list[Any]] = {k: [] for k in (
+        "step_id", "request_id", "kind", "batch", "q_len", "kv_len", "tokens", "source",
+        "cpu_start_ns", "cpu_end_ns")}  # fmt: skip
+    sid = 0
+    for rid, r in enumerate(calls):
+        req["request_id"].append(rid)
+        req["name"].append(point.id if len(calls) == 1 else f"{point.id}#{rid}")
+        req["batch"].append(r.batch)
+        req["input_tokens"].append(r.prompt_tokens)
+        req["output_tokens"].append(r.output_tokens)
+        req["start_ns"].append(r.start_ns)
+        req["end_ns"].append(r.end_ns)
+        req["ttft_ns"].append(r.ttft_ns)
+        req["tpot_ns"].append(r.tpot_ns)
+        req["e2e_ns"].append(r.e2e_ns)
+        req["prefill_share"].append(r.ttft_ns / r.e2e_ns if r.e2e_ns else None)
+        req["source"].append("host")
+        for s in r.steps:
+            st["step_id"].append(sid)
+            st["request_id"].append(rid)
+            st["kind"].append(s.kind)
+            st["batch"].append(r.batch)
+            st["q_len"].append(s.q_len)
+            st["kv_len"].append(s.kv_len)
+            st["tokens"].append(s.q_len * r.batch)
+            st["source"].append("host")
+            st["cpu_start_ns"].append(s.start_ns)
+            st["cpu_end_ns"].append(s.end_ns)
+            sid += 1
+    return schema.from_columns("requests", req), schema.from_columns("steps", st)
+
+
+def _analyse_trace(run: RunDir, warn: list[str]) -> None:
+    """Ingest the captured window and run the analysis passes into the phases table.
+
+    The phases table (three-way split) comes from the trace; the steps and
+    requests the passes derive from it are kept as ``trace_steps`` and
+    ``trace_requests``: the host tables stay the source of the latency numbers,
+    because the window covers only a few tokens.
+    """
+    import pandas as pd
+    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+
+    from tracekit.ingest import read_trace_tables
+
+    raw = read_trace_tables(run.trace_path)
+    for name, table in raw.items():
+        run.write_table(name, table)
+    tables: dict[str, Any] = dict(raw)
+    tables["manifest"] = run.read_manifest()
+    result = run_passes(tables, DEFAULT_PASSES)
+    for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
+        df = result.get(name)
+        if df is None:
+            continue
+        table = schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+        run.write_table(dest, table)
+    warn.extend(f"analyze: {w}" for w in result.get("warnings", []))
+
+
+def _capture(
+    ctx: SweepContext, run: RunDir, point: Point, prompt: Any, new_tokens: int, warn: list[str]
+) -> float:
+    """The kernel-capture window: prompt + a few tokens under torch.profiler, saved as trace.json.gz."""
+    import torch
+    from tracekit.collectors.agent import timed_generate
+
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if ctx.device.startswith("cuda"):
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
+        timed_generate(ctx.model, prompt, new_tokens, request_name=point.id)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        tmp_gz = run.path / ".trace.json.gz.tmp"
+        with open(raw, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=3) as dst:
+            shutil.copyfileobj(src, dst)
+        tmp_gz.replace(run.trace_path)
+    return time.perf_counter() - t0
+
+
+def run_point(ctx: SweepContext, spec: SweepSpec, point: Point, path: Path) -> PointOutcome:
+    """Run one point into ``path``; never raises for a failure of the point itself."""
+    t_start = time.perf_counter()
+    run = RunDir.create(
+        path,
+        force=True,
+        command=["tracekit", "sweep", spec.name],
+        kind="sweep-point",
+        sweep=spec.name,
+        point=_point_manifest(point),
+        model=ctx.model_info,
+        workload={"device": ctx.device, "dtype": ctx.dtype, "batch": point.batch, "mode": point.mode},
+    )
+    try:
+        data = _run(ctx, spec, point, run)
+        run.update_manifest(**data)
+        run.mark_complete()
+        return PointOutcome(point.id, STATUS_COMPLETE, seconds=time.perf_counter() - t_start)
+    except KeyboardInterrupt:
+        run.mark_incomplete("interrupted")
+        raise
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+        run.update_manifest(status="incomplete", failed=True, error=reason)
+        _empty_cache(ctx)
+        return PointOutcome(point.id, STATUS_FAILED, reason, time.perf_counter() - t_start)
+
+
+def _point_manifest(point: Point) -> dict[str, Any]:
+    d = asdict(point)
+    d["id"] = point.id
+    return d
+
+
+def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[str, Any]:
+    import torch
+    from tracekit.collectors import compiled
+    from tracekit.collectors.agent import run_agent_loop, timed_generate
+
+    warn: list[str] = []
+    limit = getattr(ctx.model.config, "max_position_embeddings", None)
+    need = max(point.prompt_lengths()) + point.output_tokens
+    if limit is not None and need > int(limit):
+        raise ValueError(f"{need} tokens exceed the model's max_position_embeddings ({limit})")
+    _set_mode(ctx, point)
+    cuda = ctx.device.startswith("cuda")
+    data: dict[str, Any] = {}
+    warm_new = max(2, min(point.output_tokens, 4))
+    first_prompt = _prompt(ctx, point.batch, point.prompt_lengths()[0], seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # past_key_values rename in Transformers 5.2x
+        # 1. warm-up (compilation lands here, timed apart).
+        compile_s = 0.0
+        if point.mode == "compiled" and point.batch not in ctx.compiled_batches:
+            compile_s = compiled.warm_up(
+                lambda b: timed_generate(ctx.model, _prompt(ctx, b, point.prompt_lengths()[0], 2), warm_new),
+                [point.batch],
+            )
+            ctx.compiled_batches.add(point.batch)
+        t0 = time.perf_counter()
+        for _ in range(max(1, spec.warmup_runs)):
+            timed_generate(ctx.model, first_prompt, warm_new, request_name="warmup")
+        data["warmup_s"] = round(time.perf_counter() - t0, 3)
+        if point.mode == "compiled":
+            data["compiled"] = {**(ctx.compile_setup or {}), "compile_s": round(compile_s, 3),
+                                "compiled_by_earlier_point": compile_s == 0.0}  # fmt: skip
+        # 2. the timed run, without the profiler.
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            mem0 = torch.cuda.memory_allocated()
+        if point.agent is None:
+            r = timed_generate(ctx.model, _prompt(ctx, point.batch, point.input_tokens, 3), point.output_tokens,
+                               request_name=point.id)  # fmt: skip
+            calls = [r]
+            cache = r.cache
+            data["timings"] = {"ttft_ns": r.ttft_ns, "tpot_ns": r.tpot_ns, "e2e_ns": r.e2e_ns,
+                               "prefilled_tokens": r.prefilled_tokens, "source": "host timers, no profiler"}  # fmt: skip
+        else:
+            a = point.agent
+            res = run_agent_loop(ctx.model, steps=a.steps, system_tokens=a.system_tokens, output_tokens=a.output_tokens,
+                                 tool_tokens=a.tool_tokens, mode=a.mode, batch=point.batch)  # fmt: skip
+            calls = res.calls
+            cache = None
+            data["agent"] = {"mode": a.mode, "steps": [asdict(s) for s in res.steps]}
+        # KV bytes per token: the formula, the cache's own tensors, and (CUDA) the
+        # allocator's growth, which also counts activations and fp32 logits.
+        cfg = ctx.model_info.get("config", {})
+        kv: dict[str, Any] = {"formula_bytes_per_token": kv_bytes_per_token_formula(cfg, ctx.dtype)}
+        if cache is not None:
+            from tracekit.collectors.agent import cache_length
+
+            n = cache_length(cache) * point.batch
+            if n:
+                kv["cache_tensor_bytes_per_token"] = _cache_tensor_bytes(cache) / n
+                kv["cache_tokens"] = n
+            if cuda:
+                kv["allocated_growth_bytes_per_token"] = (
+                    (torch.cuda.memory_allocated() - mem0) / n if n else None
+                )
+                kv["peak_growth_bytes_per_token"] = (
+                    (torch.cuda.max_memory_allocated() - mem0) / n if n else None
+                )
+        kv["logits_fp32_bytes_per_token"] = 4.0 * int(cfg.get("vocab_size", 0))
+        data["kv"] = kv
+        for c in calls:
+            c.cache = None
+            c.sequences = None
+        del cache
+        _empty_cache(ctx)
+        req, steps = _host_tables(point, calls)
+        run.write_table("requests", req)
+        run.write_table("steps", steps)
+        # 3. kernel-capture window.
+        window = max(1, min(point.output_tokens, spec.trace_steps - 1))
+        data["trace_window"] = {"forwards": window, "prompt_tokens": point.prompt_lengths()[0]}
+        data["trace_s"] = round(_capture(ctx, run, point, first_prompt, window, warn), 3)
+    # 4. analysis of the window.
+    try:
+        _analyse_trace(run, warn)
+    except Exception as exc:
+        warn.append(f"trace analysis failed: {type(exc).__name__}: {exc}")
+    data["warnings"] = run.read_manifest().get("warnings", []) + warn
+    return data
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    resume: bool = False,
+    on_point: Any = None,
+    on_start: Any = None,
+) -> list[PointOutcome]:
+    """Run every point of ``spec`` under ``out/points/<id>``; write ``out/sweep.json`` as it goes.
+
+    ``resume`` skips a point whose run.json says complete. ``on_start(point)``
+    and ``on_point(outcome)`` drive the progress display.
+    """
+    from tracekit import sweep_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta = sweep_report.read_sweep(out) if resume else {}
+    meta.update(
+        name=spec.name,
+        model=spec.model,
+        device=spec.device,
+        dtype=spec.dtype,
+        trace_steps=spec.trace_steps,
+        warmup_runs=spec.warmup_runs,
+        point_ids=[p.id for p in spec.points],
+        points={p.id: _point_manifest(p) for p in spec.points},
+    )
+    outcomes: dict[str, Any] = dict(meta.get("outcomes", {}))
+    meta["outcomes"] = outcomes
+    sweep_report.write_sweep(out, meta)
+    ctx: SweepContext | None = None
+    results: list[PointOutcome] = []
+    t0 = time.perf_counter()
+    for point in spec.points:
+        path = out / sweep_report.POINTS_DIR / point.id
+        if on_start is not None:
+            on_start(point)
+        if resume and RunDir(path).status == STATUS_COMPLETE and RunDir(path).manifest_path.is_file():
+            res = PointOutcome(point.id, STATUS_SKIPPED, "already complete")
+        else:
+            if ctx is None:
+                ctx = load(spec)
+                meta.update(device=ctx.device, dtype=ctx.dtype, model_info=ctx.model_info,
+                            device_name=_device_name(ctx.device))  # fmt: skip
+            res = run_point(ctx, spec, point, path)
+        results.append(res)
+        outcomes[point.id] = {"status": res.status, "reason": res.reason, "seconds": round(res.seconds, 3)}
+        meta["elapsed_s"] = round(time.perf_counter() - t0 + float(meta.get("previous_elapsed_s", 0.0)), 3)
+        sweep_report.write_sweep(out, meta)
+        if on_point is not None:
+            on_point(res)
+    meta["previous_elapsed_s"] = meta["elapsed_s"]
+    sweep_report.write_sweep(out, meta)
+    return results
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return str(torch.cuda.get_device_name(torch.device(device)))
+    return "CPU"

@@ -1,0 +1,177 @@
+"""``tracekit sweep``: the latency study over request shapes, batch sizes, prompt lengths, agent loops and modes."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit import pricing as _pricing
+from tracekit import sweepspec
+from tracekit.errors import UsageError
+
+
+def _csv_ints(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"expected comma-separated integers, got {text!r}") from None
+    if any(v <= 0 for v in vals):
+        raise UsageError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def build_spec(
+    preset: str | None,
+    config: str | None,
+    quick: bool,
+    flags: dict[str, Any],
+) -> sweepspec.SweepSpec:
+    """--quick, --preset, --config and the point flags: exactly one source of points."""
+    point_flags = {k: v for k, v in flags.items() if k in _POINT_FLAGS and v}
+    sources = [s for s in (quick, preset is not None, config is not None, bool(point_flags)) if s]
+    if len(sources) > 1:
+        raise UsageError("give one of --quick, --preset, --config or point flags (--shapes, --batch, ...)")
+    if quick:
+        spec = sweepspec.from_preset("quick", model=flags.get("model"), device=flags.get("device") or "auto")
+    elif preset is not None:
+        spec = sweepspec.from_preset(preset, model=flags.get("model"), device=flags.get("device") or "auto")
+    elif config is not None:
+        spec = sweepspec.from_toml(config)
+    elif point_flags:
+        data: dict[str, Any] = {}
+        if flags.get("shapes"):
+            data["shapes"] = _csv(flags["shapes"])
+        if flags.get("batch"):
+            data["batch"] = _csv_ints(flags["batch"])
+        if flags.get("prompt_lengths"):
+            data["prompt_lengths"] = _csv_ints(flags["prompt_lengths"])
+        if flags.get("output_lengths"):
+            data["output_lengths"] = _csv_ints(flags["output_lengths"])
+        if flags.get("agent_steps"):
+            data["agent"] = {
+                "steps": flags["agent_steps"],
+                "tool_tokens": flags.get("agent_tool_tokens") or 64,
+            }
+        spec = sweepspec.from_mapping(data, name="flags")
+    else:
+        raise UsageError(
+            "nothing to sweep: give --preset seed, --quick, --config FILE or --shapes/--batch/..."
+        )
+    over: dict[str, Any] = {}
+    if flags.get("model") and not (quick or preset):
+        over["model"] = flags["model"]
+    if flags.get("device") and not (quick or preset):
+        over["device"] = flags["device"]
+    if flags.get("modes"):
+        modes = _csv(flags["modes"]) or []
+        bad = [m for m in modes if m not in sweepspec.MODES]
+        if bad:
+            raise UsageError(f"--modes: unknown {bad}; known: {', '.join(sweepspec.MODES)}")
+        pts = [replace(p, mode=m) for p in spec.points for m in modes]
+        spec = spec.with_points(pts)
+    if flags.get("trace_steps"):
+        over["trace_steps"] = int(flags["trace_steps"])
+    return replace(spec, **over) if over else spec
+
+
+_POINT_FLAGS = ("shapes", "batch", "prompt_lengths", "output_lengths", "agent_steps")
+
+
+@click.command("sweep")
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(sweepspec.PRESETS)),
+    help="A predefined study (seed: the TinyLlama study).",
+)
+@click.option("--quick", is_flag=True, help="The quick study: tiny model on CPU, seconds (the CI variant).")
+@click.option("--config", "config", type=click.Path(dir_okay=False), help="A TOML file describing the sweep.")
+@click.option("--shapes", help="Comma-separated shapes: smoke, chat, rag, creative, agentic or IN/OUT.")
+@click.option("--batch", help="Comma-separated batch sizes for the chat shape, e.g. 1,4,8,32.")
+@click.option("--prompt-lengths", help="Comma-separated prompt lengths (prefill throughput study).")
+@click.option("--output-lengths", help="Comma-separated output lengths.")
+@click.option(
+    "--agent-steps", type=int, help="Add the agent loop (resend and kv-reuse) with this many steps."
+)
+@click.option(
+    "--agent-tool-tokens", type=int, help="Tool-result tokens appended each agent step (default 64)."
+)
+@click.option("--modes", help="Execution modes to cross with every point: eager, compiled.")
+@click.option("--model", help="Model preset or local directory (default: the preset's model).")
+@click.option("--device", help="auto, cpu, cuda or cuda:N.")
+@click.option(
+    "--trace-steps", type=int, help="Forward passes captured by the profiler per point (default 6)."
+)
+@click.option("--input-price", type=float, help="$ per 1M input tokens (default: see docs/sweep.md).")
+@click.option("--output-price", type=float, help="$ per 1M output tokens.")
+@click.option(
+    "--out", "out", type=click.Path(file_okay=False), help="Sweep directory (default runs/sweep-<timestamp>)."
+)
+@click.option("--resume", is_flag=True, help="Skip points whose run.json says complete.")
+@click.option("--force", is_flag=True, help="Overwrite an existing sweep directory.")
+@click.option("--dry-run", is_flag=True, help="List the points and the time estimate, run nothing.")
+def command(preset: str | None, quick: bool, config: str | None, out: str | None, resume: bool, force: bool,
+            dry_run: bool, input_price: float | None, output_price: float | None, **flags: Any) -> int:  # fmt: skip
+    """Run a latency study: every point is its own run directory; a summary table and a report at the end."""
+    spec = build_spec(preset, config, quick, flags)
+    price = _pricing.from_mapping(spec.pricing) if spec.pricing else _pricing.DEFAULT
+    price = _pricing.from_mapping({"input_per_mtok": input_price, "output_per_mtok": output_price}, base=price) \
+        if input_price is not None or output_price is not None else price  # fmt: skip
+    out_dir = Path(out) if out else Path("runs") / f"sweep-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if out_dir.exists() and any(out_dir.iterdir()) and not (resume or force) and not dry_run:
+        raise UsageError(f"{out_dir} already exists; pass --resume to continue it or --force to overwrite it")
+    cuda = _cuda(spec.device)
+    est = sweepspec.estimate_seconds(spec, cuda=cuda)
+    click.echo(f"sweep {spec.name}: {len(spec.points)} points, model {spec.model}, "
+               f"{'GPU' if cuda else 'CPU'}; estimated {est / 60:.1f} min -> {out_dir}")  # fmt: skip
+    if dry_run:
+        for p in spec.points:
+            click.echo(f"  {p.id}")
+        return 0
+    if force and out_dir.exists() and not resume:
+        import shutil
+
+        shutil.rmtree(out_dir)
+    from tracekit import sweep_report
+    from tracekit.collectors import sweep_runner
+
+    failed: list[str] = []
+    with click.progressbar(length=len(spec.points), label="points", show_pos=True,
+                           item_show_func=lambda s: s) as bar:  # fmt: skip
+        current: dict[str, str] = {}
+
+        def on_start(point: Any) -> None:
+            current["id"] = point.id
+            bar.current_item = point.id
+            bar.render_progress()
+
+        def on_point(res: Any) -> None:
+            if res.status == sweep_runner.STATUS_FAILED:
+                failed.append(f"{res.point_id}: {res.reason}")
+            bar.update(1)
+
+        sweep_runner.run_sweep(spec, out_dir, resume=resume, on_point=on_point, on_start=on_start)
+    files = sweep_report.write_all(out_dir, price)
+    for line in failed:
+        click.echo(f"failed: {line}", err=True)
+    click.echo(f"summary: {files['summary']}\nreport: {files['report_md']} and {files['report_html']}")
+    return 0 if not failed or len(failed) < len(spec.points) else 1
+
+
+def _cuda(device: str) -> bool:
+    if device == "cpu":
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,355 @@
+"""Sweep definitions: presets, TOML files and flags, turned into a list of points.
+
+A point is one run directory: one workload (a request shape at a batch size,
+or an agent loop) in one execution mode. Points are frozen dataclasses with a
+stable id derived from their parameters only, so ``--resume`` finds the same
+directory for the same point whatever order a sweep lists them in.
+
+Studies (``group``) and what each measures:
+
+- ``shapes``: the named request shapes (smoke, chat, rag, creative) at batch 1,
+  in every execution mode: prefill share per shape, eager vs compiled split.
+- ``batch``: the chat shape at each batch size: TPOT against batch.
+- ``prompt``: prompt lengths with a short answer: TTFT and prefill tok/s against length.
+- ``output``: answer lengths at a fixed prompt: per-output-token cost.
+- ``agent``: an agent loop of N steps, ``resend`` (whole history each step) vs
+  ``kv-reuse`` (the previous step's KV cache passed back).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tracekit.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+# name -> (input tokens, output tokens). smoke/chat/rag/creative are the seed's shapes.
+SHAPES: dict[str, tuple[int, int]] = {
+    "smoke": (22, 8),
+    "chat": (128, 128),
+    "rag": (1205, 60),
+    "creative": (25, 500),
+}
+# The agentic shape is a loop, not one request: see AgentSpec.
+AGENTIC = "agentic"
+MODES = ("eager", "compiled")
+AGENT_MODES = ("resend", "kv-reuse")
+GROUPS = ("shapes", "batch", "prompt", "output", "agent")
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent loop: each step answers, then a tool result is appended."""
+
+    steps: int = 5
+    system_tokens: int = 128  # the first prompt (system prompt + task)
+    output_tokens: int = 64  # answer length per step
+    tool_tokens: int = 64  # tool result appended after each answer
+    mode: str = "resend"  # resend | kv-reuse
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: a workload in an execution mode."""
+
+    group: str
+    shape: str
+    input_tokens: int
+    output_tokens: int
+    batch: int = 1
+    mode: str = "eager"  # eager | compiled
+    agent: AgentSpec | None = None
+
+    @property
+    def id(self) -> str:
+        """Stable, readable, filesystem-safe: parameters only, never position or time."""
+        if self.agent is not None:
+            a = self.agent
+            return (
+                f"agent-{a.mode}-n{a.steps}-sys{a.system_tokens}-out{a.output_tokens}"
+                f"-tool{a.tool_tokens}-b{self.batch}-{self.mode}"
+            )
+        return f"{self.group}-{self.shape}-in{self.input_tokens}-out{self.output_tokens}-b{self.batch}-{self.mode}"
+
+    @property
+    def total_output_tokens(self) -> int:
+        """Output tokens per sequence over the whole point (all agent steps)."""
+        if self.agent is not None:
+            return self.agent.steps * self.agent.output_tokens
+        return self.output_tokens
+
+    def prompt_lengths(self) -> list[int]:
+        """Prompt length of each generate call when the whole history is sent."""
+        if self.agent is None:
+            return [self.input_tokens]
+        a = self.agent
+        return [a.system_tokens + i * (a.output_tokens + a.tool_tokens) for i in range(a.steps)]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to run and on what model."""
+
+    name: str
+    model: str  # a record preset name (tiny, tinyllama, ...)
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto | float16 | bfloat16 | float32
+    points: tuple[Point, ...] = ()
+    warmup_runs: int = 1
+    # Kernel-capture window: profile only the first N forward passes of a point
+    # (prefill + a few decode steps); host timers still cover every token.
+    trace_steps: int = 6
+    pricing: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_points(self, points: Iterable[Point]) -> SweepSpec:
+        return replace(self, points=tuple(dedupe(points)))
+
+
+def dedupe(points: Iterable[Point]) -> list[Point]:
+    seen: set[str] = set()
+    out: list[Point] = []
+    for p in points:
+        if p.id not in seen:
+            seen.add(p.id)
+            out.append(p)
+    return out
+
+
+# --- builders ---------------------------------------------------------------
+
+
+def shape_points(shapes: Sequence[str], modes: Sequence[str], batch: int = 1) -> list[Point]:
+    pts = []
+    for mode in modes:
+        for s in shapes:
+            if s == AGENTIC:
+                continue  # the agentic shape is built by agent_points
+            i, o = _shape(s)
+            pts.append(Point("shapes", s, i, o, batch, mode))
+    return pts
+
+
+def batch_points(batches: Sequence[int], modes: Sequence[str], shape: str = "chat") -> list[Point]:
+    i, o = _shape(shape)
+    return [Point("batch", shape, i, o, b, mode) for mode in modes for b in batches]
+
+
+def prompt_points(lengths: Sequence[int], modes: Sequence[str], output_tokens: int = 8) -> list[Point]:
+    return [Point("prompt", f"prompt{n}", n, output_tokens, 1, mode) for mode in modes for n in lengths]
+
+
+def output_points(lengths: Sequence[int], modes: Sequence[str], input_tokens: int = 128) -> list[Point]:
+    return [Point("output", f"output{n}", input_tokens, n, 1, mode) for mode in modes for n in lengths]
+
+
+def agent_points(agent: AgentSpec, agent_modes: Sequence[str], modes: Sequence[str]) -> list[Point]:
+    pts = []
+    for mode in modes:
+        for am in agent_modes:
+            a = replace(agent, mode=am)
+            pts.append(Point("agent", AGENTIC, a.system_tokens, a.output_tokens, 1, mode, a))
+    return pts
+
+
+def _shape(name: str) -> tuple[int, int]:
+    if name in SHAPES:
+        return SHAPES[name]
+    # "IN/OUT" is a custom shape, e.g. 512/32.
+    if "/" in name:
+        a, _, b = name.partition("/")
+        try:
+            return int(a), int(b)
+        except ValueError:
+            pass
+    raise UsageError(f"unknown shape {name!r}; known: {', '.join([*SHAPES, AGENTIC])} or IN/OUT")
+
+
+# --- presets ----------------------------------------------------------------
+
+SEED_PROMPT_LENGTHS = (25, 128, 512, 1205, 2048, 4096)
+
+
+def seed_points() -> list[Point]:
+    """The seed study, planned to fit 10 minutes on an H200 with the TinyLlama shape.
+
+    Eager decode there costs 25-56 ms per token, so eager tokens are the budget:
+    shapes (~700 tokens), the batch sweep on a shortened chat (decode cost barely
+    grows with batch when the host is the bottleneck), prompts with 8-token
+    answers, and the agent loop. The compiled mode is the dimension on the
+    shapes and the batch sweep, where it moves the split the most.
+    """
+    pts: list[Point] = []
+    pts += shape_points(["smoke", "chat", "rag", "creative"], MODES)
+    pts += batch_points([1, 4, 8, 32], MODES, shape="128/32")
+    pts += prompt_points(SEED_PROMPT_LENGTHS, ["eager"], output_tokens=8)
+    pts += output_points([8, 32, 128], ["eager"], input_tokens=128)
+    pts += agent_points(
+        AgentSpec(steps=5, system_tokens=128, output_tokens=64, tool_tokens=64), AGENT_MODES, ["eager"]
+    )
+    return dedupe(pts)
+
+
+def quick_points() -> list[Point]:
+    """A few points of every study, small enough for CI on two CPU cores."""
+    pts: list[Point] = []
+    pts += shape_points(["smoke", "32/16"], ["eager"])
+    pts += batch_points([1, 4], ["eager"], shape="16/8")
+    pts += prompt_points([16, 64], ["eager"], output_tokens=4)
+    pts += agent_points(
+        AgentSpec(steps=3, system_tokens=16, output_tokens=6, tool_tokens=8), AGENT_MODES, ["eager"]
+    )
+    return dedupe(pts)
+
+
+PRESETS = {
+    "seed": ("tinyllama", seed_points),
+    "quick": ("tiny", quick_points),
+}
+
+
+def from_preset(name: str, *, model: str | None = None, device: str = "auto") -> SweepSpec:
+    if name not in PRESETS:
+        raise UsageError(f"unknown sweep preset {name!r}; known: {', '.join(PRESETS)}")
+    default_model, build = PRESETS[name]
+    spec = SweepSpec(name=name, model=model or default_model, device=device)
+    if name == "quick":
+        spec = replace(spec, device="cpu" if device == "auto" else device, dtype="float32", trace_steps=4)
+    return spec.with_points(build())
+
+
+# --- TOML and flags ---------------------------------------------------------
+
+
+def _ints(value: Any, key: str) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, int) and v > 0 for v in value):
+        return list(value)
+    raise UsageError(f"sweep config: {key} must be a positive integer or a list of them")
+
+
+def _strs(value: Any, key: str, allowed: Sequence[str] | None = None) -> list[str]:
+    vals = [value] if isinstance(value, str) else value
+    if not isinstance(vals, list) or not all(isinstance(v, str) for v in vals):
+        raise UsageError(f"sweep config: {key} must be a string or a list of strings")
+    if allowed is not None:
+        bad = [v for v in vals if v not in allowed]
+        if bad:
+            raise UsageError(f"sweep config: {key}: unknown {bad}; known: {', '.join(allowed)}")
+    return list(vals)
+
+
+def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
+    """Build a sweep from a parsed TOML document (or the equivalent flags).
+
+    Keys: model, device, dtype, warmup_runs, trace_steps, modes, shapes, batch,
+    batch_shape, prompt_lengths, prompt_output_tokens, output_lengths,
+    output_input_tokens, [agent] (steps, system_tokens, output_tokens,
+    tool_tokens, modes), [pricing] (input_per_mtok, output_per_mtok).
+    """
+    known = {
+        "name", "model", "device", "dtype", "warmup_runs", "trace_steps", "modes", "shapes", "batch",
+        "batch_shape", "prompt_lengths", "prompt_output_tokens", "output_lengths", "output_input_tokens",
+        "agent", "pricing",
+    }  # fmt: skip
+    unknown = set(data) - known
+    if unknown:
+        raise UsageError(f"sweep config: unknown keys {sorted(unknown)}")
+    modes = _strs(data.get("modes", ["eager"]), "modes", MODES)
+    pts: list[Point] = []
+    shapes = _strs(data.get("shapes", []), "shapes")
+    pts += shape_points(shapes, modes)
+    if "batch" in data:
+        pts += batch_points(_ints(data["batch"], "batch"), modes, shape=str(data.get("batch_shape", "chat")))
+    if "prompt_lengths" in data:
+        pts += prompt_points(
+            _ints(data["prompt_lengths"], "prompt_lengths"), modes, int(data.get("prompt_output_tokens", 8))
+        )
+    if "output_lengths" in data:
+        pts += output_points(
+            _ints(data["output_lengths"], "output_lengths"), modes, int(data.get("output_input_tokens", 128))
+        )
+    agent = data.get("agent")
+    if agent is None and AGENTIC in shapes:
+        agent = {}
+    if agent is not None:
+        if not isinstance(agent, Mapping):
+            raise UsageError("sweep config: [agent] must be a table")
+        a = dict(agent)
+        agent_modes = _strs(a.pop("modes", list(AGENT_MODES)), "agent.modes", AGENT_MODES)
+        try:
+            ints: dict[str, Any] = {k: int(v) for k, v in a.items()}
+            spec = AgentSpec(**ints)
+        except TypeError as exc:
+            raise UsageError(f"sweep config: [agent]: {exc}") from None
+        if spec.steps < 1 or spec.output_tokens < 1 or spec.system_tokens < 2:
+            raise UsageError("sweep config: [agent] needs steps >= 1, output_tokens >= 1, system_tokens >= 2")
+        pts += agent_points(spec, agent_modes, modes)
+    if not pts:
+        raise UsageError(
+            "sweep config defines no points (give shapes, batch, prompt_lengths, output_lengths or agent)"
+        )
+    for p in pts:
+        if p.input_tokens < 2 or p.output_tokens < 1:
+            raise UsageError(f"sweep point {p.id}: needs at least 2 input tokens and 1 output token")
+    pricing = data.get("pricing", {})
+    if not isinstance(pricing, Mapping):
+        raise UsageError("sweep config: [pricing] must be a table")
+    spec_ = SweepSpec(
+        name=str(data.get("name", name)),
+        model=str(data.get("model", "tiny")),
+        device=str(data.get("device", "auto")),
+        dtype=str(data.get("dtype", "auto")),
+        warmup_runs=int(data.get("warmup_runs", 1)),
+        trace_steps=int(data.get("trace_steps", 6)),
+        pricing=dict(pricing),
+    )
+    return spec_.with_points(pts)
+
+
+def from_toml(path: str | Path) -> SweepSpec:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"sweep config {p} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"sweep config {p}: {exc}") from None
+    return from_mapping(data, name=p.stem)
+
+
+def estimate_seconds(
+    spec: SweepSpec, *, cuda: bool, ms_per_token: Mapping[str, float] | None = None
+) -> float:
+    """A rough wall-clock estimate, printed before the sweep starts.
+
+    Decode dominates: per-token costs are the H200 TinyLlama measurements in
+    DESIGN.md for eager (~40 ms, mid-range of 25-56) and compiled (~3 ms), and
+    a generous CPU figure for the tiny preset. Compiled points add a one-off
+    compilation per distinct (batch, cache length).
+    """
+    per = dict(
+        ms_per_token or ({"eager": 40.0, "compiled": 3.0} if cuda else {"eager": 3.0, "compiled": 3.0})
+    )
+    total_ms = 0.0
+    compiled_shapes: set[tuple[int, int]] = set()
+    for p in spec.points:
+        tokens = p.total_output_tokens
+        runs = 1 + spec.warmup_runs
+        if p.agent is not None:
+            runs = 1  # the agent loop warms up with one short call, not a whole loop
+            tokens += 8
+        total_ms += runs * tokens * per.get(p.mode, per["eager"])
+        total_ms += 5000.0 if cuda else 300.0  # model copy, profiler, ingest, analysis
+        if p.mode == "compiled":
+            compiled_shapes.add((p.batch, max(p.prompt_lengths()) + p.output_tokens))
+    total_ms += len(compiled_shapes) * (40000.0 if cuda else 20000.0)
+    return total_ms / 1000.0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import json
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pynvml
@@ -328,3 +331,63 @@ def test_real_nvml_on_this_machine_does_not_raise() -> None:
     else:
         assert st["reason"] and table.num_rows == 0 and st["gpm_supported"] is False
     assert sampler_threads() == []
+
+
+def _load_script(rel: str) -> Any:
+    path = Path(__file__).resolve().parent.parent / rel
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpm_validate_keeps_only_samples_that_describe_the_phase() -> None:
+    gv = _load_script("scripts/device/gpm_validate.py")
+    ms = 1_000_000
+    t0, t1 = 1000 * ms, 2000 * ms
+    rows = [
+        # NVML utilisation lags: samples in the first 200 ms still describe the previous phase.
+        {"ts_ns": t0 + 100 * ms, "metric": "gpu_util", "value": 0.0, "unit": "%", "source": "nvml"},
+        {"ts_ns": t0 + 300 * ms, "metric": "gpu_util", "value": 90.0, "unit": "%", "source": "nvml"},
+        {"ts_ns": t0 + 900 * ms, "metric": "gpu_util", "value": 100.0, "unit": "%", "source": "nvml"},
+        # GPM stamped at interval start: the interval must lie wholly inside [t0, t1].
+        {"ts_ns": t0 - 50 * ms, "metric": "dram_bw_util", "value": 10.0, "unit": "%", "source": "gpm"},
+        {"ts_ns": t0 + 50 * ms, "metric": "dram_bw_util", "value": 80.0, "unit": "%", "source": "gpm"},
+        {"ts_ns": t0 + 850 * ms, "metric": "dram_bw_util", "value": 90.0, "unit": "%", "source": "gpm"},
+        {"ts_ns": t1 - 50 * ms, "metric": "dram_bw_util", "value": 5.0, "unit": "%", "source": "gpm"},
+        {"ts_ns": t0 + 10 * ms, "metric": "energy", "value": 100.0, "unit": "J", "source": "nvml"},
+        {"ts_ns": t1 - 10 * ms, "metric": "energy", "value": 340.0, "unit": "J", "source": "nvml"},
+    ]
+    out = gv.phase_means(rows, t0, t1, 100 * ms)
+    assert out["gpu_util"]["mean"] == 95.0 and out["gpu_util"]["n"] == 2
+    assert out["dram_bw_util"]["mean"] == 85.0 and out["dram_bw_util"]["n"] == 2
+    assert out["energy_delta"]["mean"] == 240.0 and out["energy_delta"]["seconds"] == pytest.approx(0.98)
+
+
+def test_overhead_benchmark_runs_both_arms_on_cpu(tmp_path: Path) -> None:
+    ov = _load_script("benchmarks/overhead.py")
+    rc = ov.main(
+        [
+            "--tiny",
+            "--device",
+            "cpu",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--new-tokens",
+            "4",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert rc == 0
+    result = json.loads((tmp_path / "overhead.json").read_text())
+    assert len(result["tpot_s"]["off"]) == 2 and len(result["tpot_s"]["on"]) == 2
+    assert all(t > 0 for arm in result["tpot_s"].values() for t in arm)
+    assert result["ratio_on_off"] == pytest.approx(result["median_tpot_on_s"] / result["median_tpot_off_s"])
+    # This machine has no NVML: the sampler said so instead of failing the run.
+    assert result["nvml_available"] in (True, False)
+    if not result["nvml_available"]:
+        assert result["nvml_reason"]

@@ -11,5 +11,5 @@ PY=${PYTHON:-python3}
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q "torch==${TRACEKIT_TORCH_VERSION:-2.13.0}"
 fi
-.venv/bin/python -m pip install -q -e ".[record,dev,hta]"
+.venv/bin/python -m pip install -q -e ".[record,dev,hta,ray]"
 echo "tracekit installed in .venv: run .venv/bin/tracekit --help"

@@ -185,40 +185,57 @@ def kernel_costs(
 
 
 def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
-    """Each step's wall window: [min(cpu, gpu start), max(cpu, gpu end)), clipped to the next step's start.
+    """steps plus start_ns / end_ns: [cpu_start, max(cpu_end, gpu_end)), as the phases pass defines them.
 
-    Host-bound time is the GPU idle inside these windows, so a window opens when
-    the host starts the forward pass, not at its first kernel. Steps run one after
-    another on one rank; where a step's GPU tail overlaps the next step's CPU
-    start, the overlap belongs to the next step (each instant counts once).
+    Host-bound time is GPU idle inside these windows, so a window opens when the
+    host starts the forward pass, not at its first kernel.
     """
     s = steps.copy()
-    start = pd.concat([s.get("cpu_start_ns"), s.get("gpu_start_ns")], axis=1).min(axis=1)
-    end = pd.concat([s.get("cpu_end_ns"), s.get("gpu_end_ns")], axis=1).max(axis=1)
+    cpu_s = pd.to_numeric(s["cpu_start_ns"], errors="coerce") if "cpu_start_ns" in s else None
+    gpu_s = pd.to_numeric(s["gpu_start_ns"], errors="coerce") if "gpu_start_ns" in s else None
+    start = cpu_s if cpu_s is not None else gpu_s
+    if start is None:
+        raise ValueError("steps need cpu_start_ns or gpu_start_ns")
+    if gpu_s is not None:
+        start = start.fillna(gpu_s)
+    ends = [pd.to_numeric(s[c], errors="coerce") for c in ("cpu_end_ns", "gpu_end_ns") if c in s]
+    end = pd.concat(ends, axis=1).max(axis=1)
     s["start_ns"] = start
     s["end_ns"] = end
     s = s[s["start_ns"].notna() & s["end_ns"].notna()].copy()
     s["start_ns"] = s["start_ns"].astype("int64")
-    s["end_ns"] = s["end_ns"].astype("int64")
-    if "rank" not in s:
-        s["rank"] = 0
-    s["rank"] = s["rank"].fillna(0).astype("int64")
-    s = s.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    nxt = s.groupby("rank")["start_ns"].shift(-1)
-    s["end_ns"] = np.where(nxt.notna(), np.minimum(s["end_ns"], nxt.fillna(0).astype("int64")), s["end_ns"])
-    s["end_ns"] = np.maximum(s["end_ns"], s["start_ns"])
+    s["end_ns"] = np.maximum(s["end_ns"].astype("int64"), s["start_ns"])
     s["time_ns"] = s["end_ns"] - s["start_ns"]
-    return s
+    return s.reset_index(drop=True)
 
 
-def _sweep(starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, w_start: np.ndarray, w_end: np.ndarray) -> np.ndarray:
-    """ns per (window, class) by a sweep over all interval boundaries: shape (n_windows, len(PRIORITY) + 1)."""
+def _union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Disjoint sorted intervals covering [starts, ends)."""
+    if len(starts) == 0:
+        return np.empty((0, 2), dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
+    run_end = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > run_end[:-1]]
+    idx = np.flatnonzero(new)
+    return np.stack([s[idx], np.r_[run_end[idx[1:] - 1], run_end[-1]]], axis=1)
+
+
+def _sweep(starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """ns per class inside disjoint sorted ``windows``: shape (len(PRIORITY) + 1,), the last is idle.
+
+    A sweep over every interval boundary: between two consecutive boundaries the
+    set of active classes is constant; the segment goes to the first active class
+    in PRIORITY, or to idle. Integer arithmetic, so the classes sum exactly to the
+    windows' length.
+    """
     nc = len(PRIORITY)
-    out = np.zeros((len(w_start), nc + 1), dtype=np.int64)
-    if len(w_start) == 0:
+    out = np.zeros(nc + 1, dtype=np.int64)
+    if len(windows) == 0:
         return out
     keep = ends > starts
     starts, ends, cls = starts[keep], ends[keep], cls[keep]
+    w_start, w_end = windows[:, 0], windows[:, 1]
     t = np.concatenate([starts, ends, w_start, w_end]).astype(np.int64)
     delta = np.zeros((len(t), nc), dtype=np.int64)
     n = len(starts)
@@ -227,159 +244,165 @@ def _sweep(starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, w_start: np.nd
     order = np.argsort(t, kind="stable")
     t, delta = t[order], delta[order]
     state = np.cumsum(delta, axis=0)
-    # the state after all events at the same instant
-    last = np.r_[t[1:] != t[:-1], True]
+    last = np.r_[t[1:] != t[:-1], True]  # the state after every event at one instant
     ut, ustate = t[last], state[last]
-    seg_len = np.diff(ut)
-    seg_state = ustate[:-1]
+    seg_start, seg_len, seg_state = ut[:-1], np.diff(ut), ustate[:-1]
     active = seg_state > 0
     top = np.where(active.any(axis=1), active.argmax(axis=1), nc)
-    seg_start = ut[:-1]
     w = np.searchsorted(w_start, seg_start, side="right") - 1
     inside = (w >= 0) & (seg_start < w_end[np.clip(w, 0, None)])
-    np.add.at(out, (w[inside], top[inside]), seg_len[inside])
+    np.add.at(out, top[inside], seg_len[inside])
     return out
+
+
+def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """kernels (kernel_costs' output, one row per gpu_activity row, same order) plus step_id.
+
+    From the timeline pass's ``kernel_steps`` (step_id by launch time, matched on
+    ``row``) when given; else a kernel belongs to the step window its start falls in.
+    """
+    k = kernels.copy()
+    if kernel_steps is not None and len(kernel_steps) and "row" in kernel_steps:
+        m = pd.Series(kernel_steps["step_id"].to_numpy(), index=kernel_steps["row"].to_numpy())
+        k["step_id"] = pd.to_numeric(pd.Series(np.arange(len(k))).map(m), errors="coerce").to_numpy()
+        return k
+    if "step_id" in k and k["step_id"].notna().any():
+        return k
+    w = step_windows(steps).sort_values("start_ns", kind="stable")
+    ts = k["ts_ns"].to_numpy(dtype=np.int64) if len(k) else np.zeros(0, np.int64)
+    pos = np.searchsorted(w["start_ns"].to_numpy(), ts, side="right") - 1
+    ok = (pos >= 0) & (ts < w["end_ns"].to_numpy()[np.clip(pos, 0, None)]) if len(w) else np.zeros(len(k), bool)
+    sid = w["step_id"].to_numpy(dtype=float)[np.clip(pos, 0, None)] if len(w) else np.zeros(len(k))
+    k["step_id"] = np.where(ok, sid, np.nan)
+    return k
+
+
+def _attribute(windows: np.ndarray, kern: pd.DataFrame) -> dict[str, Any]:
+    """Time classes, FLOPs, bytes and kernel counts of one group (disjoint windows + its kernels)."""
+    time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
+    devices = kern["device"].fillna(-1).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))
+    n_dev = max(len(np.unique(devices)), 1)
+    total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
+    for dev in np.unique(devices) if len(kern) else []:
+        part = kern[devices == dev]
+        ts = part["ts_ns"].to_numpy(dtype=np.int64)
+        te = ts + part["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
+        cls = part["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
+        total += _sweep(ts, te, cls, windows)
+    busy = int(total[: len(PRIORITY)].sum())
+    row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
+    # idle is what the sweep left: the windows (× devices) minus the union of activity in them
+    row["idle_ns"] = time_ns * n_dev - busy
+    row["time_ns"] = time_ns
+    row["gpu_busy_ns"] = busy
+    row["flops"] = float(kern["flops"].sum()) if len(kern) else 0.0
+    row["bytes"] = float(kern["bytes"].sum()) if len(kern) else 0.0
+    model = kern["model"] if len(kern) else pd.Series(dtype=object)
+    row["kernels_modelled"] = int((model == MODEL_SHAPE).sum())
+    row["kernels_class_only"] = int((model == MODEL_CLASS).sum())
+    row["kernels_unmodelled"] = int(((model == MODEL_NONE) & (kern["bound"] == OTHER)).sum()) if len(kern) else 0
+    return row
+
+
+_CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY)}
 
 
 def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """Per step: time_ns split into the classes of TIME_COLUMNS (sum exact), busy time, FLOPs and bytes.
+    """Per step: time_ns split into TIME_COLUMNS (they sum to time_ns × devices, exactly), FLOPs, bytes.
 
-    ``kernels`` is ``kernel_costs``' output. FLOPs/bytes of a kernel go to the step
-    in its ``step_id`` column when there is one, else to the window its start falls in.
+    ``kernels``: ``with_steps``' output (a step_id column). Only the step's own
+    kernels count, clipped to its window.
     """
     w = step_windows(steps)
-    cols = [*TIME_COLUMNS.values(), "gpu_busy_ns"]
-    parts = []
-    for rank, ws in w.groupby("rank", sort=True):
-        ws = ws.reset_index(drop=True)
-        kr = kernels
-        if "rank" in kernels and kernels["rank"].notna().any():
-            kr = kernels[kernels["rank"].fillna(0).astype("int64") == rank]
-        ts = kr["ts_ns"].to_numpy(dtype=np.int64) if len(kr) else np.zeros(0, np.int64)
-        te = ts + (kr["dur_ns"].fillna(0).to_numpy(dtype=np.int64) if len(kr) else 0)
-        cls_idx = kr["bound"].map({c: i for i, c in enumerate(PRIORITY)}).fillna(PRIORITY.index(OTHER))
-        m = _sweep(ts, te, cls_idx.to_numpy(dtype=np.int64), ws["start_ns"].to_numpy(), ws["end_ns"].to_numpy())
-        for i, c in enumerate([*PRIORITY, IDLE]):
-            ws[TIME_COLUMNS[c]] = m[:, i]
-        ws["gpu_busy_ns"] = m[:, : len(PRIORITY)].sum(axis=1)
-        # work: by step_id if the timeline pass assigned one, else by start time
-        if "step_id" in kr and kr["step_id"].notna().any():
-            sid = pd.to_numeric(kr["step_id"], errors="coerce")
-        else:
-            idx = np.searchsorted(ws["start_ns"].to_numpy(), ts, side="right") - 1
-            ok = (idx >= 0) & (ts < ws["end_ns"].to_numpy()[np.clip(idx, 0, None)])
-            sid = pd.Series(np.where(ok, ws["step_id"].to_numpy()[np.clip(idx, 0, None)], np.nan), index=kr.index)
-        flags = kr.assign(
-            _sid=sid.to_numpy(),
-            kernels_modelled=(kr["model"] == MODEL_SHAPE).astype("int64"),
-            kernels_class_only=(kr["model"] == MODEL_CLASS).astype("int64"),
-            kernels_unmodelled=((kr["model"] == MODEL_NONE) & (kr["bound"] == OTHER)).astype("int64"),
-        )
-        work = (
-            flags.dropna(subset=["_sid"])
-            .groupby("_sid")[["flops", "bytes", "kernels_modelled", "kernels_class_only", "kernels_unmodelled"]]
-            .sum()
-        )
-        ws = ws.merge(work, left_on="step_id", right_index=True, how="left")
-        parts.append(ws)
-    out = pd.concat(parts, ignore_index=True) if parts else w.assign(**{c: pd.Series(dtype="int64") for c in cols})
-    for c in ["flops", "bytes"]:
-        out[c] = out.get(c, pd.Series(np.nan, index=out.index)).fillna(0.0)
-    for c in ["kernels_modelled", "kernels_class_only", "kernels_unmodelled"]:
-        out[c] = out.get(c, pd.Series(0, index=out.index)).fillna(0).astype("int64")
-    return out
-
-
-def _phase_rows(step_attr: pd.DataFrame) -> pd.DataFrame:
-    sa = step_attr.copy()
-    sa["phase"] = sa["kind"].astype(str)
-    sum_cols = [*TIME_COLUMNS.values(), "gpu_busy_ns", "time_ns", "flops", "bytes",
-                "kernels_modelled", "kernels_class_only", "kernels_unmodelled"]
-    has_tokens = "tokens" in sa
-    if has_tokens:
-        sa["tokens"] = pd.to_numeric(sa["tokens"], errors="coerce")
-        sum_cols.append("tokens")
-    per_req = sa.dropna(subset=["request_id"]).groupby(["rank", "request_id", "phase"], as_index=False)
-    req = per_req[sum_cols].sum(min_count=1)
-    req["steps"] = per_req.size()["size"].to_numpy()
-    run = sa.groupby(["rank", "phase"], as_index=False)
-    runs = run[sum_cols].sum(min_count=1)
-    runs["steps"] = run.size()["size"].to_numpy()
-    runs["request_id"] = pd.NA
-    return pd.concat([runs, req], ignore_index=True)
+    k = kernels if "step_id" in kernels else with_steps(kernels, steps)
+    by_step: dict[Any, pd.DataFrame] = dict(iter(k.dropna(subset=["step_id"]).groupby("step_id"))) if len(k) else {}
+    rows = []
+    for r in w.itertuples(index=False):
+        kern = by_step.get(r.step_id, k.iloc[0:0])
+        win = np.array([[r.start_ns, r.end_ns]], dtype=np.int64)
+        rows.append(_attribute(win, kern))
+    attr = pd.DataFrame(rows, index=w.index)
+    return pd.concat([w.drop(columns=[c for c in attr.columns if c in w.columns]), attr], axis=1)
 
 
 def attribute_phases(
-    step_attr: pd.DataFrame,
+    steps: pd.DataFrame,
     kernels: pd.DataFrame,
     ceiling: Ceiling,
     phases: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """phases rows (per run and per request, per phase kind) with the bound columns filled.
+    """Bound columns per (request, phase) and per (run, phase) (request_id null).
 
-    time_ns is the sum of the step windows (``step_windows``); the identity
-    compute_bound_ns + memory_bound_ns + other_ns + comm_ns + memcpy_ns + idle_ns == time_ns
-    holds exactly. achieved_* are over gpu_busy_ns (the GPU's working time);
-    achieved_*_wall over time_ns. % of ceiling is on the busy-time rate, against the
-    tensor-core peak of the phase's dominant GEMM dtype and the DRAM bandwidth peak.
-    If ``phases`` (the phase-split pass's table) is given, its rows are kept and
-    matched on (rank, request_id, phase); its rows that match no step (e.g. "outside")
-    keep nulls in the bound columns.
+    time_ns is the union of the phase's step windows (the phases pass's definition);
+    the phase's kernels are those of its steps. Then, exactly,
+    compute_bound_ns + memory_bound_ns + other_ns + comm_ns + memcpy_ns + idle_ns
+    == time_ns × devices (one device: == time_ns). achieved_* are over
+    gpu_busy_ns (the GPU's working time), achieved_*_wall over time_ns; % of
+    ceiling is on the busy-time rate, against the tensor-core peak of the phase's
+    dominant GEMM dtype and the DRAM bandwidth peak.
+
+    With ``phases`` (the phases pass's table) its rows are kept and matched on
+    (request_id, phase); rows that match no step (``outside``) keep nulls in
+    the columns this pass adds; the columns it computes replace theirs.
     """
-    rows = _phase_rows(step_attr) if len(step_attr) else pd.DataFrame()
-    if len(rows):
-        dtype = _dominant_dtype_by_phase(step_attr, kernels)
-        rows["ceiling_dtype"] = [dtype.get(str(p), "fp16") for p in rows["phase"]]
-        peak_f = rows["ceiling_dtype"].map(lambda d: ceiling.flops(d) or ceiling.flops("fp32") or np.nan)
-        busy = rows["gpu_busy_ns"].astype(float).where(rows["gpu_busy_ns"] > 0)
-        wall = rows["time_ns"].astype(float).where(rows["time_ns"] > 0)
-        rows["achieved_tflops"] = rows["flops"] / busy / 1e3
-        rows["achieved_tbps"] = rows["bytes"] / busy / 1e3
-        rows["achieved_tflops_wall"] = rows["flops"] / wall / 1e3
-        rows["achieved_tbps_wall"] = rows["bytes"] / wall / 1e3
-        rows["pct_peak_flops"] = 100.0 * rows["achieved_tflops"] * 1e12 / peak_f
-        rows["pct_peak_bandwidth"] = 100.0 * rows["achieved_tbps"] * 1e12 / ceiling.peak_bytes_per_s
-        rows["ceiling"] = f"{ceiling.gpu} ({ceiling.kind})"
+    w = step_windows(steps)
+    k = kernels if "step_id" in kernels else with_steps(kernels, steps)
+    sid = pd.to_numeric(k["step_id"], errors="coerce") if len(k) else pd.Series(dtype=float)
+    groups: list[tuple[Any, str, pd.DataFrame]] = []
+    for phase, g in w.groupby(w["kind"].astype(str), sort=False):
+        groups.append((pd.NA, str(phase), g))
+        if "request_id" in g:
+            for rid, gr in g.dropna(subset=["request_id"]).groupby("request_id", sort=True):
+                groups.append((int(rid), str(phase), gr))  # type: ignore[arg-type]
+    rows = []
+    for rid, phase, g in groups:
+        kern = k[sid.isin(g["step_id"]).to_numpy()] if len(k) else k
+        win = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        row = {"request_id": rid, "phase": phase, "steps": len(g), **_attribute(win, kern)}
+        if "tokens" in g:
+            row["tokens"] = float(pd.to_numeric(g["tokens"], errors="coerce").sum())
+        row["ceiling_dtype"] = _dominant_dtype(kern)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["request_id"] = out["request_id"].astype("Int64")
+        peak_f = out["ceiling_dtype"].map(lambda d: ceiling.flops(d) or ceiling.flops("fp32") or np.nan)
+        busy = out["gpu_busy_ns"].astype(float).where(out["gpu_busy_ns"] > 0)
+        wall = out["time_ns"].astype(float).where(out["time_ns"] > 0)
+        out["achieved_tflops"] = out["flops"] / busy / 1e3  # FLOP/ns / 1e3 = TFLOP/s
+        out["achieved_tbps"] = out["bytes"] / busy / 1e3
+        out["achieved_tflops_wall"] = out["flops"] / wall / 1e3
+        out["achieved_tbps_wall"] = out["bytes"] / wall / 1e3
+        out["pct_peak_flops"] = 100.0 * out["achieved_tflops"] * 1e12 / peak_f.astype(float)
+        out["pct_peak_bandwidth"] = 100.0 * out["achieved_tbps"] * 1e12 / ceiling.peak_bytes_per_s
+        out["ceiling"] = f"{ceiling.gpu} ({ceiling.kind})"
     if phases is None or len(phases) == 0:
-        return rows.reset_index(drop=True)
+        return out
     base = phases.copy()
-    if "rank" not in base:
-        base["rank"] = 0
-    key = ["rank", "request_id", "phase"]
-    base["_r"] = base["rank"].fillna(0).astype("int64")
+    if not len(out):
+        return base
+    key = ["request_id", "phase"]
     base["_q"] = pd.to_numeric(base["request_id"], errors="coerce").fillna(-1).astype("int64")
     base["_p"] = base["phase"].astype(str)
-    if not len(rows):
-        return base.drop(columns=["_r", "_q", "_p"])
-    rr = rows.copy()
-    rr["_r"] = rr["rank"].fillna(0).astype("int64")
-    rr["_q"] = pd.to_numeric(rr["request_id"], errors="coerce").fillna(-1).astype("int64")
-    rr["_p"] = rr["phase"].astype(str)
-    rr = rr.drop(columns=key)
-    ours = [c for c in rr.columns if c not in ("_r", "_q", "_p")]
-    merged = base.drop(columns=[c for c in ours if c in base.columns]).merge(rr, on=["_r", "_q", "_p"], how="left")
-    return merged.drop(columns=["_r", "_q", "_p"])
+    ours = out.copy()
+    ours["_q"] = pd.to_numeric(ours["request_id"], errors="coerce").fillna(-1).astype("int64")
+    ours["_p"] = ours["phase"].astype(str)
+    ours = ours.drop(columns=[*key, "steps"])
+    replaced = [c for c in ours.columns if c in base.columns and c not in ("_q", "_p")]
+    merged = base.drop(columns=replaced).merge(ours, on=["_q", "_p"], how="left")
+    return merged.drop(columns=["_q", "_p"])
 
 
-def _dominant_dtype_by_phase(step_attr: pd.DataFrame, kernels: pd.DataFrame) -> dict[str, str]:
-    """phase kind -> dtype with the most tensor-core FLOPs (GEMM / attention kernels)."""
-    if not len(kernels) or "dtype" not in kernels:
-        return {}
-    k = kernels[(kernels["model"] == MODEL_SHAPE) & kernels["kclass"].isin([kc.GEMM, kc.ATTENTION])]
+def _dominant_dtype(kern: pd.DataFrame) -> str:
+    """The dtype with the most tensor-core FLOPs (GEMM / attention) among a group's kernels; fp16 if none."""
+    if not len(kern) or "dtype" not in kern:
+        return "fp16"
+    k = kern[(kern["model"] == MODEL_SHAPE) & kern["kclass"].isin([kc.GEMM, kc.ATTENTION]) & kern["dtype"].notna()]
     if not len(k):
-        k = kernels[kernels["model"] == MODEL_SHAPE]
+        k = kern[(kern["model"] == MODEL_SHAPE) & kern["dtype"].notna()]
     if not len(k):
-        return {}
-    if "step_id" in k and k["step_id"].notna().any():
-        kind = k["step_id"].map(dict(zip(step_attr["step_id"], step_attr["kind"].astype(str), strict=True)))
-    else:
-        kind = pd.Series("all", index=k.index)
-    agg = k.assign(_kind=kind).groupby(["_kind", "dtype"])["flops"].sum().reset_index()
-    best = agg.sort_values("flops").groupby("_kind").tail(1)
-    out = dict(zip(best["_kind"].astype(str), best["dtype"].astype(str), strict=True))
-    if "all" in out:
-        return dict.fromkeys(step_attr["kind"].astype(str).unique(), out["all"])
-    return out
+        return "fp16"
+    return str(k.groupby("dtype")["flops"].sum().idxmax())
 
 
 def bound_tables(
@@ -388,13 +411,13 @@ def bound_tables(
     steps: pd.DataFrame,
     ceiling: Ceiling,
     phases: pd.DataFrame | None = None,
+    kernel_steps: pd.DataFrame | None = None,
     options: BoundOptions | None = None,
 ) -> dict[str, Any]:
     """The whole attribution in one call: {"kernels", "step_bound", "phases"}."""
-    kernels = kernel_costs(gpu_activity, cpu_ops, ceiling, options)
-    step_attr = attribute_steps(steps, kernels)
+    kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
     return {
         "kernels": kernels,
-        "step_bound": step_attr,
-        "phases": attribute_phases(step_attr, kernels, ceiling, phases),
+        "step_bound": attribute_steps(steps, kernels),
+        "phases": attribute_phases(steps, kernels, ceiling, phases),
     }

@@ -105,7 +105,7 @@ def test_class_fallback_can_be_switched_off(tables: dict[str, pd.DataFrame]) -> 
 def test_step_attribution_by_interval_arithmetic(tables: dict[str, pd.DataFrame]) -> None:
     out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200)
     st_ = out["step_bound"].set_index("step_id")
-    # prefill window [0, 1100) clipped at next start 1200 -> 1100 ns
+    # prefill window [cpu_start, max(cpu_end, gpu_end)) = [0, 1100)
     p = st_.loc[0]
     assert p["time_ns"] == 1100
     assert p["compute_bound_ns"] == 300 + 100 + 100
@@ -166,33 +166,26 @@ def test_sweep_sums_exactly_and_matches_brute_force(kern: list, wins: list) -> N
             "ts_ns": [t for t, _, _ in kern],
             "dur_ns": [d for _, d, _ in kern],
             "bound": [c for _, _, c in kern],
+            "device": 0,
             "flops": 0.0,
             "bytes": 0.0,
             "model": "shape",
         }
     )
-    steps = pd.DataFrame(
-        {
-            "step_id": range(len(wins)),
-            "request_id": 0,
-            "kind": "decode",
-            "cpu_start_ns": [s for s, _ in wins],
-            "cpu_end_ns": [s + d for s, d in wins],
-        }
-    )
-    out = bound.attribute_steps(steps, kernels)
-    # brute force: the class of every nanosecond
+    windows = bound._union(np.array([s for s, _ in wins]), np.array([s + d for s, d in wins]))
+    row = bound._attribute(windows, kernels)
+    # brute force: the class of every nanosecond, then only the nanoseconds inside the windows
     horizon = 8000
     cls = np.full(horizon, len(bound.PRIORITY))
     for t, d, c in kern:
-        i = bound.PRIORITY.index(c)
-        seg = cls[t : t + d]
-        cls[t : t + d] = np.minimum(seg, i)
-    for _, r in out.iterrows():
-        window = cls[int(r["start_ns"]) : int(r["end_ns"])]
-        for i, c in enumerate([*bound.PRIORITY, bound.IDLE]):
-            assert int(r[bound.TIME_COLUMNS[c]]) == int((window == i).sum())
-        assert sum(int(r[c]) for c in bound.TIME_COLUMNS.values()) == r["time_ns"]
+        cls[t : t + d] = np.minimum(cls[t : t + d], bound.PRIORITY.index(c))
+    inside = np.zeros(horizon, dtype=bool)
+    for s, e in windows:
+        inside[s:e] = True
+    assert row["time_ns"] == int(inside.sum())
+    for i, c in enumerate([*bound.PRIORITY, bound.IDLE]):
+        assert row[bound.TIME_COLUMNS[c]] == int((cls[inside] == i).sum())
+    assert sum(row[c] for c in bound.TIME_COLUMNS.values()) == row["time_ns"]
 
 
 def test_kernel_name_classes() -> None:

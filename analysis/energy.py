@@ -1,0 +1,105 @@
+"""Energy per phase and per token from the counters table (NVML energy counter, else integrated power).
+
+Metric names are the NVML sampler's (collectors/nvml.py METRICS); they are
+named here once, for every analysis pass that reads counters.
+
+- ``energy`` (J) is NVML's total energy since the driver loaded: the energy of a
+  window is the difference of the counter, linearly interpolated at the window's ends.
+- ``power`` (W) is an average over NVML's own short window: integrated with the
+  trapezoid rule over the window (samples interpolated at the window's ends).
+Windows that reach outside the sampled interval get NaN, never an extrapolation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+METRIC_ENERGY = "energy"  # J, cumulative
+METRIC_POWER = "power"  # W
+METRIC_DRAM_BW_UTIL = "dram_bw_util"  # %, GPM, over the interval starting at the sample
+METRIC_MEM_USED = "mem_used"  # bytes
+
+
+def series(counters: pd.DataFrame, metric: str, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ts_ns, value) of one metric, sorted by time, NaNs dropped."""
+    if counters is None or len(counters) == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    c = counters[counters["metric"].astype(str) == metric]
+    if device is not None and "device" in c:
+        c = c[c["device"] == device]
+    c = c.dropna(subset=["ts_ns", "value"]).sort_values("ts_ns", kind="stable")
+    return c["ts_ns"].to_numpy(dtype=np.int64), c["value"].to_numpy(dtype=float)
+
+
+def _integral(ts: np.ndarray, v: np.ndarray, lo: int, hi: int) -> float:
+    """∫ v dt over [lo, hi] (seconds × value) by the trapezoid rule; NaN outside the samples."""
+    if len(ts) < 2 or lo < ts[0] or hi > ts[-1] or hi < lo:
+        return float("nan")
+    inner = (ts > lo) & (ts < hi)
+    t = np.concatenate([[lo], ts[inner], [hi]]).astype(float)
+    y = np.concatenate([[np.interp(lo, ts, v)], v[inner], [np.interp(hi, ts, v)]])
+    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(t)) / 1e9)
+
+
+def window_energy_j(counters: pd.DataFrame, windows: np.ndarray, device: int | None = None) -> np.ndarray:
+    """Energy (J) in each [start, end) window: from the energy counter where it covers it, else from power."""
+    out = np.full(len(windows), np.nan)
+    ets, ev = series(counters, METRIC_ENERGY, device)
+    pts, pv = series(counters, METRIC_POWER, device)
+    for i, (lo, hi) in enumerate(windows):
+        if len(ets) >= 2 and ets[0] <= lo and hi <= ets[-1]:
+            out[i] = float(np.interp(hi, ets, ev) - np.interp(lo, ets, ev))
+        else:
+            out[i] = _integral(pts, pv, int(lo), int(hi))
+    return out
+
+
+def window_mean(counters: pd.DataFrame, metric: str, windows: np.ndarray, device: int | None = None) -> float:
+    """Time-weighted mean of a metric over the union of windows (step-hold between samples); NaN if unsampled."""
+    ts, v = series(counters, metric, device)
+    if len(ts) == 0 or len(windows) == 0:
+        return float("nan")
+    total, weight = 0.0, 0.0
+    for lo, hi in windows:
+        # each sample holds until the next (GPM: "over the interval starting at the sample")
+        idx = np.searchsorted(ts, [lo, hi], side="right") - 1
+        if idx[0] < 0 or lo > ts[-1] + (ts[-1] - ts[-2] if len(ts) > 1 else 0):
+            continue
+        edges = np.concatenate([[lo], ts[(ts > lo) & (ts < hi)], [hi]])
+        vals = v[np.clip(np.searchsorted(ts, edges[:-1], side="right") - 1, 0, None)]
+        d = np.diff(edges).astype(float)
+        total += float((vals * d).sum())
+        weight += float(d.sum())
+    return total / weight if weight > 0 else float("nan")
+
+
+def phase_energy(
+    phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None = None
+) -> pd.DataFrame:
+    """phases plus energy_j and energy_j_per_token, from the steps of each (request, phase).
+
+    A step's window is [cpu_start, max(cpu_end, gpu_end)) (the bound pass's). Tokens:
+    the steps table's ``tokens`` (query tokens; for decode, tokens generated).
+    """
+    from tracekit.analysis.bound import _union, step_windows
+
+    out = phases.copy()
+    out["energy_j"] = np.nan
+    out["energy_j_per_token"] = np.nan
+    if len(out) == 0 or len(steps) == 0 or counters is None or len(counters) == 0:
+        return out
+    w = step_windows(steps)
+    for i, r in out.iterrows():
+        g = w[w["kind"].astype(str) == str(r["phase"])]
+        if pd.notna(r.get("request_id")) and "request_id" in g:
+            g = g[g["request_id"] == r["request_id"]]
+        if not len(g):
+            continue
+        win = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        e = float(np.sum(window_energy_j(counters, win, device)))
+        out.loc[i, "energy_j"] = e
+        tokens = pd.to_numeric(g["tokens"], errors="coerce").sum() if "tokens" in g else np.nan
+        if tokens and tokens > 0:
+            out.loc[i, "energy_j_per_token"] = e / tokens
+    return out

@@ -237,3 +237,22 @@ def test_hta_loads_the_json(tmp_path: Path) -> None:
     assert len(kernels) == len(run.read_df("gpu_activity"))
     breakdown = analysis.get_temporal_breakdown(visualize=False)
     assert breakdown["compute_time(us)"].iloc[0] > 0
+
+
+def test_from_trace_splices_tracks_into_the_kineto_trace(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    kineto = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}],
+              "traceEvents": [{"ph": "X", "cat": "kernel", "name": "orig_kernel", "pid": 0, "tid": 7,
+                               "ts": 1.0, "dur": 2.0, "args": {"correlation": 1, "stream": 7, "device": 0}}]}
+    with gzip.open(run.trace_path, "wt") as fh:
+        json.dump(kineto, fh)
+    out = tmp_path / "merged.json.gz"
+    assert main(["export", str(run.path), "--format", "json", "--from-trace", "--out", str(out)]) == 0
+    with gzip.open(out, "rt") as fh:
+        doc = json.load(fh)
+    assert doc["deviceProperties"] == kineto["deviceProperties"]  # Kineto's fields kept
+    events = _check_trace_event_format({"traceEvents": [e for e in doc["traceEvents"] if e["name"] != "orig_kernel"]})
+    assert [e for e in doc["traceEvents"] if e["name"] == "orig_kernel"] == kineto["traceEvents"]
+    assert sum(1 for e in events if e.get("cat") == "tracekit.step") == len(run.read_df("steps"))
+    assert not any(e.get("cat") == "kernel" for e in events)  # kernels come from Kineto, not rebuilt
+    assert main(["export", str(run.path), "--format", "proto", "--from-trace", "--out", str(tmp_path / "x")]) == 2

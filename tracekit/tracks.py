@@ -426,6 +426,11 @@ def chrome_events(ts: TrackSet) -> Iterator[str]:
         yield f'{{"ph":"C","name":{_dump(t.name)},"pid":{t.pid},"tid":0,"ts":{_us(c.ts_ns)},"args":{{"value":{c.value!r}}}}}'
 
 
+def chrome_event_dicts(ts: TrackSet) -> list[dict[str, Any]]:
+    """The track set as trace-event dicts, e.g. for ``tracekit.chrome_trace.merge`` into a Kineto trace."""
+    return [json.loads(e) for e in chrome_events(ts)]
+
+
 def write_chrome_json(ts: TrackSet, out: IO[str], *, extra: dict[str, Any] | None = None) -> int:
     """Stream the track set as a Chrome trace (``{"traceEvents": [...]}``); returns the event count."""
     out.write('{"traceEvents":[\n')

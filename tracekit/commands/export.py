@@ -98,8 +98,13 @@ def export_run(
 @click.option("--window-ms", default=None, metavar="A:B", help="Only this time range, in ms from the run's first event.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default: inside RUN, named after format and window).")
+@click.option("--from-trace", is_flag=True,
+              help="json only, no window: splice tracekit's tracks into the run's Kineto trace.json.gz "
+                   "(every original event and field kept) instead of rebuilding the trace from tables.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-def command(run_path: Path, fmt: str, window: str | None, window_ms: str | None, out: Path | None, force: bool) -> None:
+def command(
+    run_path: Path, fmt: str, window: str | None, window_ms: str | None, out: Path | None, from_trace: bool, force: bool
+) -> None:
     """Write a run's trace for Perfetto (ui.perfetto.dev), optionally windowed."""
     run = RunDir.open(run_path)
     tables = load_tables(run)
@@ -109,7 +114,19 @@ def command(run_path: Path, fmt: str, window: str | None, window_ms: str | None,
         out = run.path / (f"trace.tracekit{tag}.pftrace" if fmt == "proto" else f"trace.tracekit{tag}.json.gz")
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite it")
-    ts, counts = export_run(run, fmt, out, win, tables)
+    if from_trace:
+        if fmt != "json" or win is not None:
+            raise UsageError("--from-trace works with --format json and no window")
+        if not run.trace_path.is_file():
+            raise UsageError(f"--from-trace: {run.trace_path} not found")
+        from tracekit.chrome_trace import merge
+        from tracekit.tracks import chrome_event_dicts
+
+        ts = build_tracks(tables, include_trace=False)
+        merge(run.trace_path, out, chrome_event_dicts(ts))
+        counts = {"tracks": len(ts.tracks), "tracekit events": len(ts.slices) + len(ts.counters)}
+    else:
+        ts, counts = export_run(run, fmt, out, win, tables)
     size = out.stat().st_size
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
     click.echo(f"wrote {out} ({size / 1e6:.2f} MB; {detail})")

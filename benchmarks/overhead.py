@@ -14,7 +14,7 @@ work is done). Prints the median TPOT of each arm, their ratio, and the
 sampler's own cost per tick; with --out, writes DIR/overhead.json.
 
 The claim it checks: sampling at 100 Hz moves TPOT by at most 1%.
-On the H200 it takes about a minute (model build, 2 warm-ups, 2 x 7 runs of 64 tokens).
+On the H200 it should take about a minute (estimate) (model build, 2 warm-ups, 2 x 7 runs of 64 tokens).
 """
 
 from __future__ import annotations

@@ -208,6 +208,7 @@ class NvmlSampler:
         self._errors: dict[str, int] = {}  # reader key -> consecutive errors
         self._gpm: GpmReader | None = None
         self._gpm_reason: str | None = "not started" if gpm else "disabled by the caller"
+        self._gpm_last_ts: int | None = None  # time of the last GPM snapshot
         # (ts_ns, metric, value); one tuple per append keeps appends atomic across threads.
         self._rows: list[tuple[int, str, float]] = []
         self._stop_event = threading.Event()
@@ -408,8 +409,6 @@ class NvmlSampler:
                         self._rows.append((start, m, v))
             self._gpm_last_ts = ts
         self._read_all(self._slow, ts)
-
-    _gpm_last_ts: int | None = None
 
 
 def _try(fn: Callable[[], Any]) -> Any:

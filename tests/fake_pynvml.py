@@ -76,7 +76,7 @@ class FakeNvml:
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not defined here: borrow data, never library calls.
-        if name.startswith(("NVML_", "c_", "NVMLError", "nvmlClocks")) or name == "NVMLError":
+        if name.startswith(("NVML_", "c_", "NVMLError")):
             return getattr(_real, name)
         raise AttributeError(name)
 

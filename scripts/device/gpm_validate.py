@@ -15,7 +15,7 @@ Each load is timed with CUDA events, which give achieved TB/s or TFLOP/s
 independently of NVML. Writes OUT_DIR/gpm_validate.json (per-phase mean of
 every metric, the independent numbers, the sampler's status, the cost of each
 NVML call) and OUT_DIR/counters.parquet (every sample), and prints a table.
-Takes about 40 s, most of it CUDA start-up. Needs torch with CUDA and nvidia-ml-py.
+Expected to take under a minute (estimate; most of it CUDA start-up). Needs torch with CUDA and nvidia-ml-py.
 """
 
 from __future__ import annotations

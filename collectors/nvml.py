@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -59,6 +60,12 @@ def _utilization(nvml: Any, h: Any) -> tuple[float, ...]:
     return float(u.gpu), float(u.memory)
 
 
+def _temperature(nvml: Any, h: Any) -> tuple[float, ...]:
+    # nvmlDeviceGetTemperature is deprecated (to go in CUDA 14); bindings that drop it have the V form.
+    fn = getattr(nvml, "nvmlDeviceGetTemperature", None) or nvml.nvmlDeviceGetTemperatureV
+    return (float(fn(h, nvml.NVML_TEMPERATURE_GPU)),)
+
+
 def _clock_event_reasons(nvml: Any, h: Any) -> tuple[float, ...]:
     # Renamed from "throttle" to "event" reasons in NVML 12.2; older bindings only have the old name.
     fn = (
@@ -77,11 +84,7 @@ FAST_READERS: tuple[_Reader, ...] = (
     _Reader(
         "mem_clock", ("mem_clock",), lambda n, h: (float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),)
     ),
-    _Reader(
-        "temperature",
-        ("temperature",),
-        lambda n, h: (float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),),
-    ),
+    _Reader("temperature", ("temperature",), _temperature),
     _Reader("clock_event_reasons", ("clock_event_reasons",), _clock_event_reasons),
 )
 SLOW_READERS: tuple[_Reader, ...] = (
@@ -364,7 +367,7 @@ class NvmlSampler:
             self._failed[m] = why
 
     def _read_all(self, readers: list[_Reader], ts: int) -> None:
-        nvml, h, rows = self._nvml, self._handle, self._rows
+        nvml, h, rows, errors = self._nvml, self._handle, self._rows, self._errors
         dropped: list[_Reader] = []
         for r in readers:
             try:
@@ -380,10 +383,10 @@ class NvmlSampler:
                             self._failed[m] += f" ({n} times in a row)"
                     dropped.append(r)
                 continue
-            if r.key in self._errors:
-                del self._errors[r.key]
-            for m, v in zip(r.metrics, values, strict=True):
-                rows.append((ts, m, v))
+            if errors and r.key in errors:
+                del errors[r.key]
+            # One C-level extend: cheap, and atomic under the GIL against the other thread's appends.
+            rows.extend(zip(repeat(ts), r.metrics, values))
         for r in dropped:
             readers.remove(r)  # only this loop's thread touches its list
 

@@ -30,6 +30,8 @@ class ModelPreset:
         heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
         head_dim = c.get("head_dim", h // heads)
         attn = h * heads * head_dim * 2 + h * kv * head_dim * 2
+        if self.model_type == "qwen2":  # Qwen2 has biases on q, k and v
+            attn += heads * head_dim + 2 * kv * head_dim
         per_layer = attn + 3 * h * i + 2 * h
         emb = c["vocab_size"] * h
         lm_head = 0 if c.get("tie_word_embeddings", False) else emb

@@ -116,13 +116,19 @@ def find_annotations(path: str | Path) -> list[Annotation]:
     with open_text(Path(path)) as fh:
         for block in _chunks(fh):
             text = tail + block
-            cut = max(0, len(text) - 4096)  # keep enough to complete an event split across chunks
+            # Carry over the text from an object's opening brace (never from the
+            # middle of one), enough to complete an event split across chunks.
+            keep = max(0, len(text) - 4096)
+            brace = text.rfind("{", 0, keep + 1)
+            cut = brace if brace >= 0 else keep
             for m in _ANNOT_RE.finditer(text):
                 # ts and dur are sibling keys of the same object: search only inside it.
                 lo = text.rfind("{", 0, m.start())
+                if lo < 0:
+                    continue  # its object began before what we kept: handled in the last round
                 hi = text.find("}", m.end())
-                if hi < 0 or lo < 0:
-                    cut = min(cut, max(lo, 0))
+                if hi < 0:
+                    cut = min(cut, lo)  # incomplete: finish it with the next chunk
                     break
                 obj = text[lo:hi]
                 ts = _TS_RE.search(obj)

@@ -1,0 +1,258 @@
+"""`tracekit record`: the CLI end to end on the CPU, with the tiny preset."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tracekit import chrome_trace
+from tracekit.cli import main
+from tracekit.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
+from tracekit.stepnames import parse_step
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, float, int]:
+    """`tracekit record` with no arguments at all: the README's first command."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    mp = pytest.MonkeyPatch()
+    mp.chdir(cwd)
+    try:
+        t0 = time.perf_counter()
+        rc = main(["record"])
+        elapsed = time.perf_counter() - t0
+    finally:
+        mp.undo()
+    runs = list((cwd / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.endswith("-smoke")
+    return RunDir.open(runs[0]), elapsed, rc
+
+
+def test_record_with_no_arguments_writes_a_complete_run_in_under_a_minute(default_run) -> None:
+    run, elapsed, rc = default_run
+    assert rc == 0
+    assert elapsed < 60
+    m = run.read_manifest()
+    assert m["status"] == STATUS_COMPLETE
+    assert m["workload"]["model"] == "tiny" and m["workload"]["shape"] == "smoke"
+    assert m["workload"]["dtype"] == "fp32" and m["workload"]["device"] == "cpu"
+    assert m["model"]["weights"] == "random" and m["model"]["config"]["num_hidden_layers"] == 4
+    env = m["environment"]
+    assert env["torch"] and env["transformers"] and env["python"]
+    assert m["nvml"]["available"] is False and "cpu" in m["nvml"]["reason"]
+    assert m["command"][:2] == ["tracekit", "record"]
+    for key in ("unprofiled", "profiled", "profiler_overhead"):
+        assert key in m["timings"], key
+    assert m["timings"]["profiled"]["aggregate"]["requests"] == 1
+    assert m["timings"]["unprofiled"]["aggregate"]["requests"] == 1
+    assert isinstance(m["clock"]["offset_ns"], int) and m["clock"]["step_syncs"] == 8
+
+
+def test_steps_table_is_exact_for_the_forced_output_length(default_run) -> None:
+    run, _, _ = default_run
+    steps = run.read_df("steps").sort_values("step_id")
+    # smoke: 22 prompt tokens, 8 output tokens -> one prefill + 7 decode forward passes
+    assert list(steps["kind"]) == ["prefill"] + ["decode"] * 7
+    assert list(steps["q_len"]) == [22] + [1] * 7
+    assert list(steps["kv_len"]) == list(range(22, 30))
+    assert set(steps["source"]) == {"tracekit"} and set(steps["batch"]) == {1}
+    assert (steps["cpu_end_ns"] > steps["cpu_start_ns"]).all()
+    assert steps["cpu_start_ns"].is_monotonic_increasing
+
+
+def test_requests_table_timings_follow_the_definitions(default_run) -> None:
+    run, _, _ = default_run
+    req = run.read_df("requests")
+    assert len(req) == 1
+    r = req.iloc[0]
+    assert (r["input_tokens"], r["output_tokens"], r["batch"]) == (22, 8, 1)
+    assert 0 < r["ttft_ns"] < r["e2e_ns"]
+    assert r["tpot_ns"] == pytest.approx((r["e2e_ns"] - r["ttft_ns"]) / 7)
+    assert r["prefill_share"] == pytest.approx(r["ttft_ns"] / r["e2e_ns"])
+    assert r["end_ns"] - r["start_ns"] == r["e2e_ns"]
+    steps = run.read_df("steps")
+    # Steps sit inside their request on the one (trace) clock.
+    assert (steps["cpu_start_ns"] >= r["start_ns"]).all() and (steps["cpu_end_ns"] <= r["end_ns"]).all()
+
+
+def test_trace_has_kineto_events_and_tracekit_tracks_on_one_clock(default_run) -> None:
+    run, _, _ = default_run
+    data = chrome_trace.load(run.trace_path)
+    events = data["traceEvents"]
+    assert "baseTimeNanoseconds" in data  # Kineto's header survived the merge
+    assert any(e.get("cat") == "cpu_op" and e.get("name") == "aten::mm" for e in events)
+    ours = [e for e in events if e.get("pid") == chrome_trace.TRACEKIT_PID and e.get("ph") == "X"]
+    assert sum(e["cat"] == "tracekit_step" for e in ours) == 8
+    assert sum(e["cat"] == "tracekit_request" for e in ours) == 1
+    kineto_steps = {
+        parse_step(e["name"]).step_id: e  # type: ignore[union-attr]
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name")).startswith("tracekit.step ")
+    }
+    assert sorted(kineto_steps) == list(range(8))
+    steps = run.read_df("steps").set_index("step_id")
+    for sid, e in kineto_steps.items():
+        # Table timestamps are Kineto's ts converted to ns.
+        assert abs(steps.loc[sid, "cpu_start_ns"] - round(e["ts"] * 1000)) <= 1
+    req = run.read_df("requests").iloc[0]
+    kreq = next(
+        e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("tracekit.request")
+    )
+    # The request's host start maps onto the trace within a millisecond of Kineto's annotation.
+    assert abs(req["start_ns"] - kreq["ts"] * 1000) < 1_000_000
+
+
+def test_summary_is_printed_with_overhead_and_perfetto_hint(tmp_path: Path, capsys) -> None:
+    rc = main(["record", "--warmup", "0", "--out", str(tmp_path / "r"), "--output-tokens", "3"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    for word in ("TTFT", "TPOT", "prefill", "decode", "prefill share", "profiler cost", "ui.perfetto.dev"):
+        assert word in err, word
+    assert str(tmp_path / "r" / "trace.json.gz") in err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--model", "no-such-preset"], "neither a preset"),
+        (["--shape", "huge"], "unknown --shape"),
+        (["--device", "tpu"], "--device"),
+        (["--dtype", "int3"], "--dtype"),
+        (["--trace-steps", "5:2"], "--trace-steps"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors_with_exit_2(tmp_path: Path, capsys, args, needle) -> None:
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tracekit: error:") and needle in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_model_path_must_be_a_model_directory(tmp_path: Path, capsys) -> None:
+    (tmp_path / "m").mkdir()
+    assert main(["record", "-q", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "r")]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+def test_existing_run_is_not_overwritten_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    args = ["record", "-q", "--warmup", "0", "--output-tokens", "2", "--out", str(out)]
+    assert main(args) == 0
+    first = RunDir.open(out).read_manifest()["created_at"]
+    assert main(args) == 2
+    assert RunDir.open(out).read_manifest()["created_at"] == first
+    assert main([*args, "--force"]) == 0
+    assert RunDir.open(out).read_manifest()["created_at"] != first
+
+
+def test_batch_requests_and_custom_lengths(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    args = ["record", "-q", "--warmup", "0", "--batch", "2", "--requests", "2"]
+    assert main([*args, "--input-tokens", "5", "--output-tokens", "3", "--out", str(out)]) == 0
+    run = RunDir.open(out)
+    req = run.read_df("requests")
+    assert list(req["batch"]) == [2, 2] and list(req["output_tokens"]) == [3, 3]
+    assert list(req["name"]) == ["smoke-custom-0", "smoke-custom-1"]
+    steps = run.read_df("steps")
+    assert list(steps["request_id"]) == [0, 0, 0, 1, 1, 1]
+    assert list(steps["kv_len"]) == [5, 6, 7, 5, 6, 7]
+    assert list(steps["tokens"]) == [10, 2, 2, 10, 2, 2]
+    m = run.read_manifest()
+    assert m["workload"]["shape"] == "smoke-custom" and m["workload"]["input_tokens"] == 5
+    assert len(m["timings"]["unprofiled"]["requests"]) == 2
+
+
+def test_trace_steps_limits_kernel_capture_but_not_the_timers(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--trace-steps", "2:5", "--out", str(out)]) == 0
+    run = RunDir.open(out)
+    assert run.status == STATUS_COMPLETE
+    assert len(run.read_df("steps")) == 8 and run.read_df("requests").iloc[0]["output_tokens"] == 8
+    events = chrome_trace.load(run.trace_path)["traceEvents"]
+    captured = {
+        parse_step(e["name"]).step_id  # type: ignore[union-attr]
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name")).startswith("tracekit.step ")
+    }
+    assert captured == {2, 3, 4}
+    m = run.read_manifest()
+    assert m["profiler"]["trace_steps"] == "2:5" and m["clock"]["clock_syncs"] >= 1
+    # All 8 steps are still on tracekit's own track.
+    assert sum(e.get("cat") == "tracekit_step" for e in events) == 8
+
+
+class _Raiser:
+    """A user streamer that raises after ``after`` tokens of the ``on_call``-th generate call."""
+
+    def __init__(self, exc: BaseException, after: int) -> None:
+        self.exc = exc
+        self.after = after
+        self.puts = 0
+
+    def put(self, value: Any) -> None:
+        self.puts += 1
+        if self.puts > self.after:
+            raise self.exc
+
+    def end(self) -> None:
+        pass
+
+
+def _fail_in_profiled_pass(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
+    from tracekit.collectors import workload as wl
+
+    calls = {"n": 0}
+    orig = wl.generate_kwargs
+
+    def patched(cfg: Any, prompt: Any) -> dict[str, Any]:
+        kw = orig(cfg, prompt)
+        calls["n"] += 1
+        if calls["n"] == 2:  # call 1: the unprofiled pass; call 2: the profiled one
+            kw["streamer"] = _Raiser(exc, after=3)  # the prompt + 2 tokens, then fail
+        return kw
+
+    monkeypatch.setattr(wl, "generate_kwargs", patched)
+
+
+def test_ctrl_c_leaves_an_incomplete_run_with_what_was_captured(tmp_path: Path, monkeypatch) -> None:
+    _fail_in_profiled_pass(monkeypatch, KeyboardInterrupt())
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--out", str(out)]) == 130
+    run = RunDir.open(out)
+    m = run.read_manifest()
+    assert m["status"] == STATUS_INCOMPLETE and "interrupt" in m["incomplete_reason"]
+    assert m["timings"]["unprofiled"]["aggregate"]["requests"] == 1
+    steps = run.read_df("steps")
+    assert 1 <= len(steps) < 8
+    req = run.read_df("requests").iloc[0]
+    assert req["output_tokens"] == 3  # the third token was on the host before the streamer raised
+    assert run.trace_path.is_file()
+    assert any(e.get("cat") == "tracekit_step" for e in chrome_trace.load(run.trace_path)["traceEvents"])
+
+
+def test_an_exception_keeps_the_run_incomplete_and_keeps_the_traceback(tmp_path: Path, monkeypatch) -> None:
+    _fail_in_profiled_pass(monkeypatch, RuntimeError("boom"))
+    out = tmp_path / "r"
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["record", "-q", "--warmup", "0", "--out", str(out)])
+    m = RunDir.open(out).read_manifest()
+    assert m["status"] == STATUS_INCOMPLETE and "boom" in m["incomplete_reason"]
+
+
+def test_out_of_memory_is_one_line_naming_shape_and_batch(tmp_path: Path, monkeypatch, capsys) -> None:
+    import torch
+
+    _fail_in_profiled_pass(monkeypatch, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--batch", "3", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("tracekit: error: CUDA out of memory") and "batch 3" in err and "smoke" in err
+    assert json.loads((out / "run.json").read_text())["status"] == STATUS_INCOMPLETE

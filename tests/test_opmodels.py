@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from tracekit.analysis.opmodels import dominant_dtype, is_modelled, op_cost, op_costs
+
+H, F, L = "c10::Half", "float", "long int"
+
+
+def cost(name: str, dims: list, types: list, **kw: object):  # noqa: ANN201
+    c = op_cost(name, json.dumps(dims), json.dumps(types), **kw)  # type: ignore[arg-type]
+    assert c is not None, name
+    return c
+
+
+def test_linear_prefill_and_decode() -> None:
+    m, k, n = 1000, 2048, 5632
+    c = cost("aten::linear", [[1, m, k], [n, k], []], [H, H, ""])
+    assert c.flops == 2 * m * k * n
+    assert c.bytes == 2 * (m * k + n * k + m * n)
+    assert (c.op_class, c.dtype, c.tensor_core) == ("gemm", "fp16", True)
+    g = cost("aten::linear", [[1, 1, k], [n, k], [n]], [H, H, H])  # GEMV with bias
+    assert g.flops == 2 * k * n and g.bytes == 2 * (k + n * k + n + n)
+    assert g.intensity < 1.01
+
+
+def test_mm_addmm_bmm_baddbmm_matmul() -> None:
+    assert cost("aten::mm", [[64, 128], [128, 32]], [F, F]).flops == 2 * 64 * 128 * 32
+    a = cost("aten::addmm", [[32], [64, 128], [128, 32], [], []], [F, F, F, "Scalar", "Scalar"])
+    assert a.flops == 2 * 64 * 128 * 32 and a.bytes == 4 * (32 + 64 * 128 + 128 * 32 + 64 * 32)
+    b = cost("aten::bmm", [[8, 16, 64], [8, 64, 16]], [H, H])
+    assert b.flops == 2 * 8 * 16 * 64 * 16 and b.bytes == 2 * (8 * 16 * 64 * 2 + 8 * 16 * 16)
+    bb = cost("aten::baddbmm", [[8, 16, 16], [8, 16, 64], [8, 64, 16], [], []], [H, H, H, "Scalar", "Scalar"])
+    assert bb.flops == b.flops and bb.bytes == b.bytes + 2 * 8 * 16 * 16
+    mm = cost("aten::matmul", [[2, 10, 64], [64, 32]], [H, H])  # batch folds into M
+    assert mm.flops == 2 * 20 * 64 * 32
+    bm = cost("aten::matmul", [[2, 4, 10, 64], [2, 4, 64, 10]], [H, H])  # batched
+    assert bm.flops == 2 * 8 * 10 * 64 * 10
+
+
+def test_attention_causal_halving_and_layouts() -> None:
+    b, h, hk, lq, d = 1, 32, 4, 1000, 64
+    q, kv = [b, h, lq, d], [b, hk, lq, d]
+    full = cost("aten::_scaled_dot_product_efficient_attention", [q, kv, kv, [], []], [H, H, H, "", "Scalar"],
+                assume_causal=False)
+    assert full.flops == 2 * b * h * lq * lq * (d + d)
+    causal = cost("aten::_scaled_dot_product_efficient_attention", [q, kv, kv, [], []], [H, H, H, "", "Scalar"])
+    pairs = lq * lq - lq * (lq - 1) / 2
+    assert causal.flops == pytest.approx(2 * b * h * pairs * 2 * d)
+    assert 0.5 < causal.flops / full.flops < 0.51
+    assert causal.bytes == 2 * (b * h * lq * d * 2 + 2 * b * hk * lq * d)  # q + o, k + v (GQA: 4 KV heads)
+    # decode: one query, no halving
+    dec = cost("aten::scaled_dot_product_attention", [[1, h, 1, d], [1, hk, 500, d], [1, hk, 500, d]], [H, H, H])
+    assert dec.flops == 2 * h * 500 * 2 * d
+    # flash forward's own layout is [B, L, H, D]
+    fl = cost("aten::_flash_attention_forward", [[b, lq, h, d], [b, lq, hk, d], [b, lq, hk, d]], [H, H, H])
+    assert fl.flops == causal.flops
+    for n in ["aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_cudnn_attention",
+              "aten::_efficient_attention_forward", "aten::_flash_attention_forward"]:
+        assert is_modelled(n)
+
+
+def test_memory_bound_ops_use_dtype_sizes() -> None:
+    x = [1, 10, 2048]
+    n = 10 * 2048
+    assert cost("aten::add", [x, x, []], [H, H, "Scalar"]).bytes == 3 * 2 * n
+    assert cost("aten::mul", [x, [2048]], [F, F]).bytes == 4 * (n + 2048 + n)  # broadcast output
+    assert cost("aten::silu", [x], [H]).flops == 4 * n
+    assert cost("aten::pow", [x, []], [F, "Scalar"]).bytes == 4 * 2 * n
+    assert cost("aten::mean", [x, [], [], []], [F, "", "", ""]).bytes == 4 * n  # output not in the shapes
+    assert cost("aten::rsqrt", [[1, 10, 1]], [F]).bytes == 4 * 2 * 10
+    assert cost("aten::rms_norm", [x, [], [2048], []], [H, "", H, ""]).bytes == 2 * (2 * n + 2048)
+    assert cost("aten::native_layer_norm", [x, [], [2048], [2048], []], [H, "", H, H, ""]).bytes == 2 * (2 * n + 2 * 2048)
+    assert cost("aten::_softmax", [[1, 32, 10, 10], [], []], [F, "", ""]).bytes == 4 * 2 * 3200
+    e = cost("aten::embedding", [[32000, 2048], [1, 10], [], [], []], [H, L, "", "", ""])
+    assert e.bytes == 8 * 10 + 2 * 2 * 10 * 2048
+    c = cost("aten::copy_", [x, x, []], [H, F, ""])  # fp32 -> fp16
+    assert c.bytes == 2 * n + 4 * n
+    t = cost("aten::cat", [[[1, 4, 10, 64], [1, 4, 1, 64]], []], ["TensorList", "Scalar"], list_dtype=H)
+    assert t.bytes == 2 * 2 * (4 * 11 * 64)
+    # in-place variants share the model
+    assert cost("aten::add_", [x, x, []], [H, H, "Scalar"]).bytes == 3 * 2 * n
+    assert cost("aten::neg", [x], [H]).op_class == "elementwise"
+
+
+def test_unmodelled_and_malformed_are_none() -> None:
+    assert op_cost("aten::nonexistent_op", "[[1]]", '["float"]') is None
+    assert op_cost("my_module.forward", "[[1]]", '["float"]') is None
+    assert op_cost("aten::mm", "not json", "[]") is None
+    assert op_cost("aten::mm", "[[2,3]]", '["float"]') is None  # one operand missing
+    assert op_cost("aten::linear", None, None) is None
+
+
+def test_op_costs_frame_models_each_shape_once_and_keeps_ids() -> None:
+    rows = [
+        {"op_id": i, "name": "aten::linear", "input_dims": "[[1,1,64],[128,64],[]]", "input_types": json.dumps([H, H, ""])}
+        for i in range(5)
+    ] + [
+        {"op_id": 9, "name": "aten::cat", "input_dims": "[[[2,3],[2,3]],[]]", "input_types": '["TensorList","Scalar"]'},
+        {"op_id": 10, "name": "aten::empty", "input_dims": "[[]]", "input_types": "[]"},
+    ]
+    ops = pd.DataFrame(rows)
+    before = ops.copy()
+    out = op_costs(ops)
+    pd.testing.assert_frame_equal(ops, before)
+    assert sorted(out["op_id"]) == [0, 1, 2, 3, 4, 9]
+    assert (out[out["op_name"] == "aten::linear"]["flops"] == 2 * 64 * 128).all()
+    assert dominant_dtype(ops) == H
+    assert out.set_index("op_id").loc[9, "bytes"] == 2 * 2 * 12  # the list's dtype guessed from the run: fp16

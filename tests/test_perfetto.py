@@ -28,7 +28,13 @@ def _decode(path: Path) -> dict:
     counters: dict[int, list] = defaultdict(list)
     open_: dict[int, list] = defaultdict(list)
     last_ts = 0
+    interned: dict[tuple[str, int], str] = {}
     for p in trace.packet:
+        if p.HasField("interned_data"):
+            for table in ("event_names", "event_categories", "debug_annotation_names"):
+                for e in getattr(p.interned_data, table):
+                    assert (table, e.iid) not in interned, "iid interned twice"
+                    interned[(table, e.iid)] = e.name
         if p.HasField("track_descriptor"):
             td = p.track_descriptor
             tracks[td.uuid] = {
@@ -48,9 +54,11 @@ def _decode(path: Path) -> dict:
             if ev.type == TrackEvent.Type.TYPE_SLICE_BEGIN:
                 args = {}
                 for d in ev.debug_annotations:
-                    args[d.name] = d.string_value if d.HasField("string_value") else (
+                    args[d.name or interned[("debug_annotation_names", d.name_iid)]] = d.string_value if d.HasField("string_value") else (
                         d.int_value if d.HasField("int_value") else d.double_value)
-                open_[ev.track_uuid].append((p.timestamp, ev.name, args))
+                name = ev.name or interned[("event_names", ev.name_iid)]
+                assert all(("event_categories", i) in interned for i in ev.category_iids)
+                open_[ev.track_uuid].append((p.timestamp, name, args))
             elif ev.type == TrackEvent.Type.TYPE_SLICE_END:
                 ts, name, args = open_[ev.track_uuid].pop()
                 slices[ev.track_uuid].append({"ts": ts, "dur": p.timestamp - ts, "name": name, "args": args})

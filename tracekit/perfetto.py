@@ -14,7 +14,8 @@ Layout of the trace:
     its process track;
   * slices as TYPE_SLICE_BEGIN / TYPE_SLICE_END pairs, args as debug annotations;
     counters as TYPE_COUNTER with ``double_counter_value``.
-All packets sit on one trusted sequence; timestamps are the trace's ns.
+All packets sit on one trusted sequence; timestamps are the trace's ns. Event
+names, categories and debug-annotation names are interned (InternedData).
 """
 
 from __future__ import annotations
@@ -35,10 +36,29 @@ def _uuid(text: str) -> int:
     return h & 0x7FFF_FFFF_FFFF_FFFF or 1
 
 
-def _annotate(event: Any, args: dict[str, Any]) -> None:
+class _Interner:
+    """Interned strings of one sequence: each name is written once, then referred to by id."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[str, str], int] = {}
+
+    def iid(self, packet: Any, table: str, text: str) -> int:
+        key = (table, text)
+        found = self.ids.get(key)
+        if found is not None:
+            return found
+        new = len(self.ids) + 1
+        self.ids[key] = new
+        entry = getattr(packet.interned_data, table).add()
+        entry.iid = new
+        entry.name = text
+        return new
+
+
+def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: _Interner) -> None:
     for k, v in args.items():
         da = event.debug_annotations.add()
-        da.name = str(k)
+        da.name_iid = interner.iid(packet, "debug_annotation_names", str(k))
         if isinstance(v, bool):
             da.bool_value = v
         elif isinstance(v, int) and -(2**63) <= v < 2**63:
@@ -60,6 +80,9 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         b = StreamingTraceProtoBuilder(fh)
         first = True
+        # Names, categories and arg names repeat across thousands of kernels:
+        # interning them makes the file several times smaller than plain strings.
+        interner = _Interner()
 
         def packet(ts_ns: int | None = None) -> Any:
             nonlocal first
@@ -124,13 +147,14 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
         events.sort(key=lambda e: (e[0], e[1], e[2]))
         for t_ns, kind, _, key, payload in events:
             p = packet(t_ns)
+            p.sequence_flags |= 2  # SEQ_NEEDS_INCREMENTAL_STATE: uses interned strings
             ev = p.track_event
             ev.track_uuid = _uuid(key)
             if kind == 1 and payload is not None:
                 ev.type = TrackEvent.Type.TYPE_SLICE_BEGIN
-                ev.name = payload.name
-                ev.categories.append(payload.cat)
-                _annotate(ev, payload.args)
+                ev.name_iid = interner.iid(p, "event_names", payload.name)
+                ev.category_iids.append(interner.iid(p, "event_categories", payload.cat))
+                _annotate(ev, payload.args, p, interner)
                 counts["slices"] += 1
             elif payload is None:
                 ev.type = TrackEvent.Type.TYPE_SLICE_END

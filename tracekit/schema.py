@@ -209,6 +209,17 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("pct_peak_flops", _f64),
         ("pct_peak_bandwidth", _f64),
         ("energy_j", _f64),
+        # issue 5 (analysis/bound.py, docs/roofline.md): rates over wall time, model coverage, ceiling used
+        ("achieved_tflops_wall", _f64),
+        ("achieved_tbps_wall", _f64),
+        ("kernels_modelled", _i64),  # FLOPs/bytes from the launching op's shapes
+        ("kernels_class_only", _i64),  # bound from the kernel-name class only
+        ("kernels_unmodelled", _i64),  # counted in other_ns
+        ("ceiling", _dict),  # "<gpu> (datasheet|measured)"
+        ("ceiling_dtype", _dict),  # dtype whose peak pct_peak_flops uses
+        ("energy_j_per_token", _f64),
+        ("gpm_dram_bw_util_pct", _f64),  # GPM DRAM bandwidth utilisation, time-weighted over the phase windows
+        ("gpm_dram_tbps", _f64),  # that × the ceiling's peak bandwidth
         doc="Time attribution per (request or run, phase)",
     ),
 }

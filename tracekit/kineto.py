@@ -27,7 +27,7 @@ distributedInfo, displayTimeUnit, baseTimeNanoseconds, ...) come back as
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import queue
 import re
 import threading
@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -109,20 +109,52 @@ class DecodeStats:
 
 
 # --------------------------------------------------------------------------- input
-def open_binary(path: str | Path) -> BinaryIO:
-    """Open a trace for reading decompressed bytes (gzip detected by magic)."""
+def _inflate(path: str | Path, block: int) -> Iterator[bytes]:
+    """Decompressed blocks of about ``block`` bytes.
+
+    zlib directly rather than GzipFile: a truncated file still yields every
+    byte before the cut (then EOFError), and multi-member gzip files work.
+    """
     p = Path(path)
     try:
-        fh = open(p, "rb")
+        fh = open(p, "rb")  # noqa: SIM115 - closed by the with below, after the error mapping
     except FileNotFoundError:
         raise TraceFormatError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise TraceFormatError(f"{p}: is a directory") from None
-    head = fh.read(2)
-    fh.seek(0)
-    if head == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
-    return fh
+    with fh:
+        first = fh.read(2)
+        fh.seek(0)
+        if first != GZIP_MAGIC:
+            while data := fh.read(block):
+                yield data
+            return
+        d = zlib.decompressobj(wbits=47)
+        out: list[bytes] = []
+        size = 0
+        while True:
+            comp = fh.read(1 << 20)
+            if not comp:
+                break
+            while comp:
+                piece = d.decompress(comp)
+                if piece:
+                    out.append(piece)
+                    size += len(piece)
+                comp = b""
+                if d.eof and d.unused_data.strip(b"\0"):  # next gzip member
+                    comp = d.unused_data
+                    d = zlib.decompressobj(wbits=47)
+            if size >= block:
+                yield b"".join(out)
+                out, size = [], 0
+        tail = d.flush()
+        if tail:
+            out.append(tail)
+        if out:
+            yield b"".join(out)
+        if not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker")
 
 
 def _blocks(path: str | Path, block: int) -> Iterator[bytes]:
@@ -132,14 +164,12 @@ def _blocks(path: str | Path, block: int) -> Iterator[bytes]:
 
     def reader() -> None:
         try:
-            with open_binary(path) as fh:
-                while not stop.is_set():
-                    data = fh.read(block)
-                    if not data:
-                        break
-                    q.put(("data", data))
+            for data in _inflate(path, block):
+                if stop.is_set():
+                    return
+                q.put(("data", data))
             q.put(("end", None))
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        except (EOFError, zlib.error, OSError) as exc:
             q.put(("error", exc))
         except TraceFormatError as exc:
             q.put(("error", exc))
@@ -161,10 +191,8 @@ def _blocks(path: str | Path, block: int) -> Iterator[bytes]:
         stop.set()
         # Drain so the reader is never stuck on a full queue.
         while t.is_alive():
-            try:
+            with contextlib.suppress(queue.Empty):
                 q.get(timeout=0.05)
-            except queue.Empty:
-                pass
 
 
 class TruncatedTrace(TraceFormatError):
@@ -245,35 +273,38 @@ class TraceReader:
     def __iter__(self) -> Iterator[Chunk]:
         blocks = _blocks(self.path, self.block)
         buf = b""
-        # --- header: find where the events start
-        for data in blocks:
-            self.stats.bytes_in += len(data)
-            buf += data
-            s = buf.lstrip()
-            if not s:
-                continue
-            if s[:1] == b"[":
-                self.bare_list = True
-                buf = s[1:]
-                break
-            if s[:1] != b"{":
-                raise TraceFormatError(f"{self.path}: not a JSON trace (starts with {s[:20]!r})")
-            m = _EVENTS_KEY_RE.search(buf)
-            if m:
-                prefix = buf[: m.end()]
-                try:
-                    pre = orjson.loads(prefix + b"]}")
-                except orjson.JSONDecodeError:
-                    raise TraceFormatError(f"{self.path}: invalid JSON before traceEvents") from None
-                pre.pop("traceEvents", None)
-                self.meta.update(pre)
-                buf = buf[m.end() :]
-                break
-        else:
-            self._whole_small(buf)
-            return
-        # --- body: yield validated chunks
+        started = False
         try:
+            # --- header: find where the events start
+            for data in blocks:
+                self.stats.bytes_in += len(data)
+                buf += data
+                s = buf.lstrip()
+                if not s:
+                    continue
+                if s[:1] == b"[":
+                    self.bare_list = True
+                    buf = s[1:]
+                    started = True
+                    break
+                if s[:1] != b"{":
+                    raise TraceFormatError(f"{self.path}: not a JSON trace (starts with {s[:20]!r})")
+                m = _EVENTS_KEY_RE.search(buf)
+                if m:
+                    prefix = buf[: m.end()]
+                    try:
+                        pre = orjson.loads(prefix + b"]}")
+                    except orjson.JSONDecodeError:
+                        raise TraceFormatError(f"{self.path}: invalid JSON before traceEvents") from None
+                    pre.pop("traceEvents", None)
+                    self.meta.update(pre)
+                    buf = buf[m.end() :]
+                    started = True
+                    break
+            else:
+                self._whole_small(buf)
+                return
+            # --- body: yield validated chunks
             for data in blocks:
                 self.stats.bytes_in += len(data)
                 buf += data
@@ -281,7 +312,8 @@ class TraceReader:
                     continue
                 sp = split_point(buf)
                 if sp is None:
-                    if len(buf) > 4 * self.block:
+                    # One event can be large; only a long run without a valid boundary is corrupt.
+                    if len(buf) > max(4 * self.block, 64 << 20):
                         off = self.stats.bytes_in - len(buf)
                         raise TraceFormatError(f"{self.path}: invalid JSON in traceEvents near byte {off}")
                     continue
@@ -290,6 +322,11 @@ class TraceReader:
                 self.stats.chunks += 1
                 yield events
         except TruncatedTrace:
+            if not started:
+                m = _EVENTS_KEY_RE.search(buf)
+                if m is None:
+                    raise
+                buf = buf[m.end() :]
             sp = split_point(buf)
             if sp is not None:
                 self.stats.chunks += 1
@@ -416,6 +453,7 @@ def _sanitize(e: Any) -> dict[str, Any] | None:
     return out
 
 
+_FLOAT_RE = r"^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 _NUM_RE = r"^(?P<s>-?)(?P<i>[0-9]+)(?:\.(?P<f>[0-9]*))?$"
 
 
@@ -436,7 +474,7 @@ def text_us_to_ns(arr: pa.Array, *, offset_ns: int = 0) -> pa.Array:
     neg = pc.equal(pc.struct_field(m, "s"), "-")
     ns = pc.if_else(neg, pc.negate(ns), ns)
     # Exponent notation or other float text: the float path, rounded to ns.
-    other = pc.and_(pc.is_null(m), pc.is_valid(arr))
+    other = pc.fill_null(pc.and_(pc.is_null(m), pc.match_substring_regex(arr, _FLOAT_RE)), False)
     if pc.any(other).as_py():
         fl = pc.cast(pc.if_else(other, arr, pa.scalar(None, _str)), pa.float64(), safe=False)
         fl = pc.if_else(pc.is_finite(fl), fl, pa.scalar(None, pa.float64()))

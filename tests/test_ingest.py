@@ -1,0 +1,204 @@
+"""Ingest: tables, linkage, counts, metadata, several ranks, cache, bad input, HTA parity."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+
+from tracekit.cli import main
+from tracekit.errors import TraceFormatError
+from tracekit.ingest import TABLES_OUT, ingest, read_trace_tables
+from tracekit.rundir import RunDir
+
+
+def _trace() -> dict[str, Any]:
+    """A small CUDA trace: two nested ops, a kernel launch, a CUDA graph launch, a memcpy."""
+    X = "X"
+    ev = [
+        {"ph": X, "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 7, "ts": "~1712195495519689.047", "dur": 100.5, "args": {"External id": 10, "Input Dims": [[2, 3], [4, 3]], "Input type": ["float", "float"]}},
+        {"ph": X, "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 7, "ts": "~1712195495519690.001", "dur": 50, "args": {"External id": 11}},
+        {"ph": X, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": 1712195495519695.5, "dur": 5, "args": {"correlation": 100, "External id": 11}},
+        {"ph": X, "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": "~1712195495519710.250", "dur": 20.125, "args": {"correlation": 100, "External id": 11, "device": 0, "stream": 7, "grid": [1, 2, 3], "block": [128, 1, 1]}},
+        # graph launch without External id: linked by time nesting inside aten::linear's span on tid 7
+        {"ph": X, "cat": "cpu_op", "name": "graph_replay", "pid": 1, "tid": 8, "ts": 1712195495519800, "dur": 30},
+        {"ph": X, "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 8, "ts": 1712195495519810, "dur": 3, "args": {"correlation": 200}},
+        {"ph": X, "cat": "kernel", "name": "k1", "pid": 0, "tid": 9, "ts": 1712195495519820, "dur": 2, "args": {"correlation": 200, "device": 0, "stream": 9}},
+        {"ph": X, "cat": "kernel", "name": "k2", "pid": 0, "tid": 9, "ts": 1712195495519823, "dur": 2, "args": {"correlation": 200, "device": 0, "stream": 9}},
+        {"ph": X, "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 9, "ts": 1712195495519830, "dur": 1, "args": {"correlation": 201, "device": 0, "stream": 9, "bytes": 4096}},
+        {"ph": X, "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 7, "ts": 1712195495519600, "dur": 500},
+        {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 7, "ts": 1712195495519691, "args": {"Device Type": 1, "Device Id": 0, "Addr": 123, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2048}},
+        {"ph": "C", "name": "util", "pid": 0, "ts": 1712195495519700, "args": {"sm": 50.0, "mem": 20}},
+        {"ph": "s", "id": 100, "pid": 1, "tid": 7, "ts": 1712195495519695.5, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "X", "cat": "mystery", "name": "m", "pid": "Spans", "tid": "x", "ts": 1712195495519600, "dur": 1, "args": {"k": [1, {"a": 2}]}},
+        {"ph": "X", "cat": "cpu_op", "name": "no_ts", "pid": 1, "tid": 7, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 7, "ts": 1712195495519999, "dur": -4},
+    ]
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}], "distributedInfo": {"rank": 2}, "traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def _write(path: Path, doc: Any, gz: bool = True) -> Path:
+    # "~123.456" stands for the bare number: Python floats cannot hold Kineto's ns digits.
+    data = re.sub(rb'"~([0-9.]+)"', rb"\1", json.dumps(doc, indent=2).encode())
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def test_tables_linkage_and_exact_ns(tmp_path: Path) -> None:
+    t = read_trace_tables(_write(tmp_path / "t.json.gz", _trace()))
+    cpu = t["cpu_ops"].to_pandas().set_index("name")
+    gpu = t["gpu_activity"].to_pandas().set_index("name")
+    # exact ns from float-µs text
+    assert cpu.loc["aten::linear", "ts_ns"] == 1712195495519689047
+    assert cpu.loc["aten::linear", "dur_ns"] == 100500
+    assert gpu.loc["gemm", "dur_ns"] == 20125
+    # parent by nesting; kernel -> innermost op by External id
+    assert cpu.loc["aten::addmm", "parent_id"] == cpu.loc["aten::linear", "op_id"]
+    assert gpu.loc["gemm", "op_id"] == cpu.loc["aten::addmm", "op_id"]
+    assert gpu.loc["gemm", "launch_name"] == "cudaLaunchKernel"
+    assert list(gpu.loc["gemm", "grid"]) == [1, 2, 3]
+    # graph launch: both kernels share the correlation, linked by time nesting
+    assert gpu.loc["k1", "launch_name"] == gpu.loc["k2", "launch_name"] == "cudaGraphLaunch"
+    assert gpu.loc["k1", "op_id"] == gpu.loc["k2", "op_id"] == cpu.loc["graph_replay", "op_id"]
+    assert gpu.loc["Memcpy HtoD (Pageable -> Device)", "kind"] == "memcpy"
+    assert gpu.loc["Memcpy HtoD (Pageable -> Device)", "memcpy_kind"] == "HtoD"
+    assert gpu.loc["Memcpy HtoD (Pageable -> Device)", "bytes"] == 4096
+    assert json.loads(cpu.loc["aten::linear", "input_dims"]) == [[2, 3], [4, 3]]
+    assert cpu.loc["neg"].isna()["dur_ns"]
+    assert t["memory"].num_rows == 1 and t["memory"]["total_reserved_bytes"][0].as_py() == 2048
+    counters = t["counters"].to_pandas()
+    assert sorted(counters["metric"]) == ["util.mem", "util.sm"]
+    other = t["other_events"].to_pandas().set_index("name")
+    assert other.loc["m", "pid"] == "Spans" and json.loads(other.loc["m", "args"])["args"] == {"k": [1, {"a": 2}]}
+    assert json.loads(other.loc["ac2g", "args"])["id"] == 100
+
+
+def test_run_dir_counts_balance_and_meta(tmp_path: Path) -> None:
+    run = ingest([_write(tmp_path / "t.json.gz", _trace())], tmp_path / "run")
+    m = run.read_manifest()
+    c = m["ingest"]["counts"]
+    assert m["status"] == "complete"
+    assert c["events_read"] == len(_trace()["traceEvents"])
+    assert c["events_read"] == sum(c["events_by_table"].values()) + sum(c["skipped"].values())
+    assert c["skipped"] == {"no ts": 1}
+    assert c["by_ph"]["X"] == 13
+    assert m["trace_meta"]["deviceProperties"][0]["name"] == "NVIDIA H200"
+    assert m["trace_meta"]["distributedInfo"]["rank"] == 2
+    assert any("negative dur" in w for w in m["warnings"])
+    for name in TABLES_OUT:
+        assert run.has_table(name)
+    assert set(run.read_table("gpu_activity")["rank"].to_pylist()) == {2}
+
+
+def test_cache_returns_at_once_and_no_cache_rereads(tmp_path: Path) -> None:
+    src = _write(tmp_path / "t.json.gz", _trace())
+    run = ingest([src], tmp_path / "run")
+    stamp = run.read_manifest()["completed_at"]
+    again = ingest([src], tmp_path / "run")  # no --force needed: cache hit
+    assert again.read_manifest()["completed_at"] == stamp
+    assert again.read_manifest()["ingest"]["cache_key"] == run.read_manifest()["ingest"]["cache_key"]
+    with pytest.raises(Exception, match="already exists"):
+        ingest([src], tmp_path / "run", use_cache=False)
+    ingest([src], tmp_path / "run", use_cache=False, force=True)
+    assert RunDir(tmp_path / "run").read_manifest()["completed_at"] != stamp
+
+
+def test_several_ranks_one_dataset_in_parallel(tmp_path: Path) -> None:
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r in (0, 1):
+        doc = _trace()
+        doc["distributedInfo"] = {"rank": r}
+        _write(d / f"rank{r}.json.gz", doc)
+    run = ingest([d], tmp_path / "run", jobs=2)
+    gpu = run.read_table("gpu_activity")
+    assert sorted(set(gpu["rank"].to_pylist())) == [0, 1]
+    cpu = run.read_table("cpu_ops")
+    assert len(set(cpu["op_id"].to_pylist())) == cpu.num_rows  # op ids unique across ranks
+    assert run.read_manifest()["ingest"]["counts"]["events_read"] == 2 * len(_trace()["traceEvents"])
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(b"{not json", "invalid JSON"), (b'{"traceEvents": []}', "empty"), (b'{"meta": 1}', "no traceEvents")],
+)
+def test_cli_bad_input_one_line_nonzero_and_incomplete(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, needle: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    rc = main(["ingest", str(p), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and needle in err and err.count("\n") == 0
+    assert RunDir(tmp_path / "run").status == "incomplete"
+
+
+def test_truncated_gzip_keeps_events_and_marks_incomplete(tmp_path: Path) -> None:
+    doc = _trace()
+    doc["traceEvents"] = doc["traceEvents"] * 3000
+    data = gzip.compress(json.dumps(doc).encode())
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(data[: int(len(data) * 0.7)])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        ingest([p], tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    assert run.status == "incomplete"
+    assert run.read_table("cpu_ops").num_rows > 0
+
+
+def test_cli_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = _write(tmp_path / "t.json", _trace(), gz=False)
+    assert main(["ingest", str(p), "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "events" in out and "gpu_activity 4" in out
+
+
+def _corpus(corpus_dir: Path) -> list[Path]:
+    return sorted((corpus_dir / "hta").glob("*.json.gz"))
+
+
+def test_every_corpus_trace_ingests(corpus_dir: Path, tmp_path: Path) -> None:
+    files = _corpus(corpus_dir)
+    assert files
+    for i, f in enumerate(files):
+        run = ingest([f], tmp_path / f"run{i}", jobs=1)
+        m = run.read_manifest()
+        c = m["ingest"]["counts"]
+        assert m["status"] == "complete", f
+        assert c["events_read"] == sum(c["events_by_table"].values()) + sum(c["skipped"].values()), f
+        assert c["events_read"] > 1000
+        if "mtia" in f.name:
+            assert any("non-CUDA" in w for w in m["warnings"])
+            assert m["trace_meta"]["baseTimeNanoseconds"] == 1767189312000000000
+            # ts_ns is absolute: base + relative µs
+            assert run.read_table("cpu_ops")["ts_ns"][0].as_py() > 1767189312000000000
+        if "ns_resolution" in f.name:
+            ts = run.read_table("cpu_ops")["ts_ns"].to_pylist()
+            assert any(t % 1000 for t in ts)  # ns fractions kept
+
+
+def test_kernels_per_stream_match_hta(corpus_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("hta")
+    from hta.trace_analysis import TraceAnalysis
+
+    src = corpus_dir / "hta" / "trace_filter__sampled_rank-0.json.gz"
+    d = tmp_path / "hta"
+    d.mkdir()
+    shutil.copy(src, d / src.name)
+    # HTA drops the last ProfilerStep by default; tracekit drops nothing.
+    ta = TraceAnalysis(trace_dir=str(d), include_last_profiler_step=True)
+    df = ta.t.get_trace(0)
+    syms = ta.t.symbol_table.get_sym_table()
+    k = df[df["cat"].map(lambda i: syms[i]) == "kernel"]
+    hta_stats = {int(s): (int(g["dur"].count()), int(g["dur"].sum())) for s, g in k.groupby("stream")}
+
+    gpu = read_trace_tables(src)["gpu_activity"]
+    kern = gpu.filter(pc.equal(gpu["kind"].cast("string"), "kernel")).to_pandas()
+    ours = {int(s): (len(g), int(g["dur_ns"].sum()) // 1000) for s, g in kern.groupby("stream")}
+    assert ours == hta_stats
+    assert sum(v[0] for v in ours.values()) > 500

@@ -1,0 +1,112 @@
+"""The streaming decoder: chunk boundaries, exact timestamps, metadata, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracekit.errors import TraceFormatError
+from tracekit.kineto import TraceReader, read_events, split_point, text_us_to_ns
+
+# Strings that look like event boundaries must never be split on.
+_tricky = st.sampled_from(["}, {", "},{", '"}, {"', "[{", "}]", "\\", "ts", '"ts": 1'])
+_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12) | _tricky
+_event = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "i", "M", "C", "f", "s"]),
+        "name": _text,
+        "cat": st.sampled_from(["cpu_op", "kernel", "cuda_runtime", "user_annotation", "weird"]),
+        "pid": st.integers(0, 2**31) | st.sampled_from(["Spans", "Traces"]),
+        "tid": st.integers(0, 2**31),
+        "ts": st.integers(0, 2**40),
+    },
+    optional={
+        "dur": st.integers(0, 10**6),
+        "args": st.dictionaries(_text, st.integers() | _text | st.lists(st.dictionaries(_text, st.integers(), max_size=2), max_size=2), max_size=3),
+    },
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(_event, min_size=1, max_size=15), cut=st.integers(1, 4000), indent=st.booleans())
+def test_split_point_never_splits_inside_an_event(events: list[dict], cut: int, indent: bool) -> None:
+    # GIVEN a serialised event array cut at an arbitrary byte
+    body = json.dumps(events, indent=1 if indent else None)[1:-1].encode()
+    buf = body[: min(cut, len(body))]
+    sp = split_point(buf)
+    if sp is None:
+        return
+    i, chunk = sp
+    # THEN the chunk is exactly a prefix of whole events
+    n = len(chunk.events)
+    assert 1 <= n <= len(events)
+    assert [e["name"] for e in chunk.events] == [e["name"] for e in events[:n]]
+    assert buf[i:].lstrip().startswith(b",") or i == len(buf.rstrip())
+
+
+@pytest.mark.parametrize("block", [64, 1000, 1 << 20])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_event, min_size=1, max_size=30), bare=st.booleans(), gz=st.booleans())
+def test_reader_returns_every_event_for_any_block_size(tmp_path: Path, block: int, events: list[dict], bare: bool, gz: bool) -> None:
+    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "distributedInfo": {"rank": 3, "x": [{"a": 1}, {"b": 2}]}}
+    data = json.dumps(doc, indent=2).encode()
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    reader = TraceReader(p, block=block)
+    got = [e for c in reader for e in c.events]
+    assert len(got) == len(events)
+    assert [e["name"] for e in got] == [e["name"] for e in events]
+    if not bare:
+        assert reader.meta["distributedInfo"]["rank"] == 3
+
+
+def test_text_to_ns_is_exact_beyond_double_precision() -> None:
+    arr = pa.array(["1712195495519689.047", "1669783687464181", "0.5", "-3.25", "12.3456789", "1.5e3", None, "x"])
+    assert text_us_to_ns(arr).to_pylist() == [1712195495519689047, 1669783687464181000, 500, -3250, 12345, 1500000, None, None]
+    # a double cannot hold the first value: the point of parsing text
+    assert int(float("1712195495519689.047") * 1000) != 1712195495519689047
+
+
+def test_meta_before_and_after_events(tmp_path: Path) -> None:
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"schemaVersion": 1, "baseTimeNanoseconds": 5, "traceEvents": [{"ph":"X","name":"a","ts":1,"dur":2}], "traceName": "n", "INFO": ["}, {"]}')
+    events, meta = read_events(p)
+    assert len(events) == 1 and meta == {"schemaVersion": 1, "baseTimeNanoseconds": 5, "traceName": "n", "INFO": ["}, {"]}
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"", "empty"),
+        (b"hello", "not a JSON trace"),
+        (b'{"schemaVersion": 1}', "no traceEvents"),
+        (b'{"traceEvents": 5}', "not an array"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(tmp_path: Path, content: bytes, needle: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceFormatError) as ei:
+        read_events(p)
+    assert needle in ei.value.message and "\n" not in ei.value.message
+
+
+def test_truncated_gzip_keeps_events_before_the_cut(tmp_path: Path) -> None:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(20000)]
+    data = gzip.compress(orjson.dumps({"traceEvents": events}))
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    reader = TraceReader(p, block=1 << 16)
+    got: list = []
+    with pytest.raises(TraceFormatError, match="truncated"):
+        for c in reader:
+            got.extend(c.events)
+    assert 0 < len(got) < 20000
+    assert [e["name"] for e in got] == [f"op{i}" for i in range(len(got))]

@@ -62,7 +62,7 @@ def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Pa
     )
     per = a.groupby(["run_id", "rank"]).size().to_dict()
     assert per[("jobA", 1)] == 7 and per[("tprun", 1)] == 4
-    assert (tmp_path / "ds_ray" / "runtime" / "run_id=jobA" / "rank=1" / "part-0.parquet").is_file()
+    assert len(list((tmp_path / "ds_ray" / "runtime" / "run_id=jobA" / "rank=1").glob("part-*.parquet"))) == 1
 
 
 def test_a_bad_file_is_reported_and_the_rest_kept(traces: Path, tmp_path: Path) -> None:
@@ -95,3 +95,17 @@ def test_real_multi_rank_corpus_traces(corpus_dir: Path, tmp_path: Path) -> None
     assert s.ok and list(s.runs) == ["trace_filter__sampled"] and s.runs["trace_filter__sampled"] == [0, 1]
     k = dataset.read_dataset(tmp_path / "ds", "gpu_activity").to_pandas()
     assert k["name"].astype(str).str.contains("nccl", case=False).any()
+
+
+def test_files_whose_trace_says_the_same_rank_never_overwrite_each_other(tmp_path: Path) -> None:
+    # GIVEN two files named rank-0 and rank-1 whose traces both say distributedInfo.rank = 0
+    d = tmp_path / "t"
+    d.mkdir()
+    for r in (0, 1):
+        t = _trace(r, 4 + r)
+        t["distributedInfo"] = {"rank": 0, "world_size": 2}
+        (d / f"jobC_rank-{r}.json").write_text(json.dumps(t))
+    s = ri.ingest_dataset([d], tmp_path / "ds", engine="serial")
+    # THEN the trace's rank wins and both files' rows are kept
+    assert s.runs == {"jobC": [0]}
+    assert dataset.read_dataset(tmp_path / "ds", "gpu_activity").num_rows == 4 + 5

@@ -82,7 +82,7 @@ def _strip_ext(name: str) -> str:
 
 
 def plan(paths: Sequence[str | os.PathLike[str]], *, run_id: str | None = None) -> list[FileJob]:
-    """One job per trace file, with its run id, rank and a part name unique within (run, rank)."""
+    """One job per trace file, with its run id, rank and a part name unique within its run."""
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -98,12 +98,14 @@ def plan(paths: Sequence[str | os.PathLike[str]], *, run_id: str | None = None) 
     if not files:
         raise UsageError("no trace given")
     jobs: list[FileJob] = []
-    seen: dict[tuple[str, int | None], int] = {}
+    # The part name is unique per run, not per (run, rank): the rank is final only once the
+    # trace is read (its distributedInfo wins), and two files must never write one path.
+    seen: dict[str, int] = {}
     for f in files:
         rid, rank = _identify(f)
         rid = _ds.safe_run_id(run_id or rid)
-        n = seen.get((rid, rank), 0)
-        seen[(rid, rank)] = n + 1
+        n = seen.get(rid, 0)
+        seen[rid] = n + 1
         jobs.append(FileJob(str(f), rid, rank, part=str(n)))
     return jobs
 

@@ -256,3 +256,47 @@ def test_out_of_memory_is_one_line_naming_shape_and_batch(tmp_path: Path, monkey
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("tracekit: error: CUDA out of memory") and "batch 3" in err and "smoke" in err
     assert json.loads((out / "run.json").read_text())["status"] == STATUS_INCOMPLETE
+
+
+def test_a_window_never_reached_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--trace-steps", "100:200", "--out", str(out)]) == 0
+    run = RunDir.open(out)
+    m = run.read_manifest()
+    assert m["status"] == STATUS_COMPLETE
+    assert any("never reached" in w for w in m["warnings"])
+    events = chrome_trace.load(run.trace_path)["traceEvents"]
+    assert sum(e.get("cat") == "tracekit_step" for e in events) == 8
+    assert not any(e.get("cat") == "cpu_op" for e in events)
+
+
+def test_record_a_local_model_directory(tmp_path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    assert any(p.suffix == ".safetensors" for p in (tmp_path / "model").iterdir())
+    out = tmp_path / "r"
+    args = [
+        "record",
+        "-q",
+        "--warmup",
+        "0",
+        "--model",
+        str(tmp_path / "model"),
+        "--output-tokens",
+        "3",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    m = RunDir.open(out).read_manifest()
+    assert m["model"]["weights"] == "pretrained" and m["model"]["config"]["vocab_size"] == 300
+    assert m["workload"]["model"] == str(tmp_path / "model")

@@ -249,6 +249,10 @@ PlotFn = Callable[[pd.DataFrame, Path], "Path | None"]
 def make_plots(summary: pd.DataFrame, agent: pd.DataFrame, plots_dir: Path) -> dict[str, Path]:
     """Every plot the data allows; a study with no points yields no plot, never an empty one."""
     s = summary
+    try:
+        _plt()
+    except ImportError:  # a GPU box without matplotlib: tables and text still get written
+        return {}
     made: dict[str, Path | None] = {
         "prefill_share": plot_prefill_share(s, plots_dir / "prefill_share.png"),
         "ttft_vs_prompt": _line(s, "prompt", "input_tokens", "ttft_ms", plots_dir / "ttft_vs_prompt.png",
@@ -379,6 +383,8 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         "## Plots",
         "",
     ]  # fmt: skip
+    if not plots:
+        out += ["(no plots: matplotlib is not installed here, or no study had complete points)", ""]
     for name, p in plots.items():
         out.append(f"![{name}]({(rel / p.name).as_posix()})")
         out.append("")

@@ -77,7 +77,8 @@ class Point:
                 f"agent-{a.mode}-n{a.steps}-sys{a.system_tokens}-out{a.output_tokens}"
                 f"-tool{a.tool_tokens}-b{self.batch}-{self.mode}"
             )
-        return f"{self.group}-{self.shape}-in{self.input_tokens}-out{self.output_tokens}-b{self.batch}-{self.mode}"
+        shape = "".join(c if c.isalnum() or c in "-_." else "x" for c in self.shape)  # "128/32" -> "128x32"
+        return f"{self.group}-{shape}-in{self.input_tokens}-out{self.output_tokens}-b{self.batch}-{self.mode}"
 
     @property
     def total_output_tokens(self) -> int:
@@ -288,7 +289,7 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         try:
             ints: dict[str, Any] = {k: int(v) for k, v in a.items()}
             spec = AgentSpec(**ints)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise UsageError(f"sweep config: [agent]: {exc}") from None
         if spec.steps < 1 or spec.output_tokens < 1 or spec.system_tokens < 2:
             raise UsageError("sweep config: [agent] needs steps >= 1, output_tokens >= 1, system_tokens >= 2")

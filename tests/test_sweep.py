@@ -1,0 +1,101 @@
+"""The quick sweep end to end on CPU (the CI variant): real model, real pipeline, report files."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("matplotlib")
+
+from tracekit.analysis.sweep import SUMMARY_COLUMNS
+
+from tracekit.cli import main
+from tracekit.sweepspec import quick_points
+
+
+@pytest.fixture(scope="module")
+def quick_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "quick"
+    assert main(["sweep", "--quick", "--out", str(out)]) == 0
+    return out
+
+
+def test_quick_sweep_summary(quick_sweep):
+    s = pd.read_parquet(quick_sweep / "summary.parquet")
+    assert list(s.columns) == list(SUMMARY_COLUMNS)
+    assert list(s["point_id"]) == [p.id for p in quick_points()]
+    assert (s["status"] == "complete").all(), s[["point_id", "reason"]]
+    for col in ("ttft_ms", "tpot_ms", "e2e_ms", "prefill_share", "prefill_tok_s", "decode_tok_s", "cost_vs_chat"):
+        assert (s[col] > 0).all(), col
+    assert ((s["prefill_share"] > 0) & (s["prefill_share"] < 1)).all()
+    # e2e covers every token, TTFT is a part of it
+    assert (s["e2e_ms"] > s["ttft_ms"]).all()
+    # KV bytes per token: the cache's tensors equal the formula (fp32 tiny: 2*4*2*32*4)
+    assert (s["kv_formula_bytes_per_token"] == 2 * 4 * 2 * 32 * 4).all()
+    req = s[s["agent_mode"].isna()]
+    assert (req["kv_cache_bytes_per_token"] == req["kv_formula_bytes_per_token"]).all()
+    # batch 4 generates 4x the tokens of batch 1
+    b = s[s["group"] == "batch"].set_index("batch")
+    assert b.loc[4, "generated_tokens"] == 4 * b.loc[1, "generated_tokens"]
+    # the agent loop: kv-reuse prefilled fewer tokens for the same sent history
+    ag = s[s["group"] == "agent"].set_index("agent_mode")
+    assert ag.loc["kv-reuse", "sent_input_tokens"] == ag.loc["resend", "sent_input_tokens"]
+    assert ag.loc["kv-reuse", "prefilled_tokens"] < ag.loc["resend", "prefilled_tokens"]
+    # every point is a complete run directory with host tables and a trace of its window
+    assert sorted(d.name for d in (quick_sweep / "points").iterdir()) == sorted(s["point_id"])
+    for rd in s["run_dir"]:
+        run = quick_sweep / rd
+        m = json.loads((run / "run.json").read_text())
+        assert m["status"] == "complete" and (run / "trace.json.gz").stat().st_size > 1000
+        assert len(pd.read_parquet(run / "tables" / "requests.parquet")) >= 1
+        assert (run / "tables" / "phases.parquet").is_file()
+
+
+def test_quick_sweep_report_and_plots(quick_sweep):
+    md = (quick_sweep / "report.md").read_text()
+    html = (quick_sweep / "report.html").read_text()
+    for plot in ("prefill_share", "ttft_vs_prompt", "prefill_tps_vs_prompt", "tpot_vs_batch",
+                 "read_write_asymmetry", "kv_bytes_per_token", "agent_loop", "cost_vs_chat"):  # fmt: skip
+        png = quick_sweep / "plots" / f"{plot}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+        assert f"plots/{plot}.png" in md
+    assert html.count("data:image/png;base64,") >= 8
+    assert "seed" in md.lower() and "kv-reuse" in md
+    seed = pd.read_parquet(quick_sweep / "seed_comparison.parquet")
+    assert seed["measured"].notna().sum() >= 5
+
+
+def test_resume_skips_complete_points(quick_sweep):
+    assert main(["sweep", "--quick", "--out", str(quick_sweep), "--resume"]) == 0
+    meta = json.loads((quick_sweep / "sweep.json").read_text())
+    assert {o["status"] for o in meta["outcomes"].values()} == {"skipped"}
+    assert len(pd.read_parquet(quick_sweep / "summary.parquet")) == len(quick_points())
+
+
+def test_existing_out_without_resume_is_refused(quick_sweep, capsys):
+    assert main(["sweep", "--quick", "--out", str(quick_sweep)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_failed_point_is_recorded_and_sweep_goes_on(tmp_path):
+    cfg = tmp_path / "s.toml"
+    # 5000 tokens exceed the tiny model's 4,096 positions: that point fails, smoke runs.
+    cfg.write_text('model = "tiny"\ndevice = "cpu"\nshapes = ["5000/2", "smoke"]\ntrace_steps = 3\n')
+    out = tmp_path / "out"
+    assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
+    s = pd.read_parquet(out / "summary.parquet").set_index("shape")
+    assert s.loc["5000/2", "status"] == "failed" and "max_position_embeddings" in s.loc["5000/2", "reason"]
+    assert s.loc["smoke", "status"] == "complete"
+    failed_run = json.loads((out / "points" / s.loc["5000/2", "point_id"] / "run.json").read_text())
+    assert failed_run["status"] == "incomplete" and failed_run["failed"] is True
+    assert "failed" in (out / "report.md").read_text().lower()
+
+
+def test_usage_errors():
+    assert main(["sweep"]) == 2
+    assert main(["sweep", "--quick", "--preset", "seed"]) == 2
+    assert main(["sweep", "--preset", "nope"]) == 2

@@ -1,0 +1,112 @@
+"""Sweep definitions, pricing and the pure summary / seed comparison."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from tracekit.analysis import sweep as sa
+
+from tracekit import pricing, sweepspec
+from tracekit.errors import UsageError
+
+
+def test_point_ids_are_stable_and_unique():
+    a = sweepspec.seed_points()
+    b = sweepspec.seed_points()
+    assert [p.id for p in a] == [p.id for p in b]
+    assert len({p.id for p in a}) == len(a)
+    assert all("/" not in p.id for p in a)  # one directory per point
+    ids = {p.id for p in a}
+    assert "shapes-rag-in1205-out60-b1-eager" in ids and "shapes-rag-in1205-out60-b1-compiled" in ids
+    assert {p.batch for p in a if p.group == "batch"} == {1, 4, 8, 32}
+    prompts = sorted(p.input_tokens for p in a if p.group == "prompt")
+    assert prompts[0] == 25 and prompts[-1] == 4096
+    assert {p.agent.mode for p in a if p.agent} == {"resend", "kv-reuse"}
+
+
+def test_seed_estimate_fits_ten_minutes_on_h200():
+    spec = sweepspec.from_preset("seed")
+    assert spec.model == "tinyllama"
+    assert sweepspec.estimate_seconds(spec, cuda=True) < 600
+
+
+def test_toml_config(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text(
+        'model = "tiny"\nmodes = ["eager", "compiled"]\nshapes = ["smoke", "64/8"]\nbatch = [1, 2]\n'
+        "prompt_lengths = [32, 64]\n[agent]\nsteps = 2\ntool_tokens = 4\nmodes = [\"kv-reuse\"]\n"
+        "[pricing]\ninput_per_mtok = 1.0\noutput_per_mtok = 4.0\n"
+    )
+    spec = sweepspec.from_toml(f)
+    groups = [p.group for p in spec.points]
+    assert groups.count("shapes") == 4 and groups.count("batch") == 4 and groups.count("prompt") == 4
+    agents = [p for p in spec.points if p.agent]
+    assert len(agents) == 2 and all(p.agent.mode == "kv-reuse" and p.agent.steps == 2 for p in agents)
+    assert pricing.from_mapping(spec.pricing).cost(1e6, 1e6) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['shapes = ["huge"]', "batch = [0]", 'modes = ["jit"]', "nope = 1", "", "shapes = [\"smoke\"\n"],
+)
+def test_bad_configs_are_usage_errors(tmp_path, text):
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    with pytest.raises(UsageError):
+        sweepspec.from_toml(f)
+
+
+def test_pricing_override_and_default_cites_source():
+    assert pricing.DEFAULT.source and pricing.DEFAULT.as_of
+    p = pricing.from_mapping({"output_per_mtok": 10})
+    assert p.output_per_mtok == 10 and p.input_per_mtok == pricing.DEFAULT.input_per_mtok
+    with pytest.raises(UsageError):
+        pricing.from_mapping({"output_per_mtok": -1})
+
+
+def _req(rows):
+    return pd.DataFrame(rows)
+
+
+def _point(pid, group, shape, i, o, ttft_ms, e2e_ms, batch=1, agent=None, manifest=None, phases=None):
+    point = {"id": pid, "group": group, "shape": shape, "input_tokens": i, "output_tokens": o, "batch": batch,
+             "mode": "eager", "agent": agent}  # fmt: skip
+    req = _req([{"request_id": 0, "batch": batch, "input_tokens": i, "output_tokens": o, "ttft_ns": ttft_ms * 1e6,
+                 "e2e_ns": e2e_ms * 1e6, "tpot_ns": (e2e_ms - ttft_ms) * 1e6 / (o - 1)}])  # fmt: skip
+    return sa.PointData(point, "complete", manifest or {"timings": {"prefilled_tokens": i}}, req, phases)
+
+
+def test_summary_from_synthetic_points():
+    # GIVEN a chat point: TTFT 10 ms of e2e 1,280 ms, and a run-level phase split
+    phases = pd.DataFrame([
+        {"request_id": None, "phase": "decode", "time_ns": 100, "compute_bound_ns": 10, "memory_bound_ns": 20, "idle_ns": 70},
+        {"request_id": 0, "phase": "decode", "time_ns": 999, "compute_bound_ns": 999, "memory_bound_ns": 0, "idle_ns": 0},
+    ])  # fmt: skip
+    chat = _point("c", "shapes", "chat", 128, 128, 10.0, 1280.0, phases=phases)
+    failed = sa.PointData({"id": "f", "group": "batch", "shape": "chat", "batch": 32}, "failed",
+                          {"error": "OutOfMemoryError: CUDA out of memory"})  # fmt: skip
+    s = sa.summarize([chat, failed], input_price=0.15, output_price=0.6)
+    c = s.iloc[0]
+    assert c["prefill_share"] == pytest.approx(10 / 1280)
+    assert c["prefill_tok_s"] == pytest.approx(128 / 0.010)
+    assert c["decode_tok_s"] == pytest.approx(127 / 1.270)
+    assert c["tpot_ms"] == pytest.approx(1270 / 127)
+    assert c["read_write_asymmetry"] == pytest.approx((1270 / 127) / (10 / 128))
+    # the run-level rows decide the split, not the per-request ones
+    assert (c["decode_compute_share"], c["decode_memory_share"], c["decode_idle_share"]) == (0.1, 0.2, 0.7)
+    assert pd.isna(c["prefill_idle_share"])
+    assert c["cost_vs_chat"] == pytest.approx(1.0)
+    f = s.iloc[1]
+    assert f["status"] == "failed" and "out of memory" in f["reason"] and pd.isna(f["ttft_ms"])
+
+
+def test_seed_comparison_is_computed_not_hardcoded():
+    chat = _point("c", "shapes", "chat", 128, 128, 10.0, 1000.0)  # share 1% vs seed 3%: within 3x
+    rag = _point("r", "shapes", "rag", 1205, 60, 500.0, 1000.0)  # share 50% vs 16%: above 3x
+    s = sa.summarize([chat, rag], input_price=0.15, output_price=0.6)
+    cmp = sa.seed_comparison(s).set_index("key")
+    assert cmp.loc["chat_prefill_share", "measured"] == pytest.approx(0.01)
+    assert cmp.loc["chat_prefill_share", "holds"] is True or cmp.loc["chat_prefill_share", "holds"] == True  # noqa: E712
+    assert cmp.loc["rag_prefill_share", "holds"] == False  # noqa: E712
+    assert cmp.loc["rag_prefill_share", "verdict"] == "higher here"
+    assert cmp.loc["agent_cost_vs_chat", "verdict"] == "not measured"

@@ -223,6 +223,49 @@ def skew_summary(aligned: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gpu_windows(
+    steps: pa.Table | pd.DataFrame, runtime: pa.Table | pd.DataFrame, gpu_activity: pa.Table | pd.DataFrame
+) -> pd.DataFrame:
+    """Steps with gpu_start_ns / gpu_end_ns / gpu_busy_ns filled from the kernels they launched.
+
+    A kernel belongs to the step whose CPU window holds the runtime call that
+    launched it (same rank, same correlation id). Rows that already have a
+    GPU window keep it. Returns a copy of ``steps`` as a DataFrame.
+    """
+    st = _df(steps)
+    if st.empty:
+        return st
+    rt = _df(runtime)
+    k = _df(gpu_activity)
+    st["rank"] = st["rank"].fillna(0).astype("int64")
+    if rt.empty or k.empty:
+        return st
+    rt = rt.dropna(subset=["correlation", "ts_ns"]).assign(rank=lambda d: d["rank"].fillna(0).astype("int64"))
+    k = k.dropna(subset=["correlation", "ts_ns", "dur_ns"]).assign(
+        rank=lambda d: d["rank"].fillna(0).astype("int64")
+    )
+    filled = []
+    for rank, s in st.groupby("rank", sort=True):
+        s = s.sort_values("cpu_start_ns")
+        r = rt[rt["rank"] == rank]
+        starts = s["cpu_start_ns"].to_numpy(dtype=np.int64)
+        ends = s["cpu_end_ns"].to_numpy(dtype=np.int64)
+        ts = r["ts_ns"].to_numpy(dtype=np.int64)
+        i = np.searchsorted(starts, ts, side="right") - 1
+        ok = (i >= 0) & (ts < ends[np.clip(i, 0, None)])
+        launch = pd.DataFrame({"correlation": r["correlation"].to_numpy()[ok], "_row": i[ok]})
+        kk = k[k["rank"] == rank].merge(launch, on="correlation", how="inner")
+        kk["_end"] = kk["ts_ns"] + kk["dur_ns"]
+        g = kk.groupby("_row")
+        s = s.reset_index(drop=True)
+        win = pd.DataFrame({"_gs": g["ts_ns"].min(), "_ge": g["_end"].max(), "_busy": g["dur_ns"].sum()})
+        s = s.join(win, how="left")
+        for col, src in (("gpu_start_ns", "_gs"), ("gpu_end_ns", "_ge"), ("gpu_busy_ns", "_busy")):
+            s[col] = s[col].fillna(s[src]) if col in s else s[src]
+        filled.append(s.drop(columns=["_gs", "_ge", "_busy"]))
+    return pd.concat(filled, ignore_index=True)
+
+
 # --- communication ---------------------------------------------------------------
 
 

@@ -47,6 +47,8 @@ class TPOptions:
     out: Path
     world_size: int = 2
     model: str = "tiny"  # preset name or local model directory
+    # An architecture not in the presets, built with random weights: {"model_type": ..., **config fields}.
+    model_config: dict[str, Any] | None = None
     shape: str = "smoke"
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -261,8 +263,16 @@ def _worker(spec: dict[str, Any]) -> int:
     dist.init_process_group(backend=backend, rank=rank, world_size=world)
     impl = choose_impl(spec["impl"])
     shape = presets.resolve_shape(spec["shape"])
+    if spec.get("model_config"):
+        mc = dict(spec["model_config"])
+        mtype = mc.pop("model_type")
+        spec_model = presets.ModelSpec(
+            preset=presets.ModelPreset(spec["model"], mtype, mc, "tp model_config")
+        )
+    else:
+        spec_model = presets.resolve_model(spec["model"])
     cfg = wl.WorkloadConfig(
-        model=presets.resolve_model(spec["model"]),
+        model=spec_model,
         device=dev,
         dtype=wl.resolve_dtype(spec["dtype"], dev),
         shape=spec["shape"],

@@ -175,3 +175,30 @@ def test_interval_arithmetic_matches_brute_force(comm, comp, lo, width) -> None:
     assert per.loc[0, "comm_ns"] == in_comm.sum()
     assert per.loc[0, "exposed_comm_ns"] == (in_comm & ~in_comp).sum()
     assert per.loc[0, "compute_ns"] == in_comp.sum()
+
+
+def test_gpu_windows_come_from_the_kernels_each_step_launched() -> None:
+    steps = schema.from_columns(
+        "steps",
+        {"rank": [0, 0, 1], "step_id": [0, 1, 0], "kind": ["prefill", "decode", "prefill"],
+         "cpu_start_ns": [0, 100, 0], "cpu_end_ns": [100, 200, 100]},
+    )  # fmt: skip
+    runtime = schema.from_columns(
+        "runtime",
+        {"rank": [0, 0, 0, 1], "ts_ns": [10, 90, 150, 5], "dur_ns": [1] * 4, "correlation": [1, 2, 3, 1]},
+    )
+    kern = schema.from_columns(
+        "gpu_activity",
+        {"rank": [0, 0, 0, 1], "kind": ["kernel"] * 4, "name": ["a", "b", "c", "d"], "ts_ns": [50, 120, 260, 30],
+         "dur_ns": [10, 40, 5, 7], "correlation": [1, 2, 3, 1]},
+    )  # fmt: skip
+    w = ranks.gpu_windows(steps, runtime, kern).set_index(["rank", "step_id"])
+    # step 0 launched kernels a and b (b runs after the CPU window closed): GPU window [50, 160)
+    assert (w.loc[(0, 0), "gpu_start_ns"], w.loc[(0, 0), "gpu_end_ns"], w.loc[(0, 0), "gpu_busy_ns"]) == (
+        50,
+        160,
+        50,
+    )
+    assert (w.loc[(0, 1), "gpu_start_ns"], w.loc[(0, 1), "gpu_end_ns"]) == (260, 265)
+    assert w.loc[(1, 0), "gpu_end_ns"] == 37
+    assert steps.column("gpu_start_ns").null_count == 3  # input untouched

@@ -14,7 +14,6 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -74,7 +73,11 @@ def synthesize(src: Path, dst: Path, target_bytes: int) -> Path:
 
 
 def bench(path: Path, hta: bool) -> dict[str, float]:
-    mb = (gzip.open(path).seek(0, 2) if path.suffix == ".gz" else path.stat().st_size) / 1e6
+    if path.suffix == ".gz":
+        with gzip.open(path) as fh:
+            mb = fh.seek(0, 2) / 1e6
+    else:
+        mb = path.stat().st_size / 1e6
     res: dict[str, float] = {"mb": mb, "gzip_s": gzip_seconds(path)}
     with tempfile.TemporaryDirectory() as tmp:
         res["tk_s"], res["tk_mb"] = _rss_child(_TK, str(path), str(Path(tmp) / "run"))

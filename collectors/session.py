@@ -293,6 +293,13 @@ class Recording:
                 raw.unlink()
         except TracekitError as e:
             problems.append(f"trace merge failed ({e.message}); raw Kineto trace kept as {RAW_TRACE}")
+        stepped = {s.request_id for s in self.tracker.steps}
+        blind = [
+            r.request_id for r in self.tracker.requests if r.output_tokens and r.request_id not in stepped
+        ]
+        if blind:
+            # Tokens but no forward pass: this model's generate bypassed module __call__ (hooks).
+            problems.append(f"requests {blind}: tokens were timed but no forward pass was seen; no step rows")
         profiled = timings(self.tracker.requests)
         self.result = {"profiled": profiled}
         data = run.read_manifest()

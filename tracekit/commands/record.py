@@ -22,6 +22,9 @@ from tracekit.errors import UsageError
     help="A preset (tiny, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, llama-3.1-8b; random weights) "
     "or a local Hugging Face model directory. Default: tinyllama-1.1b with CUDA, else tiny.",
 )
+@click.option(
+    "--model-preset", "model_preset", default=None, hidden=True, help="Alias of --model for a preset name."
+)
 @click.option("--trust-remote-code", is_flag=True, help="Allow a local model's own code to run.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option(
@@ -65,6 +68,7 @@ from tracekit.errors import UsageError
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
 def command(
     model: str | None,
+    model_preset: str | None,
     trust_remote_code: bool,
     device: str,
     dtype: str,
@@ -119,6 +123,14 @@ def command(
 
     from tracekit.collectors import workload as wl
 
+    if model_preset is not None:
+        if model is not None:
+            raise UsageError("give --model or --model-preset, not both")
+        if model_preset not in presets.MODEL_PRESETS:
+            raise UsageError(
+                f"--model-preset {model_preset!r}: known presets: {', '.join(presets.MODEL_PRESETS)}"
+            )
+        model = model_preset
     dev = wl.resolve_device(device)
     name = model or (presets.GPU_DEFAULT_MODEL if dev.startswith("cuda") else presets.CPU_DEFAULT_MODEL)
     spec = presets.resolve_model(name)

@@ -416,8 +416,84 @@ def bound_tables(
 ) -> dict[str, Any]:
     """The whole attribution in one call: {"kernels", "step_bound", "phases"}."""
     kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
+    if len(kernels) and len(steps):
+        kind = dict(zip(steps["step_id"], steps["kind"].astype(str), strict=True))
+        kernels["phase"] = pd.to_numeric(kernels["step_id"], errors="coerce").map(kind)
     return {
         "kernels": kernels,
         "step_bound": attribute_steps(steps, kernels),
         "phases": attribute_phases(steps, kernels, ceiling, phases),
     }
+
+
+# --- the pipeline pass ---------------------------------------------------------
+
+
+def gpu_name(manifest: Mapping[str, Any] | None) -> str | None:
+    """The GPU's name as the recorder (torch) or the trace (Kineto deviceProperties) gives it."""
+    if not manifest:
+        return None
+    env = manifest.get("environment") or {}
+    if isinstance(env, Mapping) and env.get("gpu"):
+        return str(env["gpu"])
+    meta = manifest.get("trace_meta") or {}
+    metas = [meta] if isinstance(meta, Mapping) and "deviceProperties" in meta else (
+        list(meta.values()) if isinstance(meta, Mapping) else []
+    )
+    for m in metas:
+        props = m.get("deviceProperties") if isinstance(m, Mapping) else None
+        if props and isinstance(props, list) and isinstance(props[0], Mapping) and props[0].get("name"):
+            return str(props[0]["name"])
+    return None
+
+
+def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
+
+    The ceiling comes in as ``t["ceiling"]`` (a Ceiling the caller resolved:
+    measured or datasheet, tracekit.ceilings.resolve); failing that, the datasheet
+    entry for the manifest's GPU. With neither, the pass only warns.
+    """
+    from tracekit.analysis import energy
+    from tracekit.analysis.steps import as_df
+
+    from tracekit.ceilings import datasheet
+
+    gpu, cpu, steps = as_df(t["gpu_activity"]), as_df(t["cpu_ops"]), as_df(t["steps"])
+    if gpu.empty or steps.empty:
+        return {}  # a CPU-only trace, or no steps: there is no GPU time to split
+    manifest = t.get("manifest") or {}
+    ceiling = t.get("ceiling")
+    name = gpu_name(manifest)
+    if ceiling is None and name:
+        ceiling = datasheet(name)
+    if ceiling is None:
+        return {"warnings": [f"bound: no ceiling for GPU {name!r}; run `tracekit calibrate` on it "
+                             "(compute/memory-bound columns left empty)"]}
+    ks = as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
+    phases = as_df(t["phases"]) if t.get("phases") is not None else None
+    out = bound_tables(gpu, cpu, steps, ceiling, phases=phases, kernel_steps=ks)
+    ph = out["phases"].drop(columns=["tokens"], errors="ignore")
+    counters = as_df(t["counters"]) if t.get("counters") is not None else pd.DataFrame()
+    warnings: list[str] = []
+    if len(counters):
+        devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
+        dev = int(devs.mode().iloc[0]) if len(devs) else None
+        ph = energy.phase_energy(ph, steps, counters, dev)
+        w = step_windows(steps)
+        util, tbps = [], []
+        for r in ph.itertuples(index=False):
+            g = w[w["kind"].astype(str) == str(r.phase)]
+            if pd.notna(r.request_id):
+                g = g[g["request_id"] == r.request_id]
+            win = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+            u = energy.window_mean(counters, energy.METRIC_DRAM_BW_UTIL, win, dev)
+            util.append(u)
+            tbps.append(u / 100.0 * ceiling.peak_bytes_per_s / 1e12)
+        ph["gpm_dram_bw_util_pct"] = util
+        ph["gpm_dram_tbps"] = tbps
+    k = out["kernels"]
+    n_other = int((k["bound"] == OTHER).sum())
+    if len(k) and n_other:
+        warnings.append(f"bound: {n_other} of {len(k)} GPU activities have no model (counted as other_ns)")
+    return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings}

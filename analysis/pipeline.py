@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from tracekit.analysis import bound as _bound
 from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
@@ -127,6 +128,12 @@ PHASES = Pass("phases", _phases_pass, needs=("steps", "kernel_steps"), adds=("ph
 
 # A plain list: later passes (issue 5's classification) append to it.
 DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES]
+
+# issue 5: compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU)
+BOUND = Pass("bound", _bound.bound_pass,
+             needs=("gpu_activity", "cpu_ops", "steps", "kernel_steps", "phases", "counters"),
+             adds=("phases", "kernel_bound", "step_bound"))
+DEFAULT_PASSES.append(BOUND)
 
 
 def to_frame(table: Any) -> pd.DataFrame:

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tracekit.analysis import bound
 from tracekit.analysis.kernels import kernel_class
 from tracekit.analysis.opmodels import op_cost
+
 from tracekit.ceilings import datasheet
 
 H200 = datasheet("NVIDIA H200")
@@ -199,3 +199,32 @@ def test_kernel_name_classes() -> None:
     assert kernel_class("void at::native::(anonymous namespace)::CatArrayBatchedCopy<...>") == "copy"
     assert kernel_class("Memcpy HtoD (Pageable -> Device)", "memcpy") == "copy"
     assert kernel_class("mystery") == "other"
+
+
+def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.DataFrame]) -> None:
+    from tracekit import schema
+
+    ks = pd.DataFrame({"row": range(10), "step_id": [0] * 8 + [1] * 2, "device": 0})
+    phases = pd.DataFrame({"request_id": pd.array([None, 0, None], "Int64"), "phase": ["decode", "decode", "outside"],
+                           "steps": [1, 1, 0], "time_ns": [230, 230, 7]})
+    counters = pd.DataFrame({"ts_ns": [0, 1000, 2000], "metric": ["energy"] * 3, "value": [0.0, 1.0, 2.0],
+                             "device": 0})
+    t = {**tables, "kernel_steps": ks, "phases": phases, "counters": counters,
+         "manifest": {"environment": {"gpu": "NVIDIA H200"}}}
+    t["gpu_activity"] = t["gpu_activity"].assign(device=0)
+    out = bound.bound_pass(t)
+    ph = out["phases"]
+    assert list(ph["phase"]) == ["decode", "decode", "outside"]
+    assert ph.loc[0, "energy_j"] == pytest.approx(0.23)  # 230 ns at 1 J per 1,000 ns
+    assert ph.loc[0, "ceiling"] == "NVIDIA H200 (datasheet)"
+    assert set(out["kernel_bound"]["phase"].dropna()) == {"prefill", "decode"}
+    schema.from_pandas("phases", ph)  # every column the pass adds is in the schema
+    assert any("no model" in w for w in out["warnings"])
+    # no ceiling for an unknown GPU: a warning, nothing else
+    t2 = {**t, "manifest": {"environment": {"gpu": "Mystery GPU 9000"}}}
+    assert set(bound.bound_pass(t2)) == {"warnings"}
+    # a measured ceiling handed in wins
+    from dataclasses import replace
+
+    meas = replace(H200, kind="measured", peak_bytes_per_s=4.0e12)
+    assert bound.bound_pass({**t, "ceiling": meas})["phases"].loc[0, "ceiling"] == "NVIDIA H200 (measured)"

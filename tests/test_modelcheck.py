@@ -3,7 +3,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from tracekit.analysis import energy
 from tracekit.analysis.modelcheck import (
     decode_check,
@@ -12,6 +11,7 @@ from tracekit.analysis.modelcheck import (
     kv_growth_check,
     shape_from_config,
 )
+
 from tracekit.ceilings import datasheet
 from tracekit.plots import roofline_png
 

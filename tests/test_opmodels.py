@@ -4,13 +4,12 @@ import json
 
 import pandas as pd
 import pytest
-
 from tracekit.analysis.opmodels import dominant_dtype, is_modelled, op_cost, op_costs
 
 H, F, L = "c10::Half", "float", "long int"
 
 
-def cost(name: str, dims: list, types: list, **kw: object):  # noqa: ANN201
+def cost(name: str, dims: list, types: list, **kw: object):
     c = op_cost(name, json.dumps(dims), json.dumps(types), **kw)  # type: ignore[arg-type]
     assert c is not None, name
     return c

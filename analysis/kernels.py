@@ -29,7 +29,7 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
                       r"^Kernel2?$|splitK|dot_kernel|matmul|wgmma|hmma|magma", re.I)),
     (COPY, re.compile(r"^Memcpy|^Memset|copy_kernel|CatArray|catArray|direct_copy|fill_kernel|"
                       r"index_select|indexSelect|gather|scatter|embedding|memcpy|memset|transpose", re.I)),
-    (REDUCTION, re.compile(r"reduce|norm|softmax|argmax|topk|sort|cumsum|scan|mean|sum_kernel|welford", re.I)),
+    (REDUCTION, re.compile(r"reduce|norm|\bbn_|batch_?norm|softmax|argmax|topk|sort|cumsum|scan|mean|sum_kernel|welford", re.I)),
     (ELEMENTWISE, re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|activation|silu|gelu|"
                              r"rotary|rope|binary|unary|where|copysign", re.I)),
 ]

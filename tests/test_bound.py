@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -228,3 +229,30 @@ def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.
 
     meas = replace(H200, kind="measured", peak_bytes_per_s=4.0e12)
     assert bound.bound_pass({**t, "ceiling": meas})["phases"].loc[0, "ceiling"] == "NVIDIA H200 (measured)"
+
+
+def test_real_trace_from_corpus(corpus_dir: Path) -> None:
+    from tracekit.ingest import read_trace_tables
+
+    path = corpus_dir / "hta" / "trace_filter__sampled_rank-0.json.gz"
+    if not path.is_file():
+        pytest.skip("corpus trace absent")
+    t = read_trace_tables(path)
+    gpu, cpu = t["gpu_activity"].to_pandas(), t["cpu_ops"].to_pandas()
+    v100 = datasheet("Tesla V100-SXM2-16GB")
+    assert v100 is not None
+    k = bound.kernel_costs(gpu, cpu, v100)
+    assert len(k) == len(gpu)
+    shape = k[k["model"] == "shape"]
+    assert len(shape) > len(k) / 2  # this recsys trace has shapes: most kernels get a model
+    assert (shape["flops"] >= 0).all() and (shape["bytes"] > 0).all()
+    # splitting by duration conserves each op's cost
+    from tracekit.analysis.opmodels import op_costs
+
+    costs = op_costs(cpu).set_index("op_id")
+    per_op = shape.groupby("op_id")["bytes"].sum()
+    direct = per_op.index.intersection(costs.index)
+    assert len(direct) > 0
+    assert np.allclose(per_op.loc[direct].to_numpy(), costs.loc[direct, "bytes"].to_numpy())
+    assert set(k["bound"]) <= {"compute", "memory", "other", "comm", "memcpy"}
+    assert (k.loc[k["kclass"] == "communication", "bound"] == "comm").all()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -165,7 +166,7 @@ def record(out: Path) -> None:
 
     dec = [s for s in steps if s["kind"] == "decode"]
     dec_ms = [s["cuda_event_ms"] for s in dec]
-    host_ms = [1e3 * (b["host_start_s"] - a["host_start_s"]) for a, b in zip(dec, dec[1:], strict=False)]
+    host_ms = [1e3 * (b["host_start_s"] - a["host_start_s"]) for a, b in itertools.pairwise(dec)]
     result = {
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
@@ -191,10 +192,10 @@ def record(out: Path) -> None:
 
 def analyze(out: Path) -> int:
     import pandas as pd
-
-    from tracekit import ceilings
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+
+    from tracekit import ceilings
     from tracekit.ingest import read_trace_tables
 
     timings = json.loads((out / "bound_timings.json").read_text())

@@ -208,6 +208,9 @@ def analyze(out: Path) -> int:
     t0 = time.perf_counter()
     res = run_passes(tables, DEFAULT_PASSES)
     print(f"passes: {time.perf_counter() - t0:.1f} s; ceiling: {ceiling.describe()}")
+    if "kernel_bound" not in res:
+        print("no GPU activity or no steps in the trace; warnings:", res["warnings"])
+        return 1
     ph: pd.DataFrame = res["phases"]
     k: pd.DataFrame = res["kernel_bound"]
     sb: pd.DataFrame = res["step_bound"]

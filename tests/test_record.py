@@ -300,3 +300,46 @@ def test_record_a_local_model_directory(tmp_path: Path) -> None:
     m = RunDir.open(out).read_manifest()
     assert m["model"]["weights"] == "pretrained" and m["model"]["config"]["vocab_size"] == 300
     assert m["workload"]["model"] == str(tmp_path / "model")
+
+
+def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
+    """Ctrl-C as a signal (not a mocked exception): exit 130, run incomplete, partial data kept."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "r"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tracekit",
+        "record",
+        "-q",
+        "--warmup",
+        "0",
+        "--output-tokens",
+        "150",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    # run.json gains timings.unprofiled when the profiled pass begins.
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if "unprofiled" in json.loads((out / "run.json").read_text()).get("timings", {}):
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-500:]
+    run = RunDir.open(out)
+    m = run.read_manifest()
+    assert m["status"] == STATUS_INCOMPLETE and "interrupt" in m["incomplete_reason"]
+    steps = run.read_df("steps")
+    assert 1 <= len(steps) < 150
+    assert run.trace_path.is_file() and run.read_df("requests").iloc[0]["output_tokens"] < 150

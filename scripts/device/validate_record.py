@@ -113,13 +113,15 @@ def independent(cfg: Any, model: Any, prompts: list[Any]) -> dict[str, Any]:
     }
 
 
-def trim_run(src: Path, dst: Path, tk: Any) -> dict[str, Any]:
+def trim_run(src: Path, dst: Path, with_trace: bool) -> dict[str, Any]:
     from tracekit import chrome_trace
 
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src / "run.json", dst / "run.json")
     shutil.copytree(src / "tables", dst / "tables", dirs_exist_ok=True)
     info: dict[str, Any] = {"full_trace_bytes": (src / "trace.json.gz").stat().st_size}
+    if not with_trace:  # parsing a chat trace whole costs GBs and seconds: fixtures come from smoke
+        return info
     data = chrome_trace.load(src / "trace.json.gz")
     for last in (2, 1, 0):  # steps 0..last of the first request: prefill + a few decodes
         small = chrome_trace.trim(data, 0, last)
@@ -136,7 +138,7 @@ def trim_run(src: Path, dst: Path, tk: Any) -> dict[str, Any]:
 def main(out_dir: str) -> int:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tk = _import_tracekit()
+    _import_tracekit()
     import torch
     from tracekit.collectors import presets
     from tracekit.collectors import workload as wl
@@ -195,7 +197,7 @@ def main(out_dir: str) -> int:
             ratios[key] = 100.0 * (unprof[key] - ind[key]) / ind[key]
         entry["diff_pct_unprofiled_vs_independent"] = ratios
         entry["within_target"] = all(abs(v) <= TARGET_PCT for v in ratios.values())
-        entry["fixture"] = trim_run(run_path, out / "runs" / shape, tk)
+        entry["fixture"] = trim_run(run_path, out / "runs" / shape, with_trace=shape == "smoke")
         report["shapes"][shape] = entry
         summary.append(
             f"{shape}: TTFT {unprof['ttft_ns'] / 1e6:.2f} ms (indep {ind['ttft_ns'] / 1e6:.2f}, {ratios['ttft_ns']:+.1f}%), "

@@ -78,6 +78,7 @@ class KinetoCapture:
         self._prof: Any = None
         self._active = False
         self._stopped = False
+        self._ready = False
 
     @property
     def windowed(self) -> bool:
@@ -112,8 +113,10 @@ class KinetoCapture:
             clock_sync_marker()
 
     def _on_ready(self, prof: Any) -> None:
-        prof.export_chrome_trace(str(self.raw_path))
-        self.exported = True
+        # Called inside the step that closes the window, i.e. inside a timed
+        # request: writing hundreds of MB of JSON here would land in its TPOT.
+        # Export later, in stop().
+        self._ready = True
 
     def on_step_start(self, step_id: int) -> None:
         w = self.config.window
@@ -133,6 +136,6 @@ class KinetoCapture:
             clock_sync_marker()
         self._prof.stop()
         self._active = False
-        if not self.windowed:
+        if not self.windowed or self._ready:
             self._prof.export_chrome_trace(str(self.raw_path))
             self.exported = True

@@ -343,3 +343,15 @@ def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
     steps = run.read_df("steps")
     assert 1 <= len(steps) < 150
     assert run.trace_path.is_file() and run.read_df("requests").iloc[0]["output_tokens"] < 150
+
+
+def test_a_window_past_the_end_keeps_the_steps_it_captured(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--trace-steps", "5:100", "--out", str(out)]) == 0
+    events = chrome_trace.load(RunDir.open(out).trace_path)["traceEvents"]
+    captured = {
+        parse_step(e["name"]).step_id  # type: ignore[union-attr]
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name")).startswith("tracekit.step ")
+    }
+    assert captured == {5, 6, 7}

@@ -95,6 +95,12 @@ def command(
     tracekit record --model ./my-hf-model --shape rag --batch 4
     tracekit record --out runs/mine -- python my_script.py ARGS
     """
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"tracekit record needs {' and '.join(missing)}: pip install 'tracekit[record]'")
+
     from tracekit.collectors import presets
     from tracekit.collectors.profiler import parse_trace_steps
     from tracekit.collectors.session import RecordOptions, default_out, run_script, run_workload

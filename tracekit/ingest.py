@@ -15,8 +15,9 @@ read == sum(events per table) + sum(skipped).
 
 from __future__ import annotations
 
-import gc
 import os
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -26,25 +27,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracekit import schema as _schema
 from tracekit.errors import TraceFormatError, UsageError
-from tracekit.kineto import DUR_TEXT_RE, TS_TEXT_RE, TraceReader, TruncatedTrace, events_to_struct, exact_ns
+from tracekit.ingest_sql import (  # noqa: F401 - the routing sets are part of this module's interface
+    ANNOTATION_CATS,
+    CPU_CATS,
+    GPU_CATS,
+    RUNTIME_CATS,
+    EngineConfig,
+    TableBuilder,
+    extract_array,
+)
 
-# Category routing (lower-cased cat). Anything not listed goes to other_events.
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
-RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "mtia_runtime"}
-CPU_CATS = {"cpu_op", "operator", "python_function"}
-ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation", "trace"}
 # Device-side activity of accelerators tracekit does not model as GPU activity.
 NON_CUDA_DEVICE_CATS = {"mtia_ccp_events"}
 TABLES_OUT = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory", "other_events")
-_ROUTES = ("skip", *TABLES_OUT)
-_R = {name: i for i, name in enumerate(_ROUTES)}
 OP_ID_STRIDE = 1 << 40  # op_id = file index * stride + row: unique across the files of a run
 
 
@@ -76,225 +77,6 @@ class FileResult:
     bytes_in: int
     seconds: float
     truncated: str | None = None
-
-
-def _lower(arr: pa.Array) -> pa.Array:
-    return pc.utf8_lower(arr)
-
-
-def _route(ev: pa.StructArray, counts: Counts) -> np.ndarray:
-    ph = pc.fill_null(pc.struct_field(ev, "ph"), "")
-    cat = _lower(pc.fill_null(pc.struct_field(ev, "cat"), ""))
-    name = pc.struct_field(ev, "name")
-    has_ts = pc.is_valid(pc.struct_field(ev, "ts")).to_numpy(zero_copy_only=False)
-    phn = np.asarray(ph.to_numpy(zero_copy_only=False), dtype=object)
-    catn = np.asarray(cat.to_numpy(zero_copy_only=False), dtype=object)
-    for k, v in zip(*np.unique(phn, return_counts=True), strict=True):
-        counts.by_ph[str(k) or "(none)"] += int(v)
-    route = np.full(len(ev), _R["other_events"], dtype=np.int8)
-    is_x = phn == "X"
-    route[is_x & np.isin(catn, list(GPU_CATS))] = _R["gpu_activity"]
-    route[is_x & np.isin(catn, list(RUNTIME_CATS))] = _R["runtime"]
-    route[is_x & np.isin(catn, list(CPU_CATS))] = _R["cpu_ops"]
-    route[is_x & np.isin(catn, list(ANNOTATION_CATS))] = _R["annotations"]
-    is_inst = (phn == "i") | (phn == "I")
-    mem = is_inst & pc.fill_null(pc.equal(name, "[memory]"), False).to_numpy(zero_copy_only=False)
-    route[mem] = _R["memory"]
-    route[phn == "C"] = _R["counters"]
-    # Timeline tables need a position; metadata and other events may lack one.
-    modelled = (route != _R["other_events"]) & ~has_ts
-    if modelled.any():
-        counts.skipped["no ts"] += int(modelled.sum())
-        route[modelled] = _R["skip"]
-    invalid = phn == "?invalid"
-    if invalid.any():
-        counts.skipped["not a JSON object"] += int(invalid.sum())
-        route[invalid] = _R["skip"]
-    return route
-
-
-def _json_texts(events: list[Any], idx: np.ndarray, key: str) -> list[str | None]:
-    out: list[str | None] = []
-    for i in idx.tolist():
-        a = events[i].get("args")
-        v = a.get(key) if isinstance(a, dict) else None
-        out.append(None if v is None else orjson.dumps(v).decode())
-    return out
-
-
-class _Converter:
-    """Turns chunks of events into per-table Arrow tables, counting everything."""
-
-    def __init__(self, rank: int, offset_ns: int = 0) -> None:
-        self.rank = rank
-        self.offset_ns = offset_ns
-        self.counts = Counts()
-        self.parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES_OUT}
-        self.inexact = 0
-
-    def add(self, events: list[Any], text: bytes) -> None:
-        if not events:
-            return
-        self.counts.events_read += len(events)
-        ev, slow = events_to_struct(events)
-        if slow:
-            self.counts.warnings["events with unexpected field types (coerced)"] += 1
-        ts, ok1 = exact_ns(pc.struct_field(ev, "ts"), text, TS_TEXT_RE, offset_ns=self.offset_ns)
-        dur, ok2 = exact_ns(pc.struct_field(ev, "dur"), text, DUR_TEXT_RE)
-        if not (ok1 and ok2):
-            self.counts.warnings["timestamps parsed as doubles (may be inexact below 1 us)"] += len(events)
-        route = _route(ev, self.counts)
-        for r, tname in enumerate(_ROUTES):
-            if tname == "skip":
-                continue
-            idx = np.flatnonzero(route == r)
-            if len(idx) == 0:
-                continue
-            self.counts.events_by_table[tname] += len(idx)
-            take = pa.array(idx)
-            sub = ev.take(take)
-            t = getattr(self, "_" + tname)(sub, ts.take(take), dur.take(take), events, idx)
-            self.parts[tname].append(t)
-
-    # --- per table ---------------------------------------------------------
-    def _common(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, *, timed: bool = True) -> dict[str, Any]:
-        n = len(sub)
-        cols: dict[str, Any] = {"rank": pa.array(np.full(n, self.rank, dtype=np.int32)), "ts_ns": ts}
-        if timed:
-            neg = pc.fill_null(pc.less(dur, 0), False)
-            nneg = pc.sum(neg).as_py() or 0
-            if nneg:
-                self.counts.warnings["negative dur (set to null)"] += nneg
-                dur = pc.if_else(neg, pa.scalar(None, pa.int64()), dur)
-            nnull = dur.null_count
-            if nnull:
-                self.counts.warnings["complete events without dur"] += nnull - nneg
-            cols["dur_ns"] = dur
-            cols["name"] = pc.struct_field(sub, "name")
-            nname = cols["name"].null_count
-            if nname:
-                self.counts.warnings["events without name"] += nname
-        return cols
-
-    def _arg(self, sub: pa.StructArray, key: str) -> pa.Array:
-        return pc.struct_field(pc.struct_field(sub, "args"), key)
-
-    def _gpu_activity(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        c = self._common(sub, ts, dur)
-        cat = _lower(pc.fill_null(pc.struct_field(sub, "cat"), ""))
-        kind = pc.replace_substring_regex(cat, "^(gpu_)?", "")
-        c["kind"] = kind
-        c["device"] = pc.coalesce(self._arg(sub, "device"), pc.struct_field(sub, "pid"))
-        c["stream"] = pc.coalesce(self._arg(sub, "stream"), pc.struct_field(sub, "tid"))
-        c["correlation"] = self._arg(sub, "correlation")
-        c["external_id"] = self._arg(sub, "External id")
-        c["grid"] = self._arg(sub, "grid")
-        c["block"] = self._arg(sub, "block")
-        c["registers_per_thread"] = self._arg(sub, "registers per thread")
-        c["shared_memory_bytes"] = self._arg(sub, "shared memory")
-        c["bytes"] = self._arg(sub, "bytes")
-        # Memcpy names carry the direction: "Memcpy HtoD (Pageable -> Device)".
-        mk = pc.extract_regex(pc.fill_null(c["name"], ""), r"Memcpy (?P<k>[A-Za-z]+)")
-        c["memcpy_kind"] = pc.if_else(pc.equal(kind, "memcpy"), pc.struct_field(mk, "k"), pa.scalar(None, pa.string()))
-        return _schema.from_columns("gpu_activity", c)
-
-    def _cpu_ops(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        c = self._common(sub, ts, dur)
-        c["cat"] = pc.struct_field(sub, "cat")
-        c["pid"] = pc.struct_field(sub, "pid")
-        c["tid"] = pc.struct_field(sub, "tid")
-        c["external_id"] = self._arg(sub, "External id")
-        c["sequence_number"] = self._arg(sub, "Sequence number")
-        c["input_dims"] = _json_texts(events, idx, "Input Dims")
-        c["input_types"] = _json_texts(events, idx, "Input type")
-        return _schema.from_columns("cpu_ops", c)
-
-    def _runtime(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        c = self._common(sub, ts, dur)
-        c["pid"] = pc.struct_field(sub, "pid")
-        c["tid"] = pc.struct_field(sub, "tid")
-        c["correlation"] = self._arg(sub, "correlation")
-        c["external_id"] = self._arg(sub, "External id")
-        return _schema.from_columns("runtime", c)
-
-    def _annotations(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        c = self._common(sub, ts, dur)
-        cat = pc.struct_field(sub, "cat")
-        is_gpu = pc.fill_null(pc.equal(_lower(pc.fill_null(cat, "")), "gpu_user_annotation"), False)
-        c["cat"] = cat
-        c["pid"] = pc.struct_field(sub, "pid")
-        c["tid"] = pc.struct_field(sub, "tid")
-        null32 = pa.scalar(None, pa.int64())
-        c["device"] = pc.if_else(is_gpu, pc.coalesce(self._arg(sub, "device"), c["pid"]), null32)
-        c["stream"] = pc.if_else(is_gpu, pc.coalesce(self._arg(sub, "stream"), c["tid"]), null32)
-        return _schema.from_columns("annotations", c)
-
-    def _memory(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        c = self._common(sub, ts, dur, timed=False)
-        c["device_type"] = self._arg(sub, "Device Type")
-        c["device"] = self._arg(sub, "Device Id")
-        c["addr"] = self._arg(sub, "Addr")
-        c["bytes"] = self._arg(sub, "Bytes")
-        c["total_allocated_bytes"] = self._arg(sub, "Total Allocated")
-        c["total_reserved_bytes"] = self._arg(sub, "Total Reserved")
-        return _schema.from_columns("memory", c)
-
-    def _counters(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        # Long form: one row per (event, numeric arg). Counter events are few.
-        tss = ts.to_pylist()
-        pids = pc.struct_field(sub, "pid").to_pylist()
-        rows_ts, rows_dev, rows_metric, rows_val = [], [], [], []
-        for j, i in enumerate(idx.tolist()):
-            args = events[i].get("args")
-            name = events[i].get("name")
-            if not isinstance(args, dict) or not args:
-                self.counts.warnings["counter events without values"] += 1
-                continue
-            for k, v in args.items():
-                if isinstance(v, int | float) and not isinstance(v, bool):
-                    rows_ts.append(tss[j])
-                    rows_dev.append(pids[j])
-                    rows_metric.append(f"{name}.{k}" if name and k != name else str(k))
-                    rows_val.append(float(v))
-        n = len(rows_ts)
-        return _schema.from_columns(
-            "counters",
-            {
-                "rank": [self.rank] * n,
-                "ts_ns": rows_ts,
-                "device": rows_dev,
-                "metric": rows_metric,
-                "value": rows_val,
-                "source": ["kineto"] * n,
-            },
-        )
-
-    def _other_events(self, sub: pa.StructArray, ts: pa.Array, dur: pa.Array, events: list[Any], idx: np.ndarray) -> pa.Table:
-        c = self._common(sub, ts, dur, timed=False)
-        c["dur_ns"] = dur
-        c["name"] = pc.struct_field(sub, "name")
-        c["ph"] = pc.struct_field(sub, "ph")
-        c["cat"] = pc.struct_field(sub, "cat")
-        c["pid"] = pc.coalesce(pc.struct_field(sub, "pidS"), pc.cast(pc.struct_field(sub, "pid"), pa.string()))
-        c["tid"] = pc.coalesce(pc.struct_field(sub, "tidS"), pc.cast(pc.struct_field(sub, "tid"), pa.string()))
-        args: list[str | None] = []
-        for i in idx.tolist():
-            e = events[i]
-            if not isinstance(e, dict):
-                args.append(None)
-                continue
-            # Keep what the columns do not hold (flow id and binding point, scope, args).
-            extra = {k: v for k, v in e.items() if k not in ("ph", "cat", "name", "ts", "dur", "pid", "tid", "pidS", "tidS")}
-            args.append(orjson.dumps(extra).decode() if extra else None)
-        c["args"] = args
-        return _schema.from_columns("other_events", c)
-
-    def finish(self) -> dict[str, pa.Table]:
-        out = {}
-        for t in TABLES_OUT:
-            parts = self.parts[t]
-            out[t] = pa.concat_tables(parts).combine_chunks() if parts else _schema.empty(t)
-        return out
 
 
 # --------------------------------------------------------------------------- linkage
@@ -442,44 +224,104 @@ def _offset_ns(meta: dict[str, Any]) -> int:
     return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
 
 
-def read_file(path: str | Path, *, rank: int | None = None, file_index: int = 0) -> FileResult:
-    """Read one trace into tables (in memory). Raises TraceFormatError if it has no events."""
+_TIMED = "('gpu_activity', 'cpu_ops', 'runtime', 'annotations')"
+
+
+def _count(b: TableBuilder, counts: Counts) -> None:
+    """events_read, by_ph, events_by_table, skipped and the per-event warnings, from SQL aggregates."""
+    for ph, n in b.rows("SELECT coalesce(nullif(ph, ''), '(none)'), count(*) FROM ev GROUP BY 1"):
+        counts.by_ph[str(ph)] += int(n)
+        counts.events_read += int(n)
+    for route, reason, n in b.rows("SELECT route, skip_reason, count(*) FROM ev GROUP BY 1, 2"):
+        if route == "skip":
+            counts.skipped[str(reason)] += int(n)
+        else:
+            counts.events_by_table[str(route)] += int(n)
+    neg, nodur, noname = b.rows(
+        f"SELECT count(*) FILTER (dur_ns0 < 0), count(*) FILTER (dur_ns0 IS NULL), count(*) FILTER (name IS NULL) "
+        f"FROM ev WHERE route IN {_TIMED}"
+    )[0]
+    if neg:
+        counts.warnings["negative dur (set to null)"] += int(neg)
+    if nodur:
+        counts.warnings["complete events without dur"] += int(nodur)
+    if noname:
+        counts.warnings["events without name"] += int(noname)
+    (over,) = b.rows("SELECT count(*) FILTER (ts_overflow) FROM ev")[0]
+    if over:
+        counts.warnings["timestamps beyond the int64 ns range (set to null)"] += int(over)
+    if b.coerced:
+        counts.warnings["events with unexpected field types (coerced)"] += 1
+        counts.warnings["timestamps parsed as doubles (may be inexact below 1 us)"] += counts.events_read
+    (filled,) = b.rows(
+        "SELECT count(*) FROM ev e JOIN flows f ON f.pid_i = e.pid_i AND f.tid_i = e.tid_i AND f.ts_ns = e.ts_ns "
+        "AND f.ph = CASE e.route WHEN 'gpu_activity' THEN 'f' ELSE 's' END "
+        "WHERE e.route IN ('gpu_activity', 'runtime') AND e.a.\"correlation\" IS NULL"
+    )[0]
+    if filled:
+        counts.warnings["correlations filled from ac2g flow events"] += int(filled)
+
+
+def _build_tables(b: TableBuilder, rank: int, counts: Counts) -> dict[str, pa.Table]:
+    out: dict[str, pa.Table] = {}
+    for name in TABLES_OUT:
+        if counts.events_by_table.get(name, 0) == 0:
+            out[name] = _schema.empty(name)
+            continue
+        if name == "counters":
+            rows, empty = b.counter_rows()
+            if empty:
+                counts.warnings["counter events without values"] += empty
+            cols: list[Any] = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+            n = len(rows)
+            out[name] = _schema.from_columns("counters", {
+                "rank": [rank] * n, "ts_ns": cols[0], "device": cols[1], "metric": cols[2], "value": cols[3],
+                "source": ["kineto"] * n,
+            })
+            continue
+        t = b.table(name)
+        t = t.append_column("rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32)))
+        out[name] = _schema.conform(name, t)
+    return out
+
+
+def read_file(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    file_index: int = 0,
+    threads: int | None = None,
+    work_dir: str | Path | None = None,
+) -> FileResult:
+    """Read one trace into tables (in memory). Raises TraceFormatError if it has no events.
+
+    ``threads``: DuckDB threads (default: the cores available; 1 when files are read in parallel).
+    ``work_dir``: where the extracted array and DuckDB's spill files go (default: TMPDIR); removed after.
+    Safe to call from a worker process (process pool, Ray task): it shares no state.
+    """
     t0 = time.perf_counter()
-    was_enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived dicts: the cyclic GC only costs time here
-    truncated: str | None = None
-    reader = TraceReader(path)
-    conv: _Converter | None = None
+    tmp = Path(tempfile.mkdtemp(prefix="tracekit-ingest-", dir=work_dir))
     try:
+        ex = extract_array(path, tmp)
+        meta = ex.meta
+        counts = Counts()
+        offset = _offset_ns(meta)
+        b = TableBuilder(ex.array, tmp, offset_ns=offset, config=EngineConfig(threads=threads or 0), source=path)
         try:
-            for chunk in reader:
-                if conv is None:
-                    conv = _Converter(rank if rank is not None else 0, _offset_ns(reader.meta))
-                conv.add(chunk.events, chunk.text)
-        except TruncatedTrace as exc:
-            truncated = exc.message
+            _count(b, counts)
+            if counts.events_read == 0:
+                raise TraceFormatError(ex.truncated or f"{path}: traceEvents is empty")
+            dist = meta.get("distributedInfo")
+            trace_rank = dist.get("rank") if isinstance(dist, dict) else None
+            final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
+            tables = _build_tables(b, final_rank, counts)
+        finally:
+            b.close()
     finally:
-        if was_enabled:
-            gc.enable()
-    if conv is None:
-        conv = _Converter(rank if rank is not None else 0, _offset_ns(reader.meta))
-    if conv.offset_ns == 0 and _offset_ns(reader.meta):
-        conv.counts.warnings["baseTimeNanoseconds after traceEvents: ts_ns relative to it"] += 1
-    meta = reader.meta
-    if conv.counts.events_read == 0:
-        if truncated:
-            raise TraceFormatError(truncated)
-        raise TraceFormatError(f"{path}: traceEvents is empty")
-    dist = meta.get("distributedInfo")
-    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
-    final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
-    tables = conv.finish()
-    if final_rank != conv.rank:
-        tables = {k: _set_rank(v, final_rank) for k, v in tables.items()}
-    tables = _link(tables, file_index, conv.counts)
-    _device_warnings(tables, conv.counts)
-    return FileResult(str(path), final_rank, tables, meta, conv.counts, reader.stats.bytes_in,
-                      time.perf_counter() - t0, truncated)
+        shutil.rmtree(tmp, ignore_errors=True)
+    tables = _link(tables, file_index, counts)
+    _device_warnings(tables, counts)
+    return FileResult(str(path), final_rank, tables, meta, counts, ex.bytes_in, time.perf_counter() - t0, ex.truncated)
 
 
 def _set_rank(t: pa.Table, rank: int) -> pa.Table:
@@ -521,10 +363,10 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def _worker(args: tuple[str, int | None, int]) -> FileResult | TraceFormatError:
-    path, rank, idx = args
+def _worker(args: tuple[str, int | None, int, int | None]) -> FileResult | TraceFormatError:
+    path, rank, idx, threads = args
     try:
-        return read_file(path, rank=rank, file_index=idx)
+        return read_file(path, rank=rank, file_index=idx, threads=threads)
     except TraceFormatError as exc:
         return exc
 
@@ -555,8 +397,9 @@ def ingest(
     t0 = time.perf_counter()
     run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
     multi = len(files) > 1
-    tasks = [(str(f), None, i) for i, f in enumerate(files)]
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
+    # Files in parallel: one DuckDB thread each, so processes x threads stays at the core count.
+    tasks = [(str(f), None, i, 1 if n_jobs > 1 else None) for i, f in enumerate(files)]
     results: list[FileResult | TraceFormatError]
     if n_jobs > 1:
         with ProcessPoolExecutor(n_jobs) as pool:

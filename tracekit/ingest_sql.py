@@ -1,0 +1,478 @@
+"""One trace file -> per-table Arrow tables, with DuckDB's C++ JSON reader doing the parsing.
+
+Two stages:
+
+1. ``extract_array``: Python streams the (gzip) file in large blocks (zlib on a
+   reader thread, tracekit.kineto) and writes only the ``traceEvents`` array
+   (``[ ... ]``) to a temporary file. Everything outside the array (header keys
+   before it, trailer keys such as ``baseTimeNanoseconds`` or ``traceName``
+   after it) is parsed with orjson as the trace metadata. Only the last block is
+   held back in memory, so memory does not grow with the file. A bare top-level
+   list that is not compressed is read in place. Truncated input (gzip cut,
+   JSON cut) is closed after the last complete event, whose boundary is
+   validated by ``kineto.split_point``; the caller marks the run incomplete.
+2. ``TableBuilder``: DuckDB reads the array once with an explicit column list
+   (unknown top-level keys ignored), decodes the args tracekit needs with one
+   ``json_transform`` per event, routes events to tables by ``ph``/``cat`` and
+   fills missing correlations from ``ac2g`` flow events, all in SQL; each
+   table comes back as Arrow. Memory is bounded by DuckDB's ``memory_limit``
+   (it spills to ``temp_directory``).
+
+Exact timestamps: ``ts``/``dur`` are read as DECIMAL(38,3). DuckDB converts the
+number's text to the decimal directly (it does not pass through a double), so
+Kineto's ``1712195495519689.047`` (19 significant digits, more than a double
+holds) becomes exactly 1712195495519689047 ns. Digits beyond the ns are rounded
+half away from zero. Only the coercing fallback (events that are not objects,
+timestamps that are not numbers) goes through doubles, and says so in a warning.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from tracekit.errors import TraceFormatError
+from tracekit.kineto import _BOUNDARY_RE, _EVENTS_KEY_RE, BLOCK_BYTES, TruncatedTrace, _blocks, split_point
+
+_TAIL_SEARCH = 2 << 20  # where to look for an event start near the end of the array
+_MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
+# Largest single event DuckDB accepts. Its reader allocates buffers of this size per thread,
+# so it is a memory cost: 64 MB is far beyond any real event.
+_MAX_EVENT = 64 << 20
+
+# Category routing (lower-cased cat). Anything not listed goes to other_events.
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "mtia_runtime")
+CPU_CATS = ("cpu_op", "operator", "python_function")
+ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "trace")
+TIMELINE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory")
+
+
+# --------------------------------------------------------------------------- stage 1: the array
+@dataclass
+class Extracted:
+    array: Path  # a file holding exactly the traceEvents array
+    meta: dict[str, Any]  # every top-level key except traceEvents
+    bytes_in: int  # decompressed bytes read
+    truncated: str | None  # why the input ended early (events before it are in ``array``)
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except FileNotFoundError:
+        raise TraceFormatError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(f"{path}: is a directory") from None
+
+
+def _bare_list_in_place(path: Path) -> bool:
+    """An uncompressed file that starts with ``[`` and ends with ``]``: DuckDB can read it as it is."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip()
+        fh.seek(max(0, size - 4096))
+        tail = fh.read().rstrip()
+    return head[:1] == b"[" and tail[-1:] == b"]" and size > 2
+
+
+def _find_events_key(buf: bytes) -> int | None:
+    """Offset just after ``"traceEvents": [`` in a header buffer, or None."""
+    m = _EVENTS_KEY_RE.search(buf)
+    return m.end() if m else None
+
+
+def _header_meta(path: Path, prefix: bytes) -> dict[str, Any]:
+    try:
+        pre = orjson.loads(prefix + b"]}")
+    except orjson.JSONDecodeError:
+        raise TraceFormatError(f"{path}: invalid JSON before traceEvents") from None
+    if not isinstance(pre, dict):
+        raise TraceFormatError(f"{path}: not a JSON trace")
+    pre.pop("traceEvents", None)
+    return pre
+
+
+def _no_array(path: Path, buf: bytes) -> TraceFormatError:
+    """No traceEvents array was found: say precisely why."""
+    s = buf.strip()
+    if not s:
+        return TraceFormatError(f"{path}: empty file")
+    if s[:1] not in (b"{", b"["):
+        return TraceFormatError(f"{path}: not a JSON trace (starts with {s[:20]!r})")
+    try:
+        obj = orjson.loads(s)
+    except orjson.JSONDecodeError:
+        return TraceFormatError(f"{path}: invalid JSON (no traceEvents array found)")
+    if isinstance(obj, dict) and "traceEvents" not in obj:
+        return TraceFormatError(f"{path}: no traceEvents in the trace")
+    return TraceFormatError(f"{path}: traceEvents is not an array")
+
+
+def _event_starts(tail: bytes, from_start: bool) -> list[int]:
+    """Offsets in ``tail`` where an event may start: after a ``}, {`` boundary near the end, then
+    (if ``tail`` starts at the array's start) 0. Parsing from near the end keeps the check cheap."""
+    lo = max(0, len(tail) - _TAIL_SEARCH)
+    starts = [m.end() - 1 for _, m in zip(range(_MAX_STARTS), _BOUNDARY_RE.finditer(tail, lo), strict=False)]
+    if not starts and lo:
+        starts = [m.end() - 1 for _, m in zip(range(_MAX_STARTS), _BOUNDARY_RE.finditer(tail), strict=False)]
+    return [*starts, 0] if from_start else starts
+
+
+def _array_end(tail: bytes, s: int, bare: bool) -> tuple[int, dict[str, Any]] | None:
+    """(offset of the array's closing ``]`` in tail, trailer keys) if tail[s:] closes the array validly."""
+    rest = tail[s:]
+    try:
+        whole = orjson.loads(rest and (b"[" + rest if bare else b'{"traceEvents":[' + rest))
+    except orjson.JSONDecodeError:
+        return None
+    if bare:
+        if not isinstance(whole, list):
+            return None
+        return s + len(rest.rstrip()) - 1, {}
+    if not isinstance(whole, dict):
+        return None
+    whole.pop("traceEvents", None)
+    # The closing bracket is the last "]" after which the trailer parses and before which the events do.
+    q = len(rest)
+    while (q := rest.rfind(b"]", 0, q)) >= 0:
+        try:
+            orjson.loads(b'{"x":[' + rest[q:])
+            orjson.loads(b"[" + rest[:q] + b"]")
+        except orjson.JSONDecodeError:
+            continue
+        return s + q, whole
+    return None
+
+
+def extract_array(path: str | Path, dest_dir: str | Path, *, block: int = BLOCK_BYTES) -> Extracted:
+    """The traceEvents array of ``path`` as a file (written to ``dest_dir/events.json`` unless the
+    input can be read in place) and the rest of the trace as metadata."""
+    p = Path(path)
+    gz = _is_gzip(p)
+    if not gz and _bare_list_in_place(p):
+        return Extracted(p, {}, p.stat().st_size, None)
+    return _extract(p, Path(dest_dir), block)
+
+
+def _extract(p: Path, tmp: Path, block: int) -> Extracted:
+    out_path = tmp / "events.json"
+    meta: dict[str, Any] = {}
+    bytes_in = 0
+    truncated: str | None = None
+    bare = False
+    started = False
+    flushed = False
+    head = b""
+    hold: list[bytes] = []
+    held = 0
+    with open(out_path, "wb") as out:
+        out.write(b"[")
+        try:
+            for data in _blocks(p, block):
+                bytes_in += len(data)
+                if not started:
+                    head += data
+                    s = head.lstrip()
+                    if not s:
+                        continue
+                    if s[:1] == b"[":
+                        bare, started = True, True
+                        data = s[1:]
+                    elif s[:1] != b"{":
+                        raise TraceFormatError(f"{p}: not a JSON trace (starts with {s[:20]!r})")
+                    else:
+                        at = _find_events_key(head)
+                        if at is None:
+                            continue
+                        meta = _header_meta(p, head[:at])
+                        started = True
+                        data = head[at:]
+                    head = b""
+                hold.append(data)
+                held += len(data)
+                # Keep at least one block back: the array's end is found in it.
+                while len(hold) > 2 and held - len(hold[0]) >= block:
+                    first = hold.pop(0)
+                    out.write(first)
+                    held -= len(first)
+                    flushed = True
+        except TruncatedTrace as exc:
+            truncated = exc.message
+            if not started:
+                at = _find_events_key(head)
+                if at is None:
+                    raise
+                meta = _header_meta(p, head[:at])
+                started = True
+                hold, held = [head[at:]], len(head) - at
+        if not started:
+            raise _no_array(p, head)
+        tail = b"".join(hold)
+        end: int | None = None
+        if truncated is None:
+            for start in _event_starts(tail, not flushed):
+                found = _array_end(tail, start, bare)
+                if found is not None:
+                    end, trailer = found
+                    meta.update(trailer)
+                    break
+            if end is None:
+                truncated = f"{p}: JSON ends early or is invalid after the last complete event"
+        if end is None:
+            # Close the array after the last complete event before the cut.
+            for start in _event_starts(tail, not flushed):
+                sp = split_point(tail[start:])
+                if sp is not None:
+                    end = start + sp[0]
+                    break
+            else:
+                if not flushed:
+                    raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
+                raise TraceFormatError(f"{p}: invalid JSON in traceEvents near the end ({truncated})")
+        out.write(tail[:end])
+        out.write(b"]")
+    return Extracted(out_path, meta, bytes_in, truncated)
+
+
+# --------------------------------------------------------------------------- stage 2: SQL
+# The args tracekit reads, decoded once per event (DuckDB struct field names
+# are case-insensitive, so the [memory] fields, "Bytes" among them, have their own spec).
+_ARGS_SPEC = {
+    "External id": "BIGINT",
+    "correlation": "BIGINT",
+    "device": "BIGINT",
+    "stream": "BIGINT",
+    "grid": "INTEGER[]",
+    "block": "INTEGER[]",
+    "registers per thread": "BIGINT",
+    "shared memory": "BIGINT",
+    "bytes": "BIGINT",
+    "Sequence number": "BIGINT",
+    "Input Dims": "JSON",
+    "Input type": "JSON",
+}
+_MEM_SPEC = {
+    "Device Type": "BIGINT",
+    "Device Id": "BIGINT",
+    "Addr": "BIGINT",
+    "Bytes": "BIGINT",
+    "Total Allocated": "BIGINT",
+    "Total Reserved": "BIGINT",
+}
+# Top-level event keys read besides the modelled ones; kept in other_events.args.
+_EXTRA_KEYS = ("id", "bp", "s", "scope", "id2", "cname", "tts", "tdur", "sf", "stack")
+_COLUMNS = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "JSON", "tid": "JSON",
+            "ts": "DECIMAL(38,3)", "dur": "DECIMAL(38,3)", "args": "JSON", **{k: "JSON" for k in _EXTRA_KEYS}}
+# Exceptions DuckDB raises when an event does not fit the column types.
+_COERCE_HINTS = ("transform error", "Expected OBJECT", "Failed to cast", "Could not convert", "Conversion Error")
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _spec(d: dict[str, str]) -> str:
+    return _q(orjson.dumps(d).decode())
+
+
+def _in(values: Any) -> str:
+    return "(" + ", ".join(_q(v) for v in values) + ")"
+
+
+def _source(path: Path, strict: bool) -> str:
+    """A SELECT of the raw event fields with uniform types, from the strict or the coercing reader."""
+    p = _q(str(path))
+    if strict:
+        cols = "{" + ", ".join(f"{_q(k)}: {_q(t)}" for k, t in _COLUMNS.items()) + "}"
+        src = f"read_json({p}, format='array', columns={cols}, maximum_object_size={_MAX_EVENT})"
+        return f"SELECT *, TRUE AS is_obj FROM {src}"
+    # Any element of any type: one JSON value per row, every field coerced (numbers via doubles).
+    fields = ", ".join(
+        [f"CASE WHEN json_type(j -> '$.{k}') = 'VARCHAR' THEN j ->> '$.{k}' ELSE (j -> '$.{k}')::VARCHAR END AS {k}" for k in ("ph", "cat", "name")]
+        + [f"j -> '$.{k}' AS {k}" for k in ("pid", "tid", "args", *_EXTRA_KEYS)]
+        + [f"TRY_CAST(TRY_CAST(j -> '$.{k}' AS DOUBLE) AS DECIMAL(38,3)) AS {k}" for k in ("ts", "dur")]
+    )
+    src = f"read_json({p}, format='array', records=false, columns={{j: 'JSON'}}, maximum_object_size={_MAX_EVENT})"
+    return f"SELECT {fields}, coalesce(json_type(j) = 'OBJECT', FALSE) AS is_obj FROM {src}"
+
+
+def _events_sql(path: Path, strict: bool, offset_ns: int) -> str:
+    gpu = _in(GPU_CATS)
+    route = f"""CASE
+        WHEN NOT is_obj THEN 'skip'
+        WHEN ph = 'X' AND lcat IN {gpu} THEN 'gpu_activity'
+        WHEN ph = 'X' AND lcat IN {_in(RUNTIME_CATS)} THEN 'runtime'
+        WHEN ph = 'X' AND lcat IN {_in(CPU_CATS)} THEN 'cpu_ops'
+        WHEN ph = 'X' AND lcat IN {_in(ANNOTATION_CATS)} THEN 'annotations'
+        WHEN ph IN ('i', 'I') AND name = '[memory]' THEN 'memory'
+        WHEN ph = 'C' THEN 'counters'
+        ELSE 'other_events' END"""
+    # ts * 1000 is exact in DECIMAL(38,3); the BIGINT cast rounds the sub-ns digits and gives
+    # NULL (counted) beyond int64's range.
+    off = f" + {int(offset_ns)}" if offset_ns else ""
+    return f"""
+    WITH src AS ({_source(path, strict)}),
+    typed AS (
+      SELECT *, lower(coalesce(cat, '')) AS lcat,
+        TRY_CAST(ts * 1000 AS BIGINT){off} AS ts_ns,
+        TRY_CAST(dur * 1000 AS BIGINT) AS dur_ns0,
+        TRY_CAST(pid AS BIGINT) AS pid_i, TRY_CAST(tid AS BIGINT) AS tid_i
+      FROM src),
+    routed AS (SELECT *, {route} AS route0 FROM typed)
+    SELECT ph, cat, name, lcat, ts_ns, dur_ns0, ts IS NOT NULL AND ts_ns IS NULL AS ts_overflow,
+      pid_i, tid_i,
+      CASE WHEN route0 <> 'other_events' THEN NULL WHEN json_type(pid) = 'VARCHAR' THEN pid ->> '$'
+           ELSE pid::VARCHAR END AS pid_s,
+      CASE WHEN route0 <> 'other_events' THEN NULL WHEN json_type(tid) = 'VARCHAR' THEN tid ->> '$'
+           ELSE tid::VARCHAR END AS tid_s,
+      CASE WHEN route0 NOT IN ('skip', 'other_events') AND ts IS NULL THEN 'skip' ELSE route0 END AS route,
+      CASE WHEN NOT is_obj THEN 'not a JSON object' WHEN route0 NOT IN ('skip', 'other_events') AND ts IS NULL
+           THEN 'no ts' END AS skip_reason,
+      CASE WHEN route0 IN ('gpu_activity', 'runtime', 'cpu_ops', 'annotations')
+           THEN json_transform(args, {_spec(_ARGS_SPEC)}) END AS a,
+      CASE WHEN route0 = 'memory' THEN json_transform(args, {_spec(_MEM_SPEC)}) END AS m,
+      CASE WHEN route0 = 'counters' THEN args END AS counter_args,
+      CASE WHEN route0 = 'other_events' AND lcat = 'ac2g' AND ph IN ('s', 'f') THEN TRY_CAST(id AS BIGINT) END AS flow_id,
+      CASE WHEN route0 = 'other_events' THEN nullif(to_json(map_from_entries(list_filter(
+        [{", ".join("{'k': " + _q(k) + ", 'v': " + k + "}" for k in ("args", *_EXTRA_KEYS))}],
+        lambda x: x.v IS NOT NULL)))::VARCHAR, '{{}}') END AS other_args
+    FROM routed"""
+
+
+def _dur(alias: str = "") -> str:
+    return f"CASE WHEN {alias}dur_ns0 >= 0 THEN {alias}dur_ns0 END"
+
+
+_TABLE_SQL: dict[str, str] = {
+    "gpu_activity": f"""
+      SELECT e.ts_ns, {_dur('e.')} AS dur_ns,
+        regexp_replace(e.lcat, '^gpu_', '') AS kind, e.name,
+        TRY_CAST(coalesce(e.a."device", e.pid_i) AS INTEGER) AS device,
+        TRY_CAST(coalesce(e.a."stream", e.tid_i) AS INTEGER) AS stream,
+        coalesce(e.a."correlation", f.flow_id) AS correlation,
+        e.a."External id" AS external_id, e.a."grid" AS grid, e.a."block" AS block,
+        TRY_CAST(e.a."registers per thread" AS INTEGER) AS registers_per_thread, e.a."shared memory" AS shared_memory_bytes,
+        e.a."bytes" AS bytes,
+        CASE WHEN e.lcat IN ('gpu_memcpy', 'memcpy') THEN nullif(regexp_extract(e.name, 'Memcpy ([A-Za-z]+)', 1), '') END
+          AS memcpy_kind
+      FROM ev e LEFT JOIN flows f ON f.ph = 'f' AND f.pid_i = e.pid_i AND f.tid_i = e.tid_i AND f.ts_ns = e.ts_ns
+      WHERE e.route = 'gpu_activity' ORDER BY e.ts_ns""",
+    "runtime": f"""
+      SELECT e.ts_ns, {_dur('e.')} AS dur_ns, e.name, e.pid_i AS pid, e.tid_i AS tid,
+        coalesce(e.a."correlation", f.flow_id) AS correlation, e.a."External id" AS external_id
+      FROM ev e LEFT JOIN flows f ON f.ph = 's' AND f.pid_i = e.pid_i AND f.tid_i = e.tid_i AND f.ts_ns = e.ts_ns
+      WHERE e.route = 'runtime' ORDER BY e.ts_ns""",
+    "cpu_ops": f"""
+      SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,
+        a."External id" AS external_id, a."Sequence number" AS sequence_number,
+        a."Input Dims"::VARCHAR AS input_dims, a."Input type"::VARCHAR AS input_types
+      FROM ev WHERE route = 'cpu_ops'""",
+    "annotations": f"""
+      SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,
+        CASE WHEN lcat = 'gpu_user_annotation' THEN TRY_CAST(coalesce(a."device", pid_i) AS INTEGER) END AS device,
+        CASE WHEN lcat = 'gpu_user_annotation' THEN TRY_CAST(coalesce(a."stream", tid_i) AS INTEGER) END AS stream
+      FROM ev WHERE route = 'annotations' ORDER BY ts_ns""",
+    "memory": """
+      SELECT ts_ns, TRY_CAST(m."Device Type" AS INTEGER) AS device_type, TRY_CAST(m."Device Id" AS INTEGER) AS device,
+        m."Addr" AS addr,
+        m."Bytes" AS bytes, m."Total Allocated" AS total_allocated_bytes, m."Total Reserved" AS total_reserved_bytes
+      FROM ev WHERE route = 'memory' ORDER BY ts_ns""",
+    "other_events": """
+      SELECT ts_ns, dur_ns0 AS dur_ns, ph, cat, name, pid_s AS pid, tid_s AS tid, other_args AS args
+      FROM ev WHERE route = 'other_events'""",
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """DuckDB settings for one file. memory_limit bounds DuckDB's own memory; it spills past it."""
+
+    threads: int = 0  # 0: the cores available
+    memory_limit: str = "2GB"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class TableBuilder:
+    """Reads one extracted array with DuckDB and hands out per-table Arrow tables."""
+
+    def __init__(self, array: Path, temp_dir: Path, *, offset_ns: int = 0, config: EngineConfig = EngineConfig(),
+                 source: str | Path | None = None) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(":memory:")
+        threads = config.threads or _cores()
+        self.con.execute(f"SET threads = {int(threads)}")
+        self.con.execute(f"SET memory_limit = {_q(config.memory_limit)}")
+        self.con.execute(f"SET temp_directory = {_q(str(temp_dir))}")
+        # Row order within a table is set by ORDER BY where it matters; dropping insertion
+        # order lets DuckDB stream and spill with less memory.
+        self.con.execute("SET preserve_insertion_order = false")
+        self.coerced = False
+        where = source or array  # errors name the user's file, not the extracted array
+        try:
+            self._load(array, strict=True, offset_ns=offset_ns)
+        except duckdb.Error as exc:
+            msg = str(exc)
+            if not any(h in msg for h in _COERCE_HINTS):
+                raise TraceFormatError(f"{where}: invalid JSON in traceEvents ({_first_line(msg)})") from None
+            self.coerced = True
+            try:
+                self._load(array, strict=False, offset_ns=offset_ns)
+            except duckdb.Error as exc2:
+                raise TraceFormatError(f"{where}: invalid JSON in traceEvents ({_first_line(str(exc2))})") from None
+
+    def _load(self, array: Path, *, strict: bool, offset_ns: int) -> None:
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE ev AS {_events_sql(array, strict, offset_ns)}")
+        self.con.execute(
+            "CREATE OR REPLACE TEMP TABLE flows AS SELECT ph, pid_i, tid_i, ts_ns, min(flow_id) AS flow_id "
+            "FROM ev WHERE flow_id IS NOT NULL AND pid_i IS NOT NULL AND tid_i IS NOT NULL AND ts_ns IS NOT NULL "
+            "GROUP BY ALL"
+        )
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.con.execute(sql).fetchall()
+
+    def table(self, name: str) -> pa.Table:
+        return self.con.sql(_TABLE_SQL[name]).to_arrow_table()
+
+    def counter_rows(self) -> tuple[list[Any], int]:
+        """Counter samples in long form: (ts_ns, device, metric, value) per numeric arg; events without values."""
+        rows: list[Any] = []
+        empty = 0
+        for ts, pid, name, args in self.con.execute(
+            "SELECT ts_ns, pid_i, name, counter_args FROM ev WHERE route = 'counters' ORDER BY ts_ns"
+        ).fetchall():
+            try:
+                d = orjson.loads(args) if args is not None else None
+            except orjson.JSONDecodeError:
+                d = None
+            if not isinstance(d, dict) or not d:
+                empty += 1
+                continue
+            for k, v in d.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    rows.append((ts, pid, f"{name}.{k}" if name and k != name else str(k), float(v)))
+        return rows, empty
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _first_line(msg: str) -> str:
+    return msg.strip().splitlines()[0] if msg.strip() else "error"
+
+
+__all__ = ["EngineConfig", "Extracted", "TableBuilder", "extract_array"]

@@ -1,11 +1,18 @@
 """Ingest speed and memory: tracekit vs HTA's TraceAnalysis load, on the same files.
 
-    .venv/bin/python benchmarks/ingest.py [--trace FILE ...] [--synthetic-mb 80] [--big-gb 2] [--no-hta]
+    .venv/bin/python benchmarks/ingest.py [--trace FILE ...] [--synthetic-mb 80] [--big-gb 2] [--repeat 3] [--no-hta]
 
-Each measurement runs in its own subprocess; wall time is measured around it
-and peak RSS is the child's ru_maxrss. Also times `gzip -dc FILE > /dev/null`.
-Synthetic traces (made by repeating a corpus trace's events with shifted
-timestamps) are written under /tmp, never into the repository.
+Every measurement runs in a fresh subprocess. Inside it the tool's modules are
+imported first; the *load time* is measured around the load call only
+(tracekit: ``ingest([file], out)`` with the cache off, which writes the Parquet
+tables and run.json; HTA: ``TraceAnalysis(trace_dir=...)``), so interpreter
+start and imports are excluded for both alike. The child's peak RSS
+(ru_maxrss) and the whole process's wall time (start, imports, load, exit)
+are reported too. ``gzip -dc FILE > /dev/null`` is timed on the same file.
+With --repeat N each figure is the median of N runs.
+
+Synthetic traces (a corpus trace's events repeated with shifted timestamps)
+are written under the temp directory and deleted after.
 """
 
 from __future__ import annotations
@@ -14,38 +21,65 @@ import argparse
 import gzip
 import json
 import os
-import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import orjson
+
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "hta"
+SRC = "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 
-_TK = "import sys; from tracekit.ingest import ingest; ingest([sys.argv[1]], sys.argv[2], force=True, use_cache=False, jobs=1)"
-_HTA = (
-    "import sys; from hta.trace_analysis import TraceAnalysis; "
-    "TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)"
-)
+# Each child prints "<load seconds> <peak RSS KiB>" as its last line.
+_TK = """
+import sys, time, resource
+import duckdb, numpy, orjson, pandas, pyarrow, pyarrow.parquet
+import tracekit.ingest, tracekit.ingest_cache, tracekit.rundir
+t0 = time.perf_counter()
+tracekit.ingest.ingest([sys.argv[1]], sys.argv[2], force=True, use_cache=False, jobs=1)
+t = time.perf_counter() - t0
+print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+_HTA = """
+import sys, time, resource, warnings
+warnings.simplefilter("ignore")
+from hta.trace_analysis import TraceAnalysis
+t0 = time.perf_counter()
+TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+t = time.perf_counter() - t0
+print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+# HTA's peak RSS is about 6.5x the JSON size (issue 3); do not start it where that cannot fit.
+HTA_RSS_FACTOR = 6.5
 
 
-
-
-def _rss_child(code: str, *args: str) -> tuple[float, float]:
-    # A fresh interpreter per measurement, reporting its own peak RSS.
-    wrapper = f"{code}\nimport resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+def _child(code: str, *args: str) -> tuple[float, float, float]:
+    """(load seconds inside the child, peak RSS MB, whole-process wall seconds)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", wrapper, *args], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    return wall, int(out.stdout.strip().splitlines()[-1]) / 1024
+    load, rss = out.stdout.strip().splitlines()[-1].split()
+    return float(load), int(rss) / 1024, wall
 
 
 def gzip_seconds(path: Path) -> float:
     t0 = time.perf_counter()
     with open(os.devnull, "wb") as null:
-        subprocess.run(["gzip", "-dc", str(path)], check=True, stdout=null)
+        subprocess.run(["gzip", "-dc" if path.suffix == ".gz" else "-c", str(path)], check=True, stdout=null)
     return time.perf_counter() - t0
+
+
+def json_mb(path: Path) -> float:
+    if path.suffix != ".gz":
+        return path.stat().st_size / 1e6
+    n = 0
+    with gzip.open(path) as fh:
+        while block := fh.read(16 << 20):
+            n += len(block)
+    return n / 1e6
 
 
 def synthesize(src: Path, dst: Path, target_bytes: int) -> Path:
@@ -56,73 +90,115 @@ def synthesize(src: Path, dst: Path, target_bytes: int) -> Path:
     timed = [e for e in events if isinstance(e.get("ts"), int | float)]
     span = (max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)) + 1
     meta = {k: v for k, v in doc.items() if k != "traceEvents"}
-    one = sum(len(json.dumps(e)) + 2 for e in events)
-    reps = max(1, target_bytes // one)
-    with gzip.open(dst, "wt", compresslevel=1) as out:
-        out.write('{"schemaVersion": 1, "traceEvents": [\n')
-        first = True
+    one = len(orjson.dumps(events))
+    reps = max(1, round(target_bytes / one))
+    with gzip.open(dst, "wb", compresslevel=1) as out:
+        out.write(b'{"schemaVersion": 1, "traceEvents": [\n')
         for r in range(reps):
             shift = r * span
-            for e in events:
-                if "ts" in e and isinstance(e["ts"], int | float):
-                    e = {**e, "ts": e["ts"] + shift}
-                out.write(("" if first else ",\n") + json.dumps(e))
-                first = False
-        out.write("\n],\n" + json.dumps(meta)[1:])
+            shifted = [{**e, "ts": e["ts"] + shift} if isinstance(e.get("ts"), int | float) else e for e in events]
+            body = orjson.dumps(shifted, option=orjson.OPT_APPEND_NEWLINE)[1:-2]
+            out.write(body if r == 0 else b",\n" + body)
+        out.write(b"\n],\n" + orjson.dumps(meta)[1:])
     return dst
 
 
-def bench(path: Path, hta: bool) -> dict[str, float]:
-    if path.suffix == ".gz":
-        with gzip.open(path) as fh:
-            mb = fh.seek(0, 2) / 1e6
-    else:
-        mb = path.stat().st_size / 1e6
-    res: dict[str, float] = {"mb": mb, "gzip_s": gzip_seconds(path)}
-    with tempfile.TemporaryDirectory() as tmp:
-        res["tk_s"], res["tk_mb"] = _rss_child(_TK, str(path), str(Path(tmp) / "run"))
-        if hta:
-            d = Path(tmp) / "hta"
-            d.mkdir()
-            os.symlink(path.resolve(), d / path.name)
-            res["hta_s"], res["hta_mb"] = _rss_child(_HTA, str(d))
+def _mem_total_mb() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+def bench(path: Path, hta: bool, repeat: int) -> dict[str, float | str]:
+    mb = json_mb(path)
+    runs: dict[str, list[float]] = {k: [] for k in ("gzip_s", "tk_s", "tk_mb", "tk_wall", "hta_s", "hta_mb", "hta_wall")}
+    hta_note = ""
+    # Skipped past 1 GB: ~6.5x the JSON would take most of this shared machine's memory.
+    if hta and (mb > 1000 or mb * HTA_RSS_FACTOR > 0.8 * _mem_total_mb()):
+        hta = False
+        hta_note = f"HTA not run: would need ~{HTA_RSS_FACTOR}x = {mb * HTA_RSS_FACTOR / 1e3:.0f} GB"
+    for _ in range(repeat):
+        runs["gzip_s"].append(gzip_seconds(path))
+        with tempfile.TemporaryDirectory() as tmp:
+            s, rss, wall = _child(_TK, str(path), str(Path(tmp) / "run"))
+            runs["tk_s"].append(s)
+            runs["tk_mb"].append(rss)
+            runs["tk_wall"].append(wall)
+            if hta:
+                d = Path(tmp) / "hta"
+                d.mkdir()
+                os.symlink(path.resolve(), d / path.name)
+                s, rss, wall = _child(_HTA, str(d))
+                runs["hta_s"].append(s)
+                runs["hta_mb"].append(rss)
+                runs["hta_wall"].append(wall)
+    res: dict[str, float | str] = {"mb": mb, "note": hta_note}
+    for k, v in runs.items():
+        if v:
+            res[k] = statistics.median(v)
     return res
 
 
-def report(name: str, r: dict[str, float]) -> None:
-    line = (f"{name}: {r['mb']:.0f} MB JSON | gzip -dc {r['gzip_s']:.2f}s | tracekit {r['tk_s']:.2f}s "
-            f"({r['mb'] / r['tk_s']:.0f} MB/s, {r['tk_mb']:.0f} MB RSS) | tracekit/gzip time {r['tk_s'] / r['gzip_s']:.1f}x")
-    if "hta_s" in r:
-        line += (f" | HTA {r['hta_s']:.2f}s {r['hta_mb']:.0f} MB RSS | time ratio tk/HTA {r['tk_s'] / r['hta_s']:.2f}"
-                 f" | RSS ratio tk/HTA {r['tk_mb'] / r['hta_mb']:.2f}")
-    print(line, flush=True)
+def report(name: str, r: dict[str, float | str]) -> None:
+    f = {k: v for k, v in r.items() if isinstance(v, float)}
+    mb, gz, tk = f["mb"], f["gzip_s"], f["tk_s"]
+    print(f"{name}: {mb:.0f} MB JSON", flush=True)
+    print(f"  gzip -dc          {gz:6.2f} s  ({mb / gz:.0f} MB/s)")
+    print(f"  tracekit ingest   {tk:6.2f} s  ({mb / tk:.0f} MB/s)  peak RSS {f['tk_mb']:.0f} MB  process {f['tk_wall']:.2f} s")
+    if "hta_s" in f:
+        print(f"  HTA TraceAnalysis {f['hta_s']:6.2f} s  ({mb / f['hta_s']:.0f} MB/s)  peak RSS {f['hta_mb']:.0f} MB  "
+              f"process {f['hta_wall']:.2f} s")
+        tr, rr = tk / f["hta_s"], f["tk_mb"] / f["hta_mb"]
+        print(f"  time tk/HTA {tr:.3f} (target <= 0.100: {'met' if tr <= 0.1 else 'NOT met'}); "
+              f"RSS tk/HTA {rr:.2f} (target <= 0.25: {'met' if rr <= 0.25 else 'NOT met'})")
+    elif r.get("note"):
+        print(f"  {r['note']}")
+    thr = (mb / tk) / (mb / gz)
+    print(f"  throughput tk/gzip {thr:.2f} (target >= 0.33: {'met' if thr >= 1 / 3 else 'NOT met'})")
+    if mb > 1000:
+        print(f"  peak RSS {f['tk_mb'] / 1024:.2f} GB (target < 4 GB: {'met' if f['tk_mb'] < 4096 else 'NOT met'})")
+    print(flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", action="append", default=[], help="a trace to measure (e.g. the real H200 80 MB one)")
     ap.add_argument("--synthetic-mb", type=float, default=80.0, help="size of the synthetic generation-like trace (0: skip)")
-    ap.add_argument("--big-gb", type=float, default=0.0, help="also a trace of this many GB (HTA skipped: too slow)")
+    ap.add_argument("--big-gb", type=float, default=0.0, help="also a trace of this many GB (made by repeating one)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; medians are reported")
     ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--no-corpus", action="store_true", help="skip the largest corpus trace")
     a = ap.parse_args()
-    hta = not a.no_hta and shutil.which("gzip") is not None
+    hta = not a.no_hta
     try:
         import hta as _  # noqa: F401
     except ImportError:
         hta = False
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}, median of {a.repeat}\n", flush=True)
     files = [Path(t) for t in a.trace]
     corpus = sorted(CORPUS.glob("*.json.gz"), key=lambda p: p.stat().st_size)
-    if corpus:
+    if corpus and not a.no_corpus:
         files.insert(0, corpus[-1])
     for f in files:
-        report(f.name, bench(f, hta))
-    src = CORPUS / "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
-    if a.synthetic_mb and src.exists():
-        dst = synthesize(src, Path(tempfile.gettempdir()) / "tracekit_synthetic.json.gz", int(a.synthetic_mb * 1e6))
-        report(f"synthetic {a.synthetic_mb:.0f} MB", bench(dst, hta))
-    if a.big_gb and src.exists():
-        dst = synthesize(src, Path(tempfile.gettempdir()) / "tracekit_big.json.gz", int(a.big_gb * 1e9))
-        report(f"synthetic {a.big_gb:.1f} GB", bench(dst, hta=False))
+        report(f.name, bench(f, hta, a.repeat))
+    src = CORPUS / SRC
+    tmpdir = Path(tempfile.gettempdir())
+    for size, label in ((a.synthetic_mb * 1e6, f"synthetic {a.synthetic_mb:.0f} MB"), (a.big_gb * 1e9, f"synthetic {a.big_gb:.1f} GB")):
+        if not size or not src.exists():
+            continue
+        dst = tmpdir / f"tracekit_bench_{int(size)}.json.gz"
+        try:
+            synthesize(src, dst, int(size))
+            report(label, bench(dst, hta, a.repeat))
+        finally:
+            dst.unlink(missing_ok=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -46,7 +46,7 @@ def _trace() -> dict[str, Any]:
 
 def _write(path: Path, doc: Any, gz: bool = True) -> Path:
     # "~123.456" stands for the bare number: Python floats cannot hold Kineto's ns digits.
-    data = re.sub(rb'"~([0-9.]+)"', rb"\1", json.dumps(doc, indent=2).encode())
+    data = re.sub(rb'"~(-?[0-9.]+)"', rb"\1", json.dumps(doc, indent=2).encode())
     path.write_bytes(gzip.compress(data) if gz else data)
     return path
 
@@ -202,3 +202,84 @@ def test_kernels_per_stream_match_hta(corpus_dir: Path, tmp_path: Path) -> None:
     ours = {int(s): (len(g), int(g["dur_ns"].sum()) // 1000) for s, g in kern.groupby("stream")}
     assert ours == hta_stats
     assert sum(v[0] for v in ours.values()) > 500
+
+
+def _mini(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
+    return {"schemaVersion": 1, **top, "traceEvents": events}
+
+
+def test_culaunchkernelex_and_ac2g_flows_fill_missing_correlations(tmp_path: Path) -> None:
+    # GIVEN a cuLaunchKernelEx driver call whose kernel carries its correlation, and a
+    # cudaLaunchKernel whose kernel and runtime call lack it: only the ac2g flow pair links them
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 50, "args": {"External id": 5}},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 1, "tid": 1, "ts": 110, "dur": 4, "args": {"correlation": 70, "External id": 5}},
+        {"ph": "X", "cat": "kernel", "name": "gemm_ex", "pid": 0, "tid": 7, "ts": 130, "dur": 3, "args": {"correlation": 70, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 200, "dur": 50, "args": {"External id": 6}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 210, "dur": 4, "args": {"External id": 6}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 71, "pid": 1, "tid": 1, "ts": 210},
+        {"ph": "X", "cat": "kernel", "name": "add_kernel", "pid": 0, "tid": 7, "ts": 230, "dur": 2, "args": {"device": 0, "stream": 7}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 71, "pid": 0, "tid": 7, "ts": 230, "bp": "e"},
+    ]
+    run = ingest([_write(tmp_path / "t.json.gz", _mini(ev))], tmp_path / "run")
+    gpu = run.read_table("gpu_activity").to_pandas().set_index("name")
+    cpu = run.read_table("cpu_ops").to_pandas().set_index("name")
+    rt = run.read_table("runtime").to_pandas().set_index("name")
+    # THEN the cuLaunchKernelEx kernel is linked to its launch and its op
+    assert gpu.loc["gemm_ex", "launch_name"] == "cuLaunchKernelEx"
+    assert gpu.loc["gemm_ex", "op_id"] == cpu.loc["aten::mm", "op_id"]
+    # AND the flow events filled both missing correlations, so the kernel finds its launch
+    assert gpu.loc["add_kernel", "correlation"] == 71 == rt.loc["cudaLaunchKernel", "correlation"]
+    assert gpu.loc["add_kernel", "launch_name"] == "cudaLaunchKernel"
+    assert gpu.loc["add_kernel", "op_id"] == cpu.loc["aten::add", "op_id"]
+    m = run.read_manifest()
+    assert m["ingest"]["counts"]["events_by_table"]["other_events"] == 2  # the flows are kept too
+    assert any(w.startswith("correlations filled from ac2g flow events: 2") for w in m["warnings"])
+
+
+def test_base_time_after_trace_events_is_applied(tmp_path: Path) -> None:
+    # MTIA-style: ts relative to baseTimeNanoseconds, written after the array
+    doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": "~1.5", "dur": 2}],
+           "baseTimeNanoseconds": 1767189312000000000, "traceName": "x"}
+    for gz in (True, False):
+        t = read_trace_tables(_write(tmp_path / ("t.json.gz" if gz else "t.json"), doc, gz=gz))
+        assert t["cpu_ops"]["ts_ns"].to_pylist() == [1767189312000001500]
+        assert t["cpu_ops"]["dur_ns"].to_pylist() == [2000]
+
+
+def test_exact_ns_at_and_beyond_double_precision(tmp_path: Path) -> None:
+    # 19 significant digits (beyond a double's ~16) and sub-ns digits (rounded to the ns)
+    vals = ["1712195495519689.047", "4503599627370495.999", "9007199254740993.001", "12.3456789", "0.0004", "-3.25"]
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": i, "ts": f"~{v}", "dur": 1} for i, v in enumerate(vals)]
+    t = read_trace_tables(_write(tmp_path / "t.json", _mini(ev), gz=False))
+    got = dict(zip(t["cpu_ops"]["name"].to_pylist(), t["cpu_ops"]["ts_ns"].to_pylist(), strict=True))
+    assert [got[f"op{i}"] for i in range(len(vals))] == [
+        1712195495519689047, 4503599627370495999, 9007199254740993001, 12346, 0, -3250]
+    assert int(float(vals[2]) * 1000) != 9007199254740993001  # a double could not have given this
+
+
+def test_bare_list_in_place_and_unexpected_types_coerced(tmp_path: Path) -> None:
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]
+    p = _write(tmp_path / "bare.json", ev, gz=False)
+    assert read_trace_tables(p)["cpu_ops"].num_rows == 1
+    # a non-object element and a string ts: the coercing reader, counted, nothing lost
+    odd = [*ev, 5, {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": "abc", "dur": 1}]
+    run = ingest([_write(tmp_path / "odd.json", odd, gz=False)], tmp_path / "run")
+    c = run.read_manifest()["ingest"]["counts"]
+    assert c["events_read"] == 3
+    assert c["skipped"] == {"not a JSON object": 1, "no ts": 1}
+    assert c["events_by_table"] == {"cpu_ops": 1}
+    assert c["warnings"]["events with unexpected field types (coerced)"] == 1
+
+
+def test_truncated_json_closes_after_the_last_complete_event(tmp_path: Path) -> None:
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(5000)]
+    data = json.dumps(_mini(ev)).encode()
+    p = tmp_path / "cut.json"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(TraceFormatError, match="ends early"):
+        ingest([p], tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    names = run.read_table("cpu_ops")["name"].to_pylist()
+    assert run.status == "incomplete" and 0 < len(names) < 5000
+    assert sorted(names, key=lambda s: int(s[2:])) == [f"op{i}" for i in range(len(names))]

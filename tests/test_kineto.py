@@ -110,3 +110,32 @@ def test_truncated_gzip_keeps_events_before_the_cut(tmp_path: Path) -> None:
             got.extend(c.events)
     assert 0 < len(got) < 20000
     assert [e["name"] for e in got] == [f"op{i}" for i in range(len(got))]
+
+
+@pytest.mark.parametrize("block", [64, 4096])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_event, min_size=1, max_size=40), bare=st.booleans(), gz=st.booleans(), cut=st.none() | st.floats(0.3, 0.99))
+def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, block: int, events: list[dict], bare: bool, gz: bool, cut: float | None) -> None:
+    from tracekit.ingest_sql import extract_array
+
+    # GIVEN a trace whose trailer holds strings that look like array ends and event boundaries
+    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
+    data = json.dumps(doc, indent=1).encode()
+    if cut is not None:
+        data = data[: int(len(data) * cut)]
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    out = tmp_path / "x"
+    out.mkdir(exist_ok=True)
+    try:
+        ex = extract_array(p, out, block=block)
+    except TraceFormatError:
+        assert cut is not None  # nothing complete before the cut: an error, never a wrong array
+        return
+    got = orjson.loads(ex.array.read_bytes())
+    if ex.truncated is None:
+        assert got == events
+        if not bare:
+            assert ex.meta == {"schemaVersion": 1, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
+    else:
+        assert cut is not None and got == events[: len(got)] and len(got) < len(events)

@@ -168,11 +168,8 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
     truncated: str | None = None
     bare = False
     started = False
-    flushed = False
     head = b""
-    hold: list[bytes] = []
-    held = 0
-    with open(out_path, "wb") as out:
+    with open(out_path, "w+b") as out:
         out.write(b"[")
         try:
             for data in _blocks(p, block):
@@ -195,14 +192,8 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
                         started = True
                         data = head[at:]
                     head = b""
-                hold.append(data)
-                held += len(data)
-                # Keep at least one block back: the array's end is found in it.
-                while len(hold) > 2 and held - len(hold[0]) >= block:
-                    first = hold.pop(0)
-                    out.write(first)
-                    held -= len(first)
-                    flushed = True
+                # Everything after the array's "[" goes to the file; its end is found afterwards.
+                out.write(data)
         except TruncatedTrace as exc:
             truncated = exc.message
             if not started:
@@ -211,34 +202,52 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
                     raise
                 meta = _header_meta(p, head[:at])
                 started = True
-                hold, held = [head[at:]], len(head) - at
+                out.write(head[at:])
         if not started:
             raise _no_array(p, head)
-        tail = b"".join(hold)
-        end: int | None = None
+        out.flush()
+        body_len = out.tell() - 1
         if truncated is None:
-            for start in _event_starts(tail, not flushed):
-                found = _array_end(tail, start, bare)
-                if found is not None:
-                    end, trailer = found
-                    meta.update(trailer)
-                    break
-            if end is None:
-                truncated = f"{p}: JSON ends early or is invalid after the last complete event"
-        if end is None:
-            # Close the array after the last complete event before the cut.
-            for start in _event_starts(tail, not flushed):
-                sp = split_point(tail[start:])
-                if sp is not None:
-                    end = start + sp[0]
-                    break
+            found = _search_end(out, body_len, block, lambda w, st: _array_end(w, st, bare))
+            if found is not None:
+                end, trailer = found
+                meta.update(trailer)
             else:
-                if not flushed:
-                    raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
-                raise TraceFormatError(f"{p}: invalid JSON in traceEvents near the end ({truncated})")
-        out.write(tail[:end])
+                truncated = f"{p}: JSON ends early or is invalid after the last complete event"
+        if truncated is not None:
+            # Close the array after the last complete event before the cut.
+            cut = _search_end(out, body_len, block, _last_boundary)
+            if cut is None:
+                raise TraceFormatError(truncated if body_len < block else f"{p}: invalid JSON in traceEvents ({truncated})")
+            end = cut[0]
+        out.seek(1 + end)
+        out.truncate()
         out.write(b"]")
     return Extracted(out_path, meta, bytes_in, truncated)
+
+
+def _last_boundary(window: bytes, start: int) -> tuple[int, dict[str, Any]] | None:
+    sp = split_point(window[start:])
+    return (start + sp[0], {}) if sp is not None else None
+
+
+_MAX_WINDOW = 256 << 20  # the end of the array must be found within this many bytes of the file's end
+
+
+def _search_end(out: Any, body_len: int, block: int, find: Any) -> tuple[int, dict[str, Any]] | None:
+    """Look for the array's end in growing windows at the end of the body (offsets into the body)."""
+    width = max(block, 1 << 16)
+    while True:
+        lo = max(0, body_len - width)
+        out.seek(1 + lo)
+        window = out.read(body_len - lo)
+        for start in _event_starts(window, lo == 0):
+            found = find(window, start)
+            if found is not None:
+                return lo + found[0], found[1]
+        if lo == 0 or width >= _MAX_WINDOW:
+            return None
+        width *= 4
 
 
 # --------------------------------------------------------------------------- stage 2: SQL

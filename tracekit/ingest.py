@@ -134,19 +134,48 @@ def _innermost_enclosing(key: np.ndarray, start: np.ndarray, end: np.ndarray, pa
     return res
 
 
+def _np(col: Any, fill: int) -> np.ndarray:
+    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray, qpid: np.ndarray, qtid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 code per (pid, tid) pair, for the rows and for queries (-1: a thread the rows lack).
+
+    Pids and tids are ranked among the rows' distinct values, so the pair packs into one
+    int64 whatever their size (tids can be large OS ids); no per-row Python.
+    """
+    up, ut = np.unique(pid), np.unique(tid)
+    code = np.searchsorted(up, pid) * len(ut) + np.searchsorted(ut, tid)
+    pi = np.minimum(np.searchsorted(up, qpid), len(up) - 1)
+    ti = np.minimum(np.searchsorted(ut, qtid), len(ut) - 1)
+    ok = (up[pi] == qpid) & (ut[ti] == qtid)
+    return code, np.where(ok, pi * len(ut) + ti, -1)
+
+
+def _first_match(keys: np.ndarray, valid: np.ndarray, queries: np.ndarray, qvalid: np.ndarray) -> np.ndarray:
+    """For each query the index of the first row with an equal key, or -1."""
+    idx = np.flatnonzero(valid)
+    out = np.full(len(queries), -1, dtype=np.int64)
+    if len(idx) == 0 or len(queries) == 0:
+        return out
+    uk, first = np.unique(keys[idx], return_index=True)
+    pos = np.minimum(np.searchsorted(uk, queries), len(uk) - 1)
+    hit = qvalid & (uk[pos] == queries)
+    out[hit] = idx[first[pos[hit]]]
+    return out
+
+
 def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[str, pa.Table]:
     cpu = tables["cpu_ops"]
     # cpu_ops: sort by thread then time (outer before inner), assign op ids and parents.
     if cpu.num_rows:
-        pid = pc.fill_null(cpu["pid"], -1).to_numpy()
-        tid = pc.fill_null(cpu["tid"], -1).to_numpy()
-        ts = pc.fill_null(cpu["ts_ns"], 0).to_numpy()
-        end = ts + pc.fill_null(cpu["dur_ns"], 0).to_numpy()
+        pid, tid = _np(cpu["pid"], -1), _np(cpu["tid"], -1)
+        ts = _np(cpu["ts_ns"], 0)
+        end = ts + _np(cpu["dur_ns"], 0)
         order = np.lexsort((-end, ts, tid, pid))
         cpu = cpu.take(pa.array(order))
         pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
-        # One key per thread: pid and tid packed (tids can be large OS ids).
-        thread_key = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+        thread_key = _thread_codes(pid, tid, pid[:0], tid[:0])[0]
         parent = _nest_parents(thread_key, ts, end)
         op_id = np.arange(cpu.num_rows, dtype=np.int64) + file_index * OP_ID_STRIDE
         parent_id = np.where(parent >= 0, op_id[np.maximum(parent, 0)], -1)
@@ -158,30 +187,36 @@ def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[
     gpu, rt = tables["gpu_activity"], tables["runtime"]
     if gpu.num_rows == 0:
         return tables
-    gdf = gpu.select(["correlation", "external_id"]).to_pandas()
-    rdf = rt.select(["correlation", "name", "external_id", "ts_ns", "pid", "tid"]).to_pandas()
-    rdf = rdf.dropna(subset=["correlation"]).drop_duplicates("correlation")
-    rdf = rdf.rename(columns={"name": "launch_name", "external_id": "rt_external_id"})
-    m = gdf.merge(rdf, on="correlation", how="left")
-    launch_name = pa.array(m["launch_name"].astype(object).where(m["launch_name"].notna(), None).tolist(), pa.string())
-    ext = m["external_id"].astype("Int64").fillna(m["rt_external_id"].astype("Int64"))
-    op_s = pd_series_ext_to_op(cpu, ext)
-    op_id = op_s.fillna(-1).to_numpy(dtype=np.int64)
+    # Kernel -> runtime call with the same correlation (the first such call: a cudaGraphLaunch
+    # has one correlation for many kernels, a many-to-one join).
+    gcorr_valid = pc.is_valid(gpu["correlation"]).to_numpy(zero_copy_only=False)
+    rcorr_valid = pc.is_valid(rt["correlation"]).to_numpy(zero_copy_only=False)
+    rix = _first_match(_np(rt["correlation"], 0), rcorr_valid, _np(gpu["correlation"], 0), gcorr_valid)
+    has_rt = rix >= 0
+    take_rt = pa.array(np.maximum(rix, 0), mask=~has_rt)
+    launch_name = rt["name"].take(take_rt) if rt.num_rows else pa.nulls(gpu.num_rows, pa.string())
+    ext = pc.coalesce(gpu["external_id"], rt["external_id"].take(take_rt)) if rt.num_rows else gpu["external_id"]
+    # External id -> the innermost cpu_op with it (latest start wins).
+    op_id = np.full(gpu.num_rows, -1, dtype=np.int64)
+    if cpu.num_rows:
+        cext_valid = pc.is_valid(cpu["external_id"]).to_numpy(zero_copy_only=False)
+        cext, cts = _np(cpu["external_id"], 0), _np(cpu["ts_ns"], 0)
+        order = np.lexsort((-cts, cext))  # per External id, latest start first
+        cix = _first_match(cext[order], cext_valid[order], _np(ext, 0), pc.is_valid(ext).to_numpy(zero_copy_only=False))
+        ids = cpu["op_id"].to_numpy()
+        op_id = np.where(cix >= 0, ids[order[np.maximum(cix, 0)]], -1)
     # Fallback: the innermost CPU op on the launching thread enclosing the runtime call.
-    missing = (op_id < 0) & m["ts_ns"].notna().to_numpy()
+    missing = (op_id < 0) & has_rt
+    if rt.num_rows:
+        missing &= pc.is_valid(rt["ts_ns"].take(take_rt)).to_numpy(zero_copy_only=False)
     if missing.any() and cpu.num_rows:
-        cpid = pc.fill_null(cpu["pid"], -1).to_numpy()
-        ctid = pc.fill_null(cpu["tid"], -1).to_numpy()
-        cts = pc.fill_null(cpu["ts_ns"], 0).to_numpy()
-        cend = cts + pc.fill_null(cpu["dur_ns"], 0).to_numpy()
-        keys, inv = np.unique(np.stack([cpid, ctid], axis=1), axis=0, return_inverse=True)
-        tkey = inv.reshape(-1).astype(np.int64)
+        cpid, ctid = _np(cpu["pid"], -1), _np(cpu["tid"], -1)
+        cts = _np(cpu["ts_ns"], 0)
+        cend = cts + _np(cpu["dur_ns"], 0)
+        r = rix[missing]
+        tkey, qkey = _thread_codes(cpid, ctid, _np(rt["pid"], -1)[r], _np(rt["tid"], -1)[r])
         parent_idx = _parents_as_index(cpu)
-        sub = m.loc[missing]
-        q = np.stack([sub["pid"].fillna(-1).astype(np.int64).to_numpy(), sub["tid"].fillna(-1).astype(np.int64).to_numpy()], axis=1)
-        lookup = {tuple(k): i for i, k in enumerate(keys.tolist())}
-        qkey = np.array([lookup.get(tuple(k), -1) for k in q.tolist()], dtype=np.int64)
-        hit = _innermost_enclosing(tkey, cts, cend, parent_idx, qkey, sub["ts_ns"].astype(np.int64).to_numpy())
+        hit = _innermost_enclosing(tkey, cts, cend, parent_idx, qkey, _np(rt["ts_ns"], 0)[r])
         ids = cpu["op_id"].to_numpy()
         found = hit >= 0
         op_id[np.flatnonzero(missing)[found]] = ids[hit[found]]
@@ -193,8 +228,9 @@ def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[
     if unlinked:
         counts.warnings["GPU activity without a launching CPU op"] += unlinked
     gpu = gpu.set_column(gpu.schema.get_field_index("op_id"), "op_id", op_arr)
+    ln_type = _schema.schema("gpu_activity").field("launch_name").type
     gpu = gpu.set_column(gpu.schema.get_field_index("launch_name"), "launch_name",
-                         launch_name.dictionary_encode().cast(_schema.schema("gpu_activity").field("launch_name").type))
+                         _schema.conform("gpu_activity", pa.table({"launch_name": launch_name}))["launch_name"].cast(ln_type))
     tables["gpu_activity"] = gpu
     return tables
 
@@ -204,18 +240,6 @@ def _parents_as_index(cpu: pa.Table) -> np.ndarray:
     par = pc.fill_null(cpu["parent_id"], -1).to_numpy()
     base = ids[0] if len(ids) else 0
     return np.where(par >= 0, par - base, -1)
-
-
-def pd_series_ext_to_op(cpu: pa.Table, ext: Any) -> Any:
-    """op_id of the innermost cpu_op with each External id (latest start wins)."""
-    import pandas as pd
-
-    if cpu.num_rows == 0:
-        return pd.Series([pd.NA] * len(ext), dtype="Int64")
-    cdf = cpu.select(["external_id", "op_id", "ts_ns"]).to_pandas().dropna(subset=["external_id"])
-    cdf = cdf.sort_values(["external_id", "ts_ns"]).drop_duplicates("external_id", keep="last")
-    mapping = pd.Series(cdf["op_id"].to_numpy(), index=cdf["external_id"].astype("int64").to_numpy())
-    return ext.map(mapping).astype("Int64")
 
 
 # --------------------------------------------------------------------------- one file

@@ -275,8 +275,11 @@ _MEM_SPEC = {
     "Total Allocated": "BIGINT",
     "Total Reserved": "BIGINT",
 }
-# Top-level event keys read besides the modelled ones; kept in other_events.args.
+# Top-level event keys read besides the modelled ones; kept in other_events.args (their JSON text
+# joined by string concatenation: concat_ws skips the absent ones, and it is ~10x cheaper than
+# building a map and serialising it).
 _EXTRA_KEYS = ("id", "bp", "s", "scope", "id2", "cname", "tts", "tdur", "sf", "stack")
+_OTHER_PARTS = ", ".join(f"""'"{k}":' || {k}::VARCHAR""" for k in ("args", *_EXTRA_KEYS))
 _COLUMNS = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "JSON", "tid": "JSON",
             "ts": "DECIMAL(38,3)", "dur": "DECIMAL(38,3)", "args": "JSON", **{k: "JSON" for k in _EXTRA_KEYS}}
 # Exceptions DuckDB raises when an event does not fit the column types.
@@ -349,9 +352,8 @@ def _events_sql(path: Path, strict: bool, offset_ns: int) -> str:
       CASE WHEN route0 = 'memory' THEN json_transform(args, {_spec(_MEM_SPEC)}) END AS m,
       CASE WHEN route0 = 'counters' THEN args END AS counter_args,
       CASE WHEN route0 = 'other_events' AND lcat = 'ac2g' AND ph IN ('s', 'f') THEN TRY_CAST(id AS BIGINT) END AS flow_id,
-      CASE WHEN route0 = 'other_events' THEN nullif(to_json(map_from_entries(list_filter(
-        [{", ".join("{'k': " + _q(k) + ", 'v': " + k + "}" for k in ("args", *_EXTRA_KEYS))}],
-        lambda x: x.v IS NOT NULL)))::VARCHAR, '{{}}') END AS other_args
+      CASE WHEN route0 = 'other_events' THEN nullif('{{' || concat_ws(',', {_OTHER_PARTS}) || '}}', '{{}}')
+        END AS other_args
     FROM routed"""
 
 

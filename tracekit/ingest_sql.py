@@ -42,8 +42,8 @@ from tracekit.kineto import _BOUNDARY_RE, _EVENTS_KEY_RE, BLOCK_BYTES, Truncated
 _TAIL_SEARCH = 2 << 20  # where to look for an event start near the end of the array
 _MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
 # Largest single event DuckDB accepts. Its reader allocates buffers of this size per thread,
-# so it is a memory cost: 64 MB is far beyond any real event.
-_MAX_EVENT = 64 << 20
+# so it is a memory cost: 16 MB (DuckDB's default) is far beyond any real event.
+_MAX_EVENT = 16 << 20
 
 # Category routing (lower-cased cat). Anything not listed goes to other_events.
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The lead's one-call driver for the GPU machine: install tracekit into /tmp/site
+# (no network there: carried wheels under .whl/), run a stage's scripts with
+# per-script time limits, two GPUs in parallel where the machine has them, and
+# pack everything into a few files under $OUT (the device tool returns at most 8).
+# Usage: bash scripts/device/run_all.sh STAGE   (STAGE: a | sweep | tp | ...)
+set -u
+STAGE=${1:?stage}
+OUT=${OUT:?OUT must be set}
+W=/tmp/work; rm -rf "$W"; mkdir -p "$W/logs"
+T0=$(date +%s)
+left() { echo $(( ${1} - ($(date +%s) - T0) )); }
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/site . > "$W/logs/install.log" 2>&1 || { cat "$W/logs/install.log"; exit 1; }
+rm -rf build
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$W/logs/nvidia-smi.csv" 2>&1
+python3 -c "import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__, torch.cuda.device_count())" > "$W/logs/versions.txt" 2>&1
+run() { # run NAME LIMIT_S CMD...: log to $W/logs/NAME.log, print its tail
+  local name=$1 lim=$2; shift 2
+  local s=$(date +%s)
+  timeout "$lim" "$@" > "$W/logs/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - s ))s"; grep -v '^USDT' "$W/logs/$name.log" | tail -n 25
+}
+case "$STAGE" in
+a)
+  ( export CUDA_VISIBLE_DEVICES=0
+    run validate_record 230 python3 scripts/device/validate_record.py "$W/validate"
+    run gpm_validate 90 python3 scripts/device/gpm_validate.py "$W/gpm"
+    run overhead 140 python3 benchmarks/overhead.py --out "$W/overhead"
+  ) > "$W/logs/stream0.txt" 2>&1 &
+  ( export CUDA_VISIBLE_DEVICES=1
+    run plain_generate 200 python3 scripts/device/plain_generate_traces.py "$W/plain"
+    run bound_check 150 python3 scripts/device/bound_check.py "$W/bound"
+    run calibrate 60 tracekit calibrate --out "$W/calibrate.json"
+    run record80 120 tracekit record --model tinyllama-1.1b --input-tokens 128 --output-tokens 32 --warmup 1 --out "$W/record80" --no-nvml --quiet
+  ) > "$W/logs/stream1.txt" 2>&1 &
+  wait
+  cat "$W/logs/stream0.txt" "$W/logs/stream1.txt"
+  ;;
+sweep)
+  run sweep 560 bash scripts/device/sweep_seed.sh "$W/sweep"
+  ;;
+b)  # GPU0: the seed sweep; GPU1: other presets and shapes through record + analyze
+  ( export CUDA_VISIBLE_DEVICES=0
+    run sweep 540 bash scripts/device/sweep_seed.sh "$W/sweep"
+  ) > "$W/logs/stream0.txt" 2>&1 &
+  ( export CUDA_VISIBLE_DEVICES=1
+    for spec in "qwen2.5-0.5b smoke 1" "llama-3.2-1b chat 1" "tinyllama-1.1b rag 4" "tinyllama-1.1b creative 1"; do
+      set -- $spec
+      run "rec_$1_$2" 150 tracekit record --model "$1" --shape "$2" --batch "$3" --trace-steps 0:8 --warmup 1 --no-nvml --quiet --out "$W/rec/$1-$2"
+      run "an_$1_$2" 90 tracekit analyze "$W/rec/$1-$2"
+      rm -f "$W/rec/$1-$2/trace.json.gz"
+    done
+  ) > "$W/logs/stream1.txt" 2>&1 &
+  wait
+  cat "$W/logs/stream0.txt" "$W/logs/stream1.txt"
+  ;;
+tp)
+  run tp 400 python3 scripts/device/tp_record.py "$W/tp"
+  ;;
+*) echo "unknown stage $STAGE"; exit 2;;
+esac
+# Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).
+cd "$W"
+find . -name '*.json.gz' -size +14M -print > logs/too_big.txt
+mv record80/trace.json.gz "$OUT/record80.trace.json.gz" 2>/dev/null
+tar czf "$OUT/results.tgz" --exclude='*.json.gz' --exclude='*.pt.trace.json' . 2>/dev/null
+tar czf "$W/traces.tgz" $(find . -name '*.json.gz' -size -14M) 2>/dev/null
+split -b 15M -d "$W/traces.tgz" "$OUT/traces.tgz.part" && rm -f "$W/traces.tgz"
+ls -la "$OUT"
+echo "stage $STAGE done in $(( $(date +%s) - T0 ))s"

@@ -43,7 +43,10 @@ sweep)
   ;;
 b)  # GPU0: the seed sweep; GPU1: other presets and shapes through record + analyze
   ( export CUDA_VISIBLE_DEVICES=0
-    run sweep 540 bash scripts/device/sweep_seed.sh "$W/sweep"
+    run sweep 480 python3 -m tracekit sweep --preset seed --out "$W/sweep" --force
+    # A sweep cut by the time limit still gets its report from the points that finished.
+    [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
+    find "$W/sweep" -name 'trace.json.gz' -delete
   ) > "$W/logs/stream0.txt" 2>&1 &
   ( export CUDA_VISIBLE_DEVICES=1
     for spec in "qwen2.5-0.5b smoke 1" "llama-3.2-1b chat 1" "tinyllama-1.1b rag 4" "tinyllama-1.1b creative 1"; do

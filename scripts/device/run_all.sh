@@ -39,11 +39,11 @@ a)
   cat "$W/logs/stream0.txt" "$W/logs/stream1.txt"
   ;;
 sweep)
-  run sweep 560 bash scripts/device/sweep_seed.sh "$W/sweep"
+  run sweep 560 tracekit sweep --preset seed --out "$W/sweep" --force
   ;;
 b)  # GPU0: the seed sweep; GPU1: other presets and shapes through record + analyze
   ( export CUDA_VISIBLE_DEVICES=0
-    run sweep 480 python3 -m tracekit sweep --preset seed --out "$W/sweep" --force
+    run sweep 480 tracekit sweep --preset seed --out "$W/sweep" --force
     # A sweep cut by the time limit still gets its report from the points that finished.
     [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
     find "$W/sweep" -name 'trace.json.gz' -delete
@@ -59,6 +59,12 @@ b)  # GPU0: the seed sweep; GPU1: other presets and shapes through record + anal
   wait
   cat "$W/logs/stream0.txt" "$W/logs/stream1.txt"
   ;;
+seed)
+  export CUDA_VISIBLE_DEVICES=0
+  run sweep 500 tracekit sweep --preset seed --out "$W/sweep" --force
+  [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
+  find "$W/sweep" -name 'trace.json.gz' -delete
+  ;;
 tp)
   run tp 400 python3 scripts/device/tp_record.py "$W/tp"
   ;;
@@ -70,6 +76,6 @@ find . -name '*.json.gz' -size +14M -print > logs/too_big.txt
 mv record80/trace.json.gz "$OUT/record80.trace.json.gz" 2>/dev/null
 tar czf "$OUT/results.tgz" --exclude='*.json.gz' --exclude='*.pt.trace.json' . 2>/dev/null
 tar czf "$W/traces.tgz" $(find . -name '*.json.gz' -size -14M) 2>/dev/null
-split -b 15M -d "$W/traces.tgz" "$OUT/traces.tgz.part" && rm -f "$W/traces.tgz"
+[ -s "$W/traces.tgz" ] && split -b 15M -d "$W/traces.tgz" "$OUT/traces.tgz.part"; rm -f "$W/traces.tgz"
 ls -la "$OUT"
 echo "stage $STAGE done in $(( $(date +%s) - T0 ))s"

@@ -40,7 +40,8 @@ def test_gpu_trimmed_trace_is_small_and_consistent() -> None:
     launches = {
         e["args"]["correlation"]
         for e in events
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+        # cuBLASLt launches through the driver API (cuLaunchKernelEx, cat cuda_driver) on the H200
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert kernels and all(k["args"]["correlation"] in launches for k in kernels)
@@ -55,3 +56,32 @@ def test_gpu_trimmed_trace_is_small_and_consistent() -> None:
         label = parse_step(e["name"])
         assert label is not None
         assert abs(steps.loc[label.step_id, "cpu_start_ns"] - round(e["ts"] * 1000)) <= 1
+
+
+def test_gpu_run_kv_lengths_counters_and_timings_agree() -> None:
+    run = RunDir.open(FIXTURE)
+    m = run.read_manifest()
+    steps = run.read_df("steps")
+    # GIVEN a 22-token prompt and 8 forced tokens: the KV cache grows by one per decode step
+    for _, g in steps.groupby("request_id"):
+        assert g["kv_len"].tolist() == list(range(22, 30))
+        assert g["q_len"].tolist() == [22] + [1] * 7
+    # THEN the requests table carries run.json's profiled per-request host timings exactly
+    req = run.read_df("requests").set_index("request_id")
+    for r in m["timings"]["profiled"]["requests"]:
+        assert req.loc[r["request_id"], "ttft_ns"] == r["ttft_ns"]
+        assert abs(req.loc[r["request_id"], "tpot_ns"] - r["tpot_ns"]) < 1
+    # AND the profiler overhead was computed from both passes
+    over = m["timings"]["profiler_overhead"]
+    u = m["timings"]["unprofiled"]["aggregate"]["tpot_ns"]
+    p = m["timings"]["profiled"]["aggregate"]["tpot_ns"]
+    assert abs(over["tpot_pct"] - 100 * (p - u) / u) < 0.01
+    # AND the H200 sampled both basic NVML and GPM metrics, percentages within 0..100
+    c = run.read_df("counters")
+    metrics = set(c["metric"].astype(str))
+    assert {"gpu_util", "power", "energy", "dram_bw_util", "tensor_util"} <= metrics
+    pct = c[c["unit"].astype(str) == "%"]["value"]
+    assert len(pct) and pct.between(0, 100).all()
+    # AND counter samples lie inside the recording (same clock as the steps)
+    lo, hi = steps["cpu_start_ns"].min(), steps["cpu_end_ns"].max()
+    assert c["ts_ns"].between(lo - 2_000_000_000, hi + 2_000_000_000).all()

@@ -48,12 +48,20 @@ CONFIG = dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hi
 
 
 def calibrate(out: Path) -> None:
-    sys.path.insert(0, str(ROOT))  # tracekit/ (errors, ceilings) from this checkout
-    spec = importlib.util.spec_from_file_location("tk_calibrate", ROOT / "collectors" / "calibrate.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    from tracekit import ceilings
+    try:  # the installed package (on the device: /tmp/site); the checkout's folders do not map onto it
+        from tracekit.collectors import calibrate as mod
+
+        from tracekit import ceilings
+    except ImportError:
+        sys.path.insert(0, str(ROOT))  # tracekit/ (errors, ceilings) from this checkout
+        spec = importlib.util.spec_from_file_location("tk_calibrate", ROOT / "collectors" / "calibrate.py")
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        # dataclasses looks its module up in sys.modules: unregistered, @dataclass fails with
+        # "'NoneType' object has no attribute '__dict__'" (the H200 run of 2026-11-29)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        from tracekit import ceilings
 
     t0 = time.perf_counter()
     m = mod.measure()

@@ -21,6 +21,8 @@ from typing import Any
 from tracekit.stepnames import RequestLabel, StepLabel, format_request, format_step, step_kind
 
 Clock = Callable[[], int]
+# Makes a timing event with torch.cuda.Event's interface: record(), synchronize(), elapsed_time(other) -> ms.
+EventFactory = Callable[[], Any]
 
 
 @dataclass
@@ -46,6 +48,25 @@ class RequestRecord:
     token_ns: list[int] = field(default_factory=list)  # each token available on the host
     end_ns: int | None = None
     complete: bool = False
+    # Device-side clock of the same request (CUDA events), ns after the start event; None if not taken.
+    event_token_ns: list[int] | None = None
+    event_end_ns: int | None = None
+
+    def event_view(self) -> RequestRecord | None:
+        """This request timed by its CUDA events instead of the host clock (start at 0)."""
+        if self.event_token_ns is None:
+            return None
+        return RequestRecord(
+            self.request_id,
+            self.name,
+            self.batch,
+            self.input_tokens,
+            self.requested_tokens,
+            0,
+            list(self.event_token_ns),
+            self.event_end_ns,
+            self.complete,
+        )
 
     @property
     def output_tokens(self) -> int:
@@ -102,18 +123,28 @@ class TokenTimer:
         sync: Callable[[], None],
         inner: Any = None,
         on_token: Callable[[RequestRecord], None] | None = None,
+        events: EventFactory | None = None,
     ) -> None:
         self.record = record
         self._clock = clock
         self._sync = sync
         self._inner = inner
         self._on_token = on_token
+        self._events = events
+        self.token_events: list[Any] = []
         self._seen_prompt = False
 
     def put(self, value: Any) -> None:
         if self._seen_prompt:
             self._sync()
             self.record.token_ns.append(self._clock())
+            if self._events is not None:
+                # Recorded when the token reached the host and waited on: the device-side
+                # twin of the host stamp above, for the same token of the same request.
+                ev = self._events()
+                ev.record()
+                ev.synchronize()
+                self.token_events.append(ev)
             if self._on_token is not None:
                 self._on_token(self.record)
         else:
@@ -170,9 +201,12 @@ class GenerationTracker:
         on_step_start: Callable[[int], None] | None = None,
         on_step_end: Callable[[int], None] | None = None,
         on_token: Callable[[RequestRecord], None] | None = None,
+        events: EventFactory | None = None,
     ) -> None:
         self.annotate = annotate
         self.clock = clock
+        # When set, every request is also timed with device events (start, each token, end).
+        self.events = events
         self.on_step_start = on_step_start
         self.on_step_end = on_step_end
         self.on_token = on_token
@@ -240,7 +274,8 @@ class GenerationTracker:
         self.next_name = None
         sync = _sync_for(model)
         rec = RequestRecord(rid, name, batch, in_tokens, int(requested or 0), 0)
-        kwargs["streamer"] = TokenTimer(rec, self.clock, sync, kwargs.get("streamer"), self.on_token)
+        timer = TokenTimer(rec, self.clock, sync, kwargs.get("streamer"), self.on_token, self.events)
+        kwargs["streamer"] = timer
         handles = [
             model.register_forward_pre_hook(self._pre_forward, with_kwargs=True),
             model.register_forward_hook(self._post_forward, with_kwargs=True, always_call=True),
@@ -253,6 +288,11 @@ class GenerationTracker:
         # our own set-up above is not part of it.
         sync()
         rec.start_ns = self.clock()
+        events = self.events
+        start_ev = None
+        if events is not None:
+            start_ev = events()
+            start_ev.record()
         self.requests.append(rec)
         if rf is not None:
             rf.__enter__()
@@ -275,6 +315,26 @@ class GenerationTracker:
                 rec.end_ns = self.clock()
                 if rf is not None:
                     rf.__exit__(None, None, None)
+            if rec.complete and events is not None and start_ev is not None:
+                end_ev = events()
+                end_ev.record()
+                end_ev.synchronize()
+                rec.event_token_ns = [_event_ns(start_ev, e) for e in timer.token_events]
+                rec.event_end_ns = _event_ns(start_ev, end_ev)
+
+
+def _event_ns(start: Any, ev: Any) -> int:
+    return round(float(start.elapsed_time(ev)) * 1e6)  # elapsed_time is in ms
+
+
+def cuda_event_factory(model: Any) -> EventFactory | None:
+    """torch.cuda.Event with timing on the model's device, or None off CUDA."""
+    import torch
+
+    dev = getattr(model, "device", None)
+    if dev is None or getattr(dev, "type", "cpu") != "cuda" or not torch.cuda.is_available():
+        return None
+    return lambda: torch.cuda.Event(enable_timing=True)
 
 
 def _record_function(name: str) -> Any:

@@ -116,7 +116,7 @@ def _make_sampler(opts: RecordOptions) -> tuple[Any, dict[str, Any] | None]:
 # --- timings -----------------------------------------------------------------------
 
 
-def timings(records: list[RequestRecord]) -> dict[str, Any]:
+def timings(records: list[RequestRecord], clock: str = "host time.time_ns, synchronised") -> dict[str, Any]:
     """Per-request metrics and their means over the requests that completed."""
     per = [r.metrics() for r in records]
     done = [m for m in per if m["complete"] and m["ttft_ns"] is not None]
@@ -136,7 +136,35 @@ def timings(records: list[RequestRecord]) -> dict[str, Any]:
     ]
     agg["prefill_tok_s"] = sum(pre) / len(pre) if pre else None
     agg["decode_tok_s"] = sum(dec) / len(dec) if dec else None
-    return {"clock": "host time.time_ns, synchronised", "aggregate": agg, "requests": per}
+    return {"clock": clock, "aggregate": agg, "requests": per}
+
+
+EVENTS_CLOCK = (
+    "CUDA events (torch.cuda.Event elapsed_time) recorded on the current stream at request start, "
+    "at each token as it reached the host (then synchronised on), and at the end: same requests as the host timers"
+)
+
+
+def event_timings(records: list[RequestRecord]) -> dict[str, Any] | None:
+    """The same requests timed by their CUDA events, and how far the host timers are from them (%)."""
+    views = [r.event_view() for r in records]
+    if not any(v is not None for v in views):
+        return None
+    ev = timings([v for v in views if v is not None], clock=EVENTS_CLOCK)
+    host = timings([r for r, v in zip(records, views, strict=True) if v is not None])
+    diff: dict[str, float | None] = {}
+    for key in ("ttft_ns", "tpot_ns", "e2e_ns"):
+        h, e = host["aggregate"].get(key), ev["aggregate"].get(key)
+        diff[key.replace("_ns", "_pct")] = round(100.0 * (h - e) / e, 3) if h and e else None
+    ev["host_minus_events_pct"] = diff
+    return ev
+
+
+def _event_factory(model: Any) -> Any:
+    """Where the unprofiled pass gets its timing events (tests substitute a fake on CPU)."""
+    from tracekit.collectors.hooks import cuda_event_factory
+
+    return cuda_event_factory(model)
 
 
 def overhead(profiled: dict[str, Any], unprofiled: dict[str, Any]) -> dict[str, float | None]:
@@ -573,7 +601,7 @@ def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
                 model.generate(**wl.generate_kwargs(cfg, p))
             phase = "unprofiled"
             progress.total = cfg.requests
-            bare = GenerationTracker(annotate=False, on_token=progress.on_token)
+            bare = GenerationTracker(annotate=False, on_token=progress.on_token, events=_event_factory(model))
             try:
                 with patch_generate(bare):
                     for i, p in enumerate(prompts):
@@ -581,7 +609,11 @@ def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
                         bare.next_name = f"{cfg.shape}-{i}"
                         model.generate(**wl.generate_kwargs(cfg, p))
             finally:
-                run.update_manifest(timings={"unprofiled": timings(bare.requests)})
+                unprofiled = timings(bare.requests)
+                by_events = event_timings(bare.requests)
+                if by_events is not None:
+                    unprofiled["cuda_events"] = by_events
+                run.update_manifest(timings={"unprofiled": unprofiled})
             phase = "profiled"
             rec = Recording(run, opts, on_token=progress.on_token)
             with rec:

@@ -40,7 +40,7 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     # The unprofiled numbers are what the workload really costs; the profiled ones
     # are what the trace shows. Print both where we have both.
     base = unprof if unprof.get("ttft_ns") is not None else prof
-    label = "without profiler" if base is unprof else "profiled"
+    label = "host timers, without profiler" if base is unprof else "host timers, profiled"
     lines += [
         f"  TTFT            {_ms(base.get('ttft_ns'))}  ({label}; profiled {_ms(prof.get('ttft_ns'))})",
         f"  TPOT            {_ms(base.get('tpot_ns'))}  ({label}; profiled {_ms(prof.get('tpot_ns'))})",
@@ -49,6 +49,15 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
         f"  prefill share   {_pct(None if base.get('prefill_share') is None else 100 * base['prefill_share'])}"
         " of request time",
     ]
+    events = (t.get("unprofiled") or {}).get("cuda_events") or {}
+    if events.get("aggregate", {}).get("ttft_ns") is not None:
+        ea = events["aggregate"]
+        d = events.get("host_minus_events_pct") or {}
+        # The same unprofiled requests on the device's clock: an independent check of the host timers.
+        lines.append(
+            f"  CUDA events     TTFT {_ms(ea.get('ttft_ns'))}, TPOT {_ms(ea.get('tpot_ns'))}  "
+            f"(same requests; host timers {_pct(d.get('ttft_pct'), True)} / {_pct(d.get('tpot_pct'), True)})"
+        )
     if over:
         lines.append(
             f"  profiler cost   e2e {_pct(over.get('e2e_pct'), True)}, TTFT {_pct(over.get('ttft_pct'), True)}, "

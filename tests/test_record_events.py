@@ -1,0 +1,176 @@
+"""CUDA-event timing of the unprofiled requests, exercised on the CPU with a fake event class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tracekit.collectors import session
+from tracekit.collectors.hooks import GenerationTracker
+
+from tracekit.summary import render
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class FakeEvent:
+    """torch.cuda.Event's timing interface on a given clock (ns), with a fixed device lag."""
+
+    def __init__(self, clock: Any, lag_ns: int = 0) -> None:
+        self._clock = clock
+        self._lag = lag_ns
+        self.t: int | None = None
+        self.synced = False
+
+    def record(self) -> None:
+        self.t = self._clock() + self._lag
+
+    def synchronize(self) -> None:
+        assert self.t is not None, "synchronize before record"
+        self.synced = True
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.t is not None and end.t is not None
+        return (end.t - self.t) / 1e6  # milliseconds, as torch returns
+
+
+class _Handle:
+    def remove(self) -> None:
+        pass
+
+
+class FakeModel:
+    device = None
+
+    def register_forward_pre_hook(self, *a: Any, **k: Any) -> _Handle:
+        return _Handle()
+
+    def register_forward_hook(self, *a: Any, **k: Any) -> _Handle:
+        return _Handle()
+
+
+def _fake_generate(clock: FakeClock, gaps_ns: list[int], tail_ns: int) -> Any:
+    """A generate that streams one token after each gap (the first gap is prefill)."""
+
+    def gen(model: Any, *args: Any, streamer: Any, **kwargs: Any) -> str:
+        streamer.put("prompt")
+        for g in gaps_ns:
+            clock.now += g
+            streamer.put("token")
+        clock.now += tail_ns
+        streamer.end()
+        return "done"
+
+    return gen
+
+
+def test_events_time_the_same_tokens_as_the_host() -> None:
+    # GIVEN a tracker whose events run on the host's clock plus a constant device lag
+    clock = FakeClock()
+    made: list[FakeEvent] = []
+
+    def factory() -> FakeEvent:
+        made.append(FakeEvent(clock, lag_ns=5_000))
+        return made[-1]
+
+    tr = GenerationTracker(annotate=False, clock=clock, events=factory)
+    gaps = [20_000_000, 15_000_000, 17_000_000, 16_000_000]
+    # WHEN one request streams 4 tokens
+    tr.generate(_fake_generate(clock, gaps, 1_000_000), FakeModel(), input_ids=None, max_new_tokens=4)
+    rec = tr.requests[0]
+    # THEN there is one event for the start, one per token, one for the end; token events were waited on
+    assert len(made) == 6 and all(e.synced for e in made[1:])
+    # AND event offsets from the start are the token times (a constant lag cancels)
+    assert rec.event_token_ns == [20_000_000, 35_000_000, 52_000_000, 68_000_000]
+    assert rec.event_end_ns == 69_000_000
+    view = rec.event_view()
+    assert view is not None
+    m_ev, m_host = view.metrics(), rec.metrics()
+    assert m_ev["ttft_ns"] == m_host["ttft_ns"] == 20_000_000
+    assert m_ev["tpot_ns"] == m_host["tpot_ns"] == (69_000_000 - 20_000_000) / 3
+
+
+def test_event_timings_report_host_minus_events() -> None:
+    clock = FakeClock()
+    # Events that run 10% slow against the host clock: the difference must show, with its sign.
+    base = clock.now
+
+    class Slow(FakeEvent):
+        def record(self) -> None:
+            self.t = base + (clock.now - base) * 11 // 10
+
+    tr = GenerationTracker(annotate=False, clock=clock, events=lambda: Slow(clock))
+    for _ in range(2):
+        tr.generate(_fake_generate(clock, [10_000_000] * 5, 0), FakeModel(), max_new_tokens=5)
+    ev = session.event_timings(tr.requests)
+    assert ev is not None and ev["aggregate"]["requests"] == 2
+    assert "CUDA events" in ev["clock"]
+    # host = events / 1.1 -> host - events = -9.09% of events (rounded)
+    assert ev["host_minus_events_pct"]["tpot_pct"] == pytest.approx(-100 / 11, abs=0.01)
+    assert ev["host_minus_events_pct"]["ttft_pct"] == pytest.approx(-100 / 11, abs=0.01)
+
+
+def test_no_events_no_section() -> None:
+    clock = FakeClock()
+    tr = GenerationTracker(annotate=False, clock=clock)
+    tr.generate(_fake_generate(clock, [1_000_000] * 3, 0), FakeModel(), max_new_tokens=3)
+    assert tr.requests[0].event_view() is None
+    assert session.event_timings(tr.requests) is None
+
+
+def test_a_failed_request_takes_no_event_times() -> None:
+    clock = FakeClock()
+    tr = GenerationTracker(annotate=False, clock=clock, events=lambda: FakeEvent(clock))
+
+    def boom(model: Any, *a: Any, streamer: Any, **k: Any) -> None:
+        streamer.put("prompt")
+        clock.now += 1000
+        streamer.put("token")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        tr.generate(boom, FakeModel(), max_new_tokens=4)
+    assert tr.requests[0].event_token_ns is None
+
+
+def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monkeypatch, capsys) -> None:
+    import time
+
+    pytest.importorskip("transformers")
+    from tracekit.cli import main
+    from tracekit.rundir import RunDir
+
+    # GIVEN a CPU "device" clock: events stamped with perf_counter_ns
+    def factory(model: Any) -> Any:
+        return lambda: FakeEvent(time.perf_counter_ns)
+
+    monkeypatch.setattr(session, "_event_factory", factory)
+    rc = main(
+        ["record", "--warmup", "0", "--requests", "2", "--output-tokens", "4", "--out", str(tmp_path / "r")]
+    )
+    assert rc == 0
+    m = RunDir.open(tmp_path / "r").read_manifest()
+    unprof = m["timings"]["unprofiled"]
+    ev = unprof["cuda_events"]
+    assert ev["aggregate"]["requests"] == 2 and len(ev["requests"]) == 2
+    for e, h in zip(ev["requests"], unprof["requests"], strict=True):
+        assert e["output_tokens"] == h["output_tokens"] == 4
+        # same requests, stamps taken back to back: the two clocks agree to well under a millisecond
+        assert abs(e["ttft_ns"] - h["ttft_ns"]) < 1_000_000
+        assert abs(e["e2e_ns"] - h["e2e_ns"]) < 1_000_000
+    # the profiled pass has no events: they belong to the unprofiled measurement only
+    assert "cuda_events" not in m["timings"]["profiled"]
+    err = capsys.readouterr().err
+    assert "CUDA events" in err and "same requests" in err and "host timers, without profiler" in err
+    # and the summary renders from run.json alone
+    assert "CUDA events" in render(m, tmp_path / "r")

@@ -31,6 +31,7 @@ class WorkloadConfig:
     warmup: int = 2
     seed: int = 0
     trust_remote_code: bool = False
+    compile: bool = False  # static KV cache + torch.compile (collectors/compiled.py)
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class WorkloadConfig:
             "requests": self.requests,
             "warmup": self.warmup,
             "seed": self.seed,
+            "mode": "compiled" if self.compile else "eager",
         }
 
 

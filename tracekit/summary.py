@@ -37,6 +37,13 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
             f"shape {wl.get('shape')} ({wl.get('input_tokens')} in / {wl.get('output_tokens')} out), "
             f"batch {wl.get('batch')}, {wl.get('requests')} request(s)"
         )
+    comp = manifest.get("compiled")
+    if comp:
+        how = "torch.compile " + str(comp.get("compile_mode")) if comp.get("auto_compile") else "no compile"
+        lines.append(
+            f"  mode            compiled: {comp.get('cache_implementation')} cache, {how}, "
+            f"warm-up {comp.get('compile_s')} s (untimed)"
+        )
     # The unprofiled numbers are what the workload really costs; the profiled ones
     # are what the trace shows. Print both where we have both.
     base = unprof if unprof.get("ttft_ns") is not None else prof

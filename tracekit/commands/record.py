@@ -61,6 +61,12 @@ from tracekit.errors import UsageError
     metavar="N|START:STOP",
     help="Capture kernels only for these forward passes.",
 )
+@click.option(
+    "--compile",
+    "use_compile",
+    is_flag=True,
+    help="Static KV cache + torch.compile (CUDA graphs on a GPU); compilation runs in warm-up, untimed.",
+)
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML counters.")
 @click.option("--sample-hz", type=click.FloatRange(min=0.1, max=1000), default=100.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -81,6 +87,7 @@ def command(
     out: Path | None,
     force: bool,
     trace_steps: str | None,
+    use_compile: bool,
     no_nvml: bool,
     sample_hz: float,
     seed: int,
@@ -112,6 +119,10 @@ def command(
         ("tracekit", "record", *sys.argv[2:]) if sys.argv[1:2] == ["record"] else ("tracekit", "record")
     )
 
+    if script and use_compile:
+        raise UsageError(
+            "--compile applies to the built-in workload, not to a script (compile in your script)"
+        )
     if script:
         opts = RecordOptions(
             out=out or default_out(Path(script[-1] if len(script) == 1 else script[1]).stem or "script"),
@@ -154,6 +165,7 @@ def command(
         warmup=warmup,
         seed=seed,
         trust_remote_code=trust_remote_code,
+        compile=use_compile,
     )
     if cfg.output_tokens < 1:
         raise UsageError("--output-tokens must be at least 1")

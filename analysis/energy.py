@@ -4,7 +4,12 @@ Metric names are the NVML sampler's (collectors/nvml.py METRICS); they are
 named here once, for every analysis pass that reads counters.
 
 - ``energy`` (J) is NVML's total energy since the driver loaded: the energy of a
-  window is the difference of the counter, linearly interpolated at the window's ends.
+  window is the difference of the counter, linearly interpolated at the window's ends
+  between the samples where the counter CHANGED. The driver updates it more slowly
+  than we sample (on the H200 of 2026-11-29: a ~13 J jump every 100 ms, sampled every
+  10 ms); interpolating between every sample put a whole jump into a 29 ms prefill
+  (12.9 J, i.e. 445 W on a 134 W GPU). Between change points the slope is the mean
+  power of the last update period, the best the counter can say about a short window.
 - ``power`` (W) is an average over NVML's own short window: integrated with the
   trapezoid rule over the window (samples interpolated at the window's ends).
 Windows that reach outside the sampled interval get NaN, never an extrapolation.
@@ -42,10 +47,22 @@ def _integral(ts: np.ndarray, v: np.ndarray, lo: int, hi: int) -> float:
     return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(t)) / 1e9)
 
 
+def _change_points(ts: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples of a cumulative counter where its value changed: its update instants.
+
+    The first sample is not one (the counter's last update before it is unknown), so
+    a window before the second update falls back to integrated power.
+    """
+    if len(ts) < 2:
+        return ts[:0], v[:0]
+    keep = np.r_[False, v[1:] != v[:-1]]
+    return ts[keep], v[keep]
+
+
 def window_energy_j(counters: pd.DataFrame, windows: np.ndarray, device: int | None = None) -> np.ndarray:
     """Energy (J) in each [start, end) window: from the energy counter where it covers it, else from power."""
     out = np.full(len(windows), np.nan)
-    ets, ev = series(counters, METRIC_ENERGY, device)
+    ets, ev = _change_points(*series(counters, METRIC_ENERGY, device))
     pts, pv = series(counters, METRIC_POWER, device)
     for i, (lo, hi) in enumerate(windows):
         if len(ets) >= 2 and ets[0] <= lo and hi <= ets[-1]:

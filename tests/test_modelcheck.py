@@ -112,3 +112,25 @@ def test_roofline_png() -> None:
     png = roofline_png(k, h200)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert roofline_png(k.iloc[0:0], h200)[:4] == b"\x89PNG"  # empty: just the roofs
+
+
+def test_energy_counter_updated_slower_than_sampled() -> None:
+    # GIVEN the H200's behaviour: the energy counter jumps 13 J every 100 ms (130 W), sampled every 10 ms
+    ts = np.arange(0, 1_000_000_001, 10_000_000)
+    val = 13.0 * (ts // 100_000_000)
+    c = pd.DataFrame({"ts_ns": ts, "metric": "energy", "value": val})
+    # WHEN a 29 ms window straddles one jump
+    win = np.array([[495_000_000, 524_000_000]])
+    # THEN it gets 130 W × 29 ms, not the whole 13 J jump
+    assert energy.window_energy_j(c, win)[0] == pytest.approx(130 * 0.029, rel=0.01)
+    # and a long window is still the counter's difference
+    assert energy.window_energy_j(c, np.array([[100_000_000, 900_000_000]]))[0] == pytest.approx(13.0 * 8)
+
+
+def test_energy_window_before_the_counters_second_update_uses_power() -> None:
+    # the first sample lands 1 ms before an update: the slope to it is not a power
+    ts = np.array([0, 1, 10, 20, 100, 101, 200]) * 1_000_000
+    val = np.array([0.0, 13.0, 13.0, 13.0, 13.0, 26.0, 26.0])
+    c = pd.concat([pd.DataFrame({"ts_ns": ts, "metric": "energy", "value": val}),
+                   pd.DataFrame({"ts_ns": ts, "metric": "power", "value": 130.0})])
+    assert energy.window_energy_j(c, np.array([[5_000_000, 15_000_000]]))[0] == pytest.approx(1.3)

@@ -47,3 +47,31 @@ def test_compile_with_a_script_is_a_usage_error(tmp_path: Path, capsys) -> None:
     script.write_text("print('hi')\n")
     assert main(["record", "--compile", "--out", str(tmp_path / "r"), "--", "python", str(script)]) == 2
     assert "--compile" in capsys.readouterr().err
+
+
+def test_tp_2_on_cpu_writes_one_run_per_rank_and_merged_tables(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "tp"
+    argv = ["record", "--tp", "2", "--device", "cpu", "--warmup", "0", "--output-tokens", "3"]
+    rc = main([*argv, "--out", str(out)])
+    assert rc == 0
+    m = RunDir.open(out).read_manifest()
+    assert m["status"] == STATUS_COMPLETE and m["tp"]["world_size"] == 2
+    steps = RunDir.open(out).read_df("steps")
+    # every rank ran the same forced request: one prefill and two decodes each
+    assert sorted(steps["rank"].unique().tolist()) == [0, 1]
+    for _, g in steps.groupby("rank"):
+        assert g["kind"].tolist() == ["prefill", "decode", "decode"]
+    for r in (0, 1):
+        rm = RunDir.open(out / "ranks" / str(r)).read_manifest()
+        assert rm["status"] == STATUS_COMPLETE and rm["tp"]["rank"] == r and rm["tp"]["backend"] == "gloo"
+    err = capsys.readouterr().err
+    assert "--tp 2" in err and "TTFT" in err
+
+
+@pytest.mark.parametrize(
+    "extra, needle", [(["--compile"], "--compile"), (["--device", "cuda:1"], "CUDA_VISIBLE_DEVICES")]
+)
+def test_tp_refuses_what_it_cannot_do(tmp_path: Path, capsys, extra: list[str], needle: str) -> None:
+    assert main(["record", "--tp", "2", *extra, "--out", str(tmp_path / "x")]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

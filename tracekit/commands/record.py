@@ -67,6 +67,14 @@ from tracekit.errors import UsageError
     is_flag=True,
     help="Static KV cache + torch.compile (CUDA graphs on a GPU); compilation runs in warm-up, untimed.",
 )
+@click.option(
+    "--tp",
+    "tp",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Tensor parallel over N processes (one GPU each; gloo on CPU): one run per rank under ranks/.",
+)
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML counters.")
 @click.option("--sample-hz", type=click.FloatRange(min=0.1, max=1000), default=100.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -88,6 +96,7 @@ def command(
     force: bool,
     trace_steps: str | None,
     use_compile: bool,
+    tp: int | None,
     no_nvml: bool,
     sample_hz: float,
     seed: int,
@@ -119,6 +128,27 @@ def command(
         ("tracekit", "record", *sys.argv[2:]) if sys.argv[1:2] == ["record"] else ("tracekit", "record")
     )
 
+    if tp is not None:
+        return _record_tp(
+            tp,
+            script=script,
+            use_compile=use_compile,
+            trace_steps=trace_steps,
+            model=model or model_preset,
+            device=device,
+            dtype=dtype,
+            shape=shape,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            batch=batch,
+            n_requests=n_requests,
+            warmup=warmup,
+            out=out,
+            force=force,
+            no_nvml=no_nvml,
+            seed=seed,
+            quiet=quiet,
+        )
     if script and use_compile:
         raise UsageError(
             "--compile applies to the built-in workload, not to a script (compile in your script)"
@@ -185,4 +215,73 @@ def command(
     run = run_workload(cfg, opts)
     if not quiet:
         click.echo(render(run.read_manifest(), run.path), err=True)
+    return 0
+
+
+def _record_tp(
+    world: int,
+    *,
+    script: tuple[str, ...],
+    use_compile: bool,
+    trace_steps: str | None,
+    model: str | None,
+    device: str,
+    dtype: str,
+    shape: str,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    batch: int,
+    n_requests: int,
+    warmup: int,
+    out: Path | None,
+    force: bool,
+    no_nvml: bool,
+    seed: int,
+    quiet: bool,
+) -> int:
+    """``--tp N``: the built-in workload sharded over N ranks by tracekit.collectors.tp."""
+    for given, flag in ((script, "a script"), (use_compile, "--compile"), (trace_steps, "--trace-steps")):
+        if given:
+            raise UsageError(f"--tp does not combine with {flag} yet")
+    if device not in ("auto", "cpu", "cuda"):
+        # Ranks take GPUs 0..N-1 (LOCAL_RANK); choose them with CUDA_VISIBLE_DEVICES instead.
+        raise UsageError(
+            f"--tp with --device {device}: use auto, cpu or cuda (CUDA_VISIBLE_DEVICES picks GPUs)"
+        )
+    from tracekit.collectors import presets
+    from tracekit.collectors import workload as wl
+    from tracekit.collectors.session import default_out
+    from tracekit.collectors.tp import TPOptions, launch, rank_dir
+    from tracekit.rundir import RunDir
+    from tracekit.summary import render
+
+    dev = wl.resolve_device(device)
+    name = model or (presets.GPU_DEFAULT_MODEL if dev.startswith("cuda") else presets.CPU_DEFAULT_MODEL)
+    presets.resolve_model(name)  # a bad name or path fails here, before N processes start
+    sp = presets.resolve_shape(shape)
+    label = f"{sp.name}-tp{world}"
+    run = launch(
+        TPOptions(
+            out=out or default_out(label),
+            world_size=world,
+            model=name,
+            shape=sp.name,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            dtype=dtype,
+            device=dev,
+            batch=batch,
+            requests=n_requests,
+            warmup=warmup,
+            seed=seed,
+            nvml=not no_nvml,
+            force=force,
+        )
+    )
+    if not quiet:
+        click.echo(
+            f"tracekit record --tp {world}: {run.path} (ranks under {run.path / 'ranks'}); rank 0:", err=True
+        )
+        r0 = rank_dir(run.path, 0)
+        click.echo(render(RunDir.open(r0).read_manifest(), r0), err=True)
     return 0

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -93,3 +95,22 @@ def test_a_foreign_directory_is_refused_and_bad_roots_say_so(tmp_path) -> None:
 def test_run_ids_are_made_safe_for_paths() -> None:
     assert dataset.safe_run_id("a/b=c d") == "a-b-c-d"
     assert dataset.safe_run_id("..") == "run"
+
+
+def test_tracekit_query_reads_a_dataset(root, capsys) -> None:
+    from tracekit.cli import main
+
+    # WHEN the brief's query runs over the dataset
+    sql = "select kind, count(*) as n from steps group by kind order by kind"
+    assert main(["query", sql, "--runs", str(root), "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # THEN every run and rank is counted (5 TP rows + 2 single-GPU rows)
+    assert rows == [{"kind": "decode", "n": 5}, {"kind": "prefill", "n": 2}]
+    sql = "select run_id, rank, count(*) as n from steps group by all order by all"
+    assert main(["query", sql, "--runs", str(root), "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["run_id"], r["rank"], r["n"]) for r in rows] == [("0042", 0, 2), ("tp-run", 0, 2), ("tp-run", 1, 3)]
+    # a table no run wrote is an empty view with the partition columns, not an error
+    assert main(["query", "select count(*) as n, max(run_id) as r, max(rank) as k, max(ttft_ns) as t from requests",
+                 "--runs", str(root), "--format", "json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out) == {"n": 0, "r": None, "k": None, "t": None}

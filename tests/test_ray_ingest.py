@@ -43,14 +43,19 @@ def test_plan_names_runs_and_ranks_from_paths(traces: Path) -> None:
     assert jobs == {("jobA", 0), ("jobA", 1), ("tprun", 0), ("tprun", 1), ("jobB", None)}
 
 
-def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Path) -> None:
+def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Path, capsys) -> None:
     pytest.importorskip("ray")
-    # WHEN ingested on a real local Ray runtime (2 CPUs) and serially
-    s_ray = ri.ingest_dataset([traces], tmp_path / "ds_ray", engine="ray", num_cpus=2)
+    from tracekit.cli import main
+
+    # WHEN `tracekit ingest --engine ray` starts a real local Ray runtime (one start-up: ~15 s on 2 cores),
+    # and the same files are ingested serially
+    assert main(["ingest", str(traces), "--engine", "ray", "--out", str(tmp_path / "ds_ray")]) == 0
+    assert "5/5 traces" in capsys.readouterr().out
+    assert json.loads((tmp_path / "ds_ray" / dataset.MARKER).read_text())["last_ingest"]["engine"] == "ray"
     s_ser = ri.ingest_dataset([traces], tmp_path / "ds_ser", engine="serial")
     # THEN both hold every file, partitioned by run and rank
-    assert s_ray.ok and s_ray.files == 5 and s_ser.runs == s_ray.runs
-    assert s_ray.runs == {"jobA": [0, 1], "jobB": [0], "tprun": [0, 1]}
+    assert s_ser.ok and s_ser.files == 5
+    assert s_ser.runs == {"jobA": [0, 1], "jobB": [0], "tprun": [0, 1]}
     a = dataset.read_dataset(tmp_path / "ds_ray", "gpu_activity").to_pandas()
     b = dataset.read_dataset(tmp_path / "ds_ser", "gpu_activity").to_pandas()
     assert len(a) == 6 + 7 + 4 + 4 + 3
@@ -63,6 +68,12 @@ def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Pa
     per = a.groupby(["run_id", "rank"]).size().to_dict()
     assert per[("jobA", 1)] == 7 and per[("tprun", 1)] == 4
     assert len(list((tmp_path / "ds_ray" / "runtime" / "run_id=jobA" / "rank=1").glob("part-*.parquet"))) == 1
+    # AND `tracekit query` over the dataset sees one view per table, run_id and rank from the partitions
+    sql = "select run_id, rank, count(*) as n from gpu_activity group by all order by all"
+    assert main(["query", sql, "--runs", str(tmp_path / "ds_ray"), "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    got = {(r["run_id"], r["rank"]): r["n"] for r in rows}
+    assert got == {("jobA", 0): 6, ("jobA", 1): 7, ("jobB", 0): 3, ("tprun", 0): 4, ("tprun", 1): 4}
 
 
 def test_a_bad_file_is_reported_and_the_rest_kept(traces: Path, tmp_path: Path) -> None:
@@ -109,3 +120,18 @@ def test_files_whose_trace_says_the_same_rank_never_overwrite_each_other(tmp_pat
     # THEN the trace's rank wins and both files' rows are kept
     assert s.runs == {"jobC": [0]}
     assert dataset.read_dataset(tmp_path / "ds", "gpu_activity").num_rows == 4 + 5
+
+
+def test_cli_engine_options(traces: Path, tmp_path: Path, capsys) -> None:
+    from tracekit.cli import main
+
+    # --address without Ray, --run-id without a dataset: one-line usage errors, nothing written
+    assert main(["ingest", str(traces), "--engine", "process", "--address", "x:1", "--out", str(tmp_path / "a")]) == 2
+    assert main(["ingest", str(traces / "jobB.json"), "--run-id", "r", "--out", str(tmp_path / "b")]) == 2
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # --engine serial --dataset writes the same partitions as Ray would
+    assert main(["ingest", str(traces), "--engine", "serial", "--dataset", "--out", str(tmp_path / "c")]) == 0
+    assert dataset.read_dataset(tmp_path / "c", "gpu_activity").num_rows == 6 + 7 + 4 + 4 + 3
+    # the default (process pool, one run directory) keeps today's behaviour: a run, not a dataset
+    assert main(["ingest", str(traces / "jobB.json"), "--engine", "serial", "--out", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "run.json").is_file() and not dataset.is_dataset(tmp_path / "d")

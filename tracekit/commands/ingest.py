@@ -15,12 +15,31 @@ from tracekit.errors import UsageError
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory.")
 @click.option("--jobs", type=int, default=None, help="Files read in parallel (default: CPU count).")
 @click.option("--no-cache", "no_cache", is_flag=True, help="Re-read even if the inputs are unchanged.")
-def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no_cache: bool) -> int:
+@click.option("--engine", type=click.Choice(["process", "serial", "ray"]), default="process", show_default=True,
+              help="Where files are read: a local process pool, one process, or Ray tasks (ray writes a --dataset).")
+@click.option("--address", default=None, help="Ray cluster to join (e.g. ray://head:10001); default: a local Ray runtime.")
+@click.option("--dataset", is_flag=True,
+              help="Write a hive-partitioned dataset (<table>/run_id=/rank=/) at --out instead of one run directory.")
+@click.option("--run-id", "run_id", default=None, help="With --dataset: the run id of every file (default: from paths).")
+def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no_cache: bool, engine: str,
+            address: str | None, dataset: bool, run_id: str | None) -> int:
     """Read torch.profiler / Kineto traces (.json, .json.gz, or a directory of per-rank traces)."""
     from tracekit.ingest import ingest
 
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if address and engine != "ray":
+        raise UsageError("--address is for --engine ray")
+    if run_id and not (dataset or engine == "ray"):
+        raise UsageError("--run-id is for --dataset")
+    if dataset or engine == "ray":
+        # One task per trace file into a partitioned dataset (tracekit.ray_ingest); Ray only does this.
+        from tracekit.ray_ingest import ingest_command
+
+        return ingest_command(list(traces), out, engine=engine, address=address, jobs=jobs, force=force,
+                              run_id=run_id)
+    if engine == "serial":
+        jobs = 1
     t0 = time.perf_counter()
     run = ingest(list(traces), out, force=force, jobs=jobs, use_cache=not no_cache)
     wall = time.perf_counter() - t0

@@ -69,14 +69,38 @@ def _plain(table: Any) -> Any:
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def run_query(sql: str, runs_dir: Path) -> Any:
-    """The query's result as a pyarrow Table."""
-    runs = find_runs(runs_dir)
-    if not runs:
-        raise UsageError(f"no runs found under {runs_dir} (a run is a directory with {MANIFEST})")
+def connect_dataset(root: Path) -> Any:
+    """A DuckDB connection with one view per table of a hive-partitioned dataset (run_id, rank columns)."""
     import duckdb
 
-    con = connect(runs)
+    from tracekit import dataset as _ds
+
+    con = duckdb.connect(":memory:")
+    present = set(_ds.tables_in(root))
+    for name in sorted(present | set(_schema.TABLES)):
+        if name in present and any((root / name).rglob("*.parquet")):
+            con.execute(f'create view "{name}" as select * from {_ds.duckdb_source(root, name)}')
+        elif name in _schema.SCHEMAS:
+            empty = _schema.empty(name)
+            con.register(f"__empty_{name}", _plain(empty.drop_columns([c for c in ("rank",) if c in empty.column_names])))
+            con.execute(f'create view "{name}" as select cast(null as varchar) as run_id, cast(null as integer) as rank, '
+                        f'* from "__empty_{name}"')
+    return con
+
+
+def run_query(sql: str, runs_dir: Path) -> Any:
+    """The query's result as a pyarrow Table."""
+    import duckdb
+
+    from tracekit.dataset import is_dataset
+
+    if is_dataset(runs_dir):
+        con = connect_dataset(runs_dir)
+    else:
+        runs = find_runs(runs_dir)
+        if not runs:
+            raise UsageError(f"no runs found under {runs_dir} (a run is a directory with {MANIFEST})")
+        con = connect(runs)
     try:
         rel = con.sql(sql)
     except duckdb.Error as exc:
@@ -111,7 +135,7 @@ def _table_output(result: Any, out: Any) -> None:
 @click.command("query")
 @click.argument("sql")
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Directory holding run directories (searched recursively), or one run.")
+              help="Directory holding run directories (searched recursively), one run, or a dataset (tracekit ingest --dataset).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the result here (required for parquet).")

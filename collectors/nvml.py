@@ -1,182 +1,99 @@
-"""NVML sampler: GPU counters on a background thread while a workload runs.
+"""NVML sampler: GPU counters from a child process while a workload runs.
 
-Two daemon threads, so that a slow query never delays the fast ones:
+``NvmlSampler`` reads the basic NVML metrics at ``interval_s`` (default 10 ms,
+100 Hz) and GPM, energy and PCIe at ``gpm_interval_s`` (default 100 ms); the
+loops themselves are in ``collectors.nvml_sampling``.
 
-* the fast thread reads the basic NVML metrics every ``interval_s`` (default
-  10 ms, 100 Hz): utilisation, memory, power, energy, clocks, temperature and
-  the clock-event (throttle) reasons;
-* the slow thread, every ``gpm_interval_s`` (default 100 ms, the least NVML
-  allows for GPM), reads the GPM metrics (``collectors.gpm``) and PCIe
-  throughput. PCIe is here because nvmlDeviceGetPcieThroughput measures a byte
-  counter over 20 ms before it returns: two of those per fast tick would cap
-  the fast thread near 25 Hz.
+By default the loops run in a child process (``mode="process"``): a fresh
+Python interpreter that imports only the standard library, pynvml and the
+sampling module (never torch or pyarrow). Why: every pynvml call goes through
+ctypes, which releases and re-takes the GIL; on a thread of a busy workload
+each re-take waits for the main thread (on the H200, 2026-11-29, a 100 Hz
+thread inside ``tracekit record`` reached 37 Hz, p99 tick 459 ms). The child
+appends fixed-size records to a file in a private temporary directory, which
+the parent reads in ``counters()``; control and status go over the child's
+stdin/stdout as JSON lines. The child stops when told to, when its stdin
+closes (the parent exited) or when its parent process changes; it ignores
+SIGINT, so Ctrl-C stops the workload and the parent then stops the sampler
+with every sample kept.
 
-Every sample is stamped with ``time.time_ns()`` on the host; the recorder maps
-that clock to the trace's. A metric that NVML reports as not supported (or not
-permitted) is recorded in ``status()`` and never asked again. Nothing here
-raises because NVML or a GPU is missing: ``status()`` says why and
-``counters()`` is an empty, valid table.
+We start the child with ``subprocess`` rather than ``multiprocessing``'s spawn:
+spawn re-imports the parent's ``__main__`` in the child, which for a user
+script that calls ``tracekit.record()`` at top level would run the workload
+again. The child gets the parent's ``sys.path``, so it imports the same
+tracekit (installed or mapped).
 
-pynvml is imported inside ``_open`` only (DESIGN.md: only collectors import it,
-and only inside functions); tests pass a fake module through ``nvml=``.
+Every sample is stamped with ``time.time_ns()``, the same host clock in both
+processes; the recorder maps it to the trace's clock. A metric that NVML
+reports as not supported (or not permitted) is recorded in ``status()`` and
+never asked again. Nothing here raises because NVML or a GPU is missing:
+``status()`` says why and ``counters()`` is an empty, valid table.
+
+Tests inject a fake NVML: ``nvml=<object>`` runs the loops on threads of this
+process (``mode="thread"``); ``nvml="module:attr"`` names a fake the child can
+import (process mode with a fake).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from tracekit import schema
 
-from .gpm import GPM_METRICS, GPM_MIN_INTERVAL_S, GPM_UNIT, GpmReader, error_code, nvml_error_text
-
-# NVML return codes after which asking again is pointless (nvml.h).
-_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND = 3, 4, 13
-_PERMANENT = {_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND}
-# Other errors (a timeout, a GPU busy resetting) may pass; give up after this many in a row.
-_MAX_CONSECUTIVE_ERRORS = 5
-# NVML's "KB/s" for PCIe throughput is KiB/s (nvidia-smi and nvitop read it so).
-_KIB = 1024
-
-
-@dataclass(frozen=True)
-class _Reader:
-    """One NVML call yielding one or more metrics, with its unit conversion."""
-
-    key: str  # names the call in status()
-    metrics: tuple[str, ...]
-    read: Callable[[Any, Any], tuple[float, ...]]  # (nvml, handle) -> values in our units
-
-
-def _utilization(nvml: Any, h: Any) -> tuple[float, ...]:
-    u = nvml.nvmlDeviceGetUtilizationRates(h)
-    return float(u.gpu), float(u.memory)
-
-
-def _temperature(nvml: Any, h: Any) -> tuple[float, ...]:
-    # nvmlDeviceGetTemperature is deprecated (to go in CUDA 14); bindings that drop it have the V form.
-    fn = getattr(nvml, "nvmlDeviceGetTemperature", None) or nvml.nvmlDeviceGetTemperatureV
-    return (float(fn(h, nvml.NVML_TEMPERATURE_GPU)),)
-
-
-def _clock_event_reasons(nvml: Any, h: Any) -> tuple[float, ...]:
-    # Renamed from "throttle" to "event" reasons in NVML 12.2; older bindings only have the old name.
-    fn = (
-        getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    )
-    return (float(fn(h)),)
-
-
-FAST_READERS: tuple[_Reader, ...] = (
-    _Reader("utilization", ("gpu_util", "mem_util"), _utilization),
-    _Reader("memory", ("mem_used",), lambda n, h: (float(n.nvmlDeviceGetMemoryInfo(h).used),)),
-    _Reader("power", ("power",), lambda n, h: (n.nvmlDeviceGetPowerUsage(h) / 1e3,)),  # mW -> W
-    _Reader("energy", ("energy",), lambda n, h: (n.nvmlDeviceGetTotalEnergyConsumption(h) / 1e3,)),  # mJ -> J
-    _Reader("sm_clock", ("sm_clock",), lambda n, h: (float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),)),
-    _Reader(
-        "mem_clock", ("mem_clock",), lambda n, h: (float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),)
-    ),
-    _Reader("temperature", ("temperature",), _temperature),
-    _Reader("clock_event_reasons", ("clock_event_reasons",), _clock_event_reasons),
-)
-SLOW_READERS: tuple[_Reader, ...] = (
-    _Reader(
-        "pcie_tx",
-        ("pcie_tx",),
-        lambda n, h: (n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES) * _KIB,),
-    ),
-    _Reader(
-        "pcie_rx",
-        ("pcie_rx",),
-        lambda n, h: (n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES) * _KIB,),
-    ),
+from .gpm import GPM_MIN_INTERVAL_S, nvml_error_text
+from .nvml_sampling import (
+    FAST_READERS,
+    METRIC_NAMES,
+    METRICS,
+    RECORD,
+    SLOW_READERS,
+    ListSink,
+    SamplingCore,
 )
 
-# metric -> (unit, source). The one place that says what each counter means.
-METRICS: dict[str, tuple[str, str]] = {
-    "gpu_util": ("%", "nvml"),  # time a kernel ran, over NVML's own 1/6 s..1 s window
-    "mem_util": ("%", "nvml"),  # time device memory was read or written, same window
-    "mem_used": ("bytes", "nvml"),
-    "power": ("W", "nvml"),
-    "energy": ("J", "nvml"),  # since the driver loaded; differences give energy per phase
-    "sm_clock": ("MHz", "nvml"),
-    "mem_clock": ("MHz", "nvml"),
-    "temperature": ("C", "nvml"),
-    "clock_event_reasons": ("bitmask", "nvml"),  # nvmlClocksEventReason* bits; 0 or 1 (idle) is normal
-    "pcie_tx": ("bytes/s", "nvml"),  # over a 20 ms window starting at the sample
-    "pcie_rx": ("bytes/s", "nvml"),
-    **{name: (GPM_UNIT, "gpm") for name, _ in GPM_METRICS},  # over the interval starting at the sample
-}
+__all__ = [
+    "FAST_READERS",
+    "METRICS",
+    "SLOW_READERS",
+    "NvmlSampler",
+    "nvml_index_for_torch_device",
+]
 
-
-class _Loop:
-    """A periodic loop that sleeps to the next deadline and times each tick."""
-
-    def __init__(self, name: str, interval_s: float, tick: Callable[[], None], stop: threading.Event) -> None:
-        self.interval_s = interval_s
-        self._tick = tick
-        self._stop = stop
-        self.wall_ns: list[int] = []
-        self.cpu_ns: list[int] = []
-        self.starts_ns: list[int] = []  # perf_counter_ns at each tick start, for the achieved rate
-        self.missed = 0
-        self.error: str | None = None
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def _run(self) -> None:
-        interval = self.interval_s
-        deadline = time.perf_counter()
-        try:
-            while not self._stop.is_set():
-                t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-                self._tick()
-                self.wall_ns.append(time.perf_counter_ns() - t0)
-                self.cpu_ns.append(time.thread_time_ns() - c0)
-                self.starts_ns.append(t0)
-                deadline += interval
-                now = time.perf_counter()
-                if deadline <= now:
-                    # Fell behind: drop the missed ticks rather than burst to catch up.
-                    behind = int((now - deadline) // interval) + 1
-                    self.missed += behind
-                    deadline += behind * interval
-                # Event.wait blocks on a lock with a timeout: no busy wait, and stop() wakes it at once.
-                self._stop.wait(deadline - now)
-        except BaseException as exc:  # never die silently: status() reports it
-            self.error = f"sampler thread stopped: {type(exc).__name__}: {exc}"
-
-    def stats(self, prefix: str) -> dict[str, Any]:
-        wall = sorted(self.wall_ns)
-        n = len(wall)
-        starts = self.starts_ns
-        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-        return {
-            f"{prefix}ticks": n,
-            f"{prefix}tick_us_mean": round(sum(wall) / n / 1e3, 2) if n else None,
-            f"{prefix}tick_us_p99": round(wall[min(n - 1, int(0.99 * n))] / 1e3, 2) if n else None,
-            f"{prefix}tick_us_max": round(wall[-1] / 1e3, 2) if n else None,
-            f"{prefix}tick_cpu_us_mean": round(sum(self.cpu_ns) / n / 1e3, 2) if n else None,
-            f"{prefix}rate_hz": round((len(starts) - 1) / span, 2) if span > 0 else None,
-            f"{prefix}target_rate_hz": round(1.0 / self.interval_s, 2),
-            f"{prefix}missed_deadlines": self.missed,
-        }
+# The child's records, read back without a Python loop.
+_RECORD_DTYPE = np.dtype([("ts", "<i8"), ("code", "<u2"), ("value", "<f8")])
+assert _RECORD_DTYPE.itemsize == RECORD.size
+# How long start() waits for the child to import pynvml and open the device.
+_START_TIMEOUT_S = 60.0
+# How long stop() waits for the child's last tick (a slow tick reads PCIe for 40 ms).
+_STOP_TIMEOUT_S = 15.0
+_BOOT = (
+    "import sys, json; c = json.loads(sys.argv[1]); sys.path[:] = c['sys_path']; "
+    "from tracekit.collectors.nvml_sampling import child_main; sys.exit(child_main(c))"
+)
 
 
 class NvmlSampler:
-    """Samples NVML (and GPM where supported) for one device on background threads.
+    """Samples NVML (and GPM where supported) for one device, in a child process.
 
     >>> with NvmlSampler(device_index=0) as s:   # doctest: +SKIP
     ...     run_workload()
     >>> s.counters()   # pyarrow Table, schema "counters"
     >>> s.status()     # what worked, what did not and why, cost per tick
+
+    ``device_index`` is NVML's index; for a torch device use ``for_torch_device``.
     """
 
     def __init__(
@@ -187,6 +104,7 @@ class NvmlSampler:
         *,
         gpm: bool = True,
         nvml: Any = None,
+        mode: str | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
@@ -194,30 +112,54 @@ class NvmlSampler:
             raise ValueError(
                 f"gpm_interval_s must be >= {GPM_MIN_INTERVAL_S} (NVML's GPM minimum), got {gpm_interval_s}"
             )
+        if mode is None:
+            mode = "thread" if nvml is not None and not isinstance(nvml, str) else "process"
+        if mode not in ("thread", "process"):
+            raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
+        if mode == "process" and nvml is not None and not isinstance(nvml, str):
+            raise ValueError("process mode needs nvml=None or a 'module:attr' string the child can import")
         self.device_index = device_index
         self.interval_s = interval_s
         self.gpm_interval_s = gpm_interval_s
+        self.mode = mode
         self._want_gpm = gpm
-        self._nvml: Any = nvml  # None: import pynvml on first use
-        self._handle: Any = None
-        self._opened = False
-        self._initialised = False  # nvmlInit succeeded, so stop() owes an nvmlShutdown
-        self._available = False
-        self._reason: str | None = None
-        self._info: dict[str, Any] = {}
-        self._fast: list[_Reader] = []
-        self._slow: list[_Reader] = []
-        self._failed: dict[str, str] = {}  # metric -> why it is no longer read
-        self._errors: dict[str, int] = {}  # reader key -> consecutive errors
-        self._gpm: GpmReader | None = None
-        self._gpm_reason: str | None = "not started" if gpm else "disabled by the caller"
-        self._gpm_last_ts: int | None = None  # time of the last GPM snapshot
-        # (ts_ns, metric, value); one tuple per append keeps appends atomic across threads.
-        self._rows: list[tuple[int, str, float]] = []
-        self._stop_event = threading.Event()
-        self._loops: list[_Loop] = []
+        self._nvml_spec = nvml
         self._state = "new"  # new -> running -> stopped
         self._lock = threading.Lock()
+        self._preset_reason: str | None = None  # set by for_torch_device when the mapping failed
+        self.torch_device: int | None = None
+        self._extra: dict[str, Any] = {}
+        # thread mode
+        self._core: SamplingCore | None = None
+        self._list_sink: ListSink | None = None
+        # process mode
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmpdir: str | None = None
+        self._data_path: str | None = None
+        self._data: bytes | None = None  # the child's samples, read at stop
+        self._child_status: dict[str, Any] | None = None
+        self._out_buf = b""
+        self._io_lock = threading.Lock()
+
+    @classmethod
+    def for_torch_device(cls, torch_index: int, **kwargs: Any) -> NvmlSampler:
+        """A sampler for torch's ``cuda:<torch_index>``, mapped through CUDA_VISIBLE_DEVICES.
+
+        If the mapping fails (a hidden device, a UUID NVML does not know), the
+        sampler still constructs: it samples nothing and ``status()`` says why.
+        """
+        nvml = kwargs.get("nvml")
+        try:
+            index = nvml_index_for_torch_device(
+                torch_index, nvml=nvml if nvml is not None and not isinstance(nvml, str) else None
+            )
+            reason = None
+        except Exception as exc:
+            index, reason = torch_index, f"cannot map torch cuda:{torch_index} to an NVML device: {exc}"
+        sampler = cls(device_index=index, **kwargs)
+        sampler.torch_device = torch_index
+        sampler._preset_reason = reason
+        return sampler
 
     # --- lifecycle -------------------------------------------------------
     def __enter__(self) -> NvmlSampler:
@@ -228,48 +170,110 @@ class NvmlSampler:
         self.stop()
 
     def start(self) -> None:
-        """Open NVML and start the sampling threads; without NVML, only record why."""
+        """Start sampling and return once the first readings are possible; without NVML, only record why."""
         with self._lock:
             if self._state != "new":
                 raise RuntimeError(f"NvmlSampler.start() called on a {self._state} sampler")
             self._state = "running"
-            self._open()
-            if not self._available:
+            if self._preset_reason is not None:
                 return
-            self._loops.append(_Loop("tracekit-nvml", self.interval_s, self._fast_tick, self._stop_event))
-            if self._slow or (self._gpm is not None and self._gpm.supported):
-                self._loops.append(
-                    _Loop("tracekit-nvml-slow", self.gpm_interval_s, self._slow_tick, self._stop_event)
-                )
-            for loop in self._loops:
-                loop.thread.start()
+            if self.mode == "thread":
+                self._start_thread(self._nvml_spec)
+            else:
+                self._start_process()
 
     def stop(self) -> None:
-        """Stop the threads and release NVML. Safe to call twice, or before start()."""
+        """Stop sampling and release NVML. Safe to call twice, or before start()."""
         with self._lock:
             if self._state == "stopped":
                 return
+            was_running = self._state == "running"
             self._state = "stopped"
-            self._stop_event.set()
-            for loop in self._loops:
-                loop.thread.join()
-            if self._gpm is not None:
-                self._gpm.close()
-            if self._initialised:
-                self._initialised = False
-                # Shutting down: the samples are already safe in memory.
-                with contextlib.suppress(Exception):
-                    self._nvml.nvmlShutdown()
+            if self._core is not None:
+                self._core.stop()
+            if was_running and self._proc is not None and self._data is None:
+                self._stop_process()
 
     # --- results ---------------------------------------------------------
     def counters(self) -> pa.Table:
         """All samples so far, schema "counters" (callable while running)."""
-        rows = list(self._rows)  # a copy under the GIL; the threads only append
+        if self._list_sink is not None:
+            return self._table_from_rows(list(self._list_sink.rows))  # a copy; the loops only append
+        data = self._data if self._data is not None else self._read_data_file()
+        if not data:
+            return schema.empty("counters")
+        n = len(data) // RECORD.size  # a record cut short by a kill is left out
+        rec = np.frombuffer(data, dtype=_RECORD_DTYPE, count=n)
+        codes = rec["code"].astype(np.int32)
+        names = pa.array(METRIC_NAMES, pa.string())
+        units = pa.array([METRICS[m][0] for m in METRIC_NAMES], pa.string())
+        sources = pa.array([METRICS[m][1] for m in METRIC_NAMES], pa.string())
+        idx = pa.array(codes)
+        return schema.from_columns(
+            "counters",
+            {
+                "ts_ns": pa.array(rec["ts"]),
+                "device": pa.array(np.full(n, self.device_index, dtype=np.int32)),
+                "metric": pa.DictionaryArray.from_arrays(idx, names),
+                "value": pa.array(rec["value"]),
+                "unit": pa.DictionaryArray.from_arrays(idx, units),
+                "source": pa.DictionaryArray.from_arrays(idx, sources),
+            },
+        )
+
+    def status(self) -> dict[str, Any]:
+        """JSON-ready description for run.json: availability, metrics, GPM, cost per tick."""
+        base: dict[str, Any] = {"state": self._state, "mode": self.mode, **self._extra}
+        if self.torch_device is not None:
+            base["torch_device"] = self.torch_device
+        if self._core is not None:
+            st = self._core.status()
+            st["samples"] = len(self._list_sink.rows) if self._list_sink is not None else 0
+            return {**base, **st}
+        if self._proc is not None:
+            st = dict(self._child_status or {})
+            if self._state == "running":
+                st = self._ask_status() or st
+            st["samples"] = self._sample_count()
+            return {**base, **st}
+        reason = self._preset_reason or ("not started" if self._state == "new" else "not sampled")
+        return {
+            **base,
+            "available": False,
+            "reason": reason,
+            "device_index": self.device_index,
+            "interval_s": self.interval_s,
+            "gpm_interval_s": self.gpm_interval_s,
+            "metrics_ok": [],
+            "metrics_failed": {},
+            "gpm_supported": False,
+            "gpm_reason": "disabled by the caller" if not self._want_gpm else "NVML unavailable",
+            "gpm_metrics_ok": [],
+            "gpm_metrics_failed": {},
+            "samples": 0,
+            "ticks": 0,
+            "tick_us_mean": None,
+            "tick_us_p99": None,
+            "rate_hz": None,
+        }
+
+    # --- thread mode -----------------------------------------------------
+    def _start_thread(self, nvml: Any) -> None:
+        self._list_sink = ListSink()
+        self._core = SamplingCore(
+            self.device_index,
+            self.interval_s,
+            self.gpm_interval_s,
+            gpm=self._want_gpm,
+            nvml=nvml,
+            sink=self._list_sink,
+        )
+        self._core.start()
+
+    def _table_from_rows(self, rows: list[tuple[int, str, float]]) -> pa.Table:
         if not rows:
             return schema.empty("counters")
         ts, metric, value = zip(*rows, strict=True)
-        units = [METRICS[m][0] for m in metric]
-        sources = [METRICS[m][1] for m in metric]
         return schema.from_columns(
             "counters",
             {
@@ -277,151 +281,245 @@ class NvmlSampler:
                 "device": [self.device_index] * len(rows),
                 "metric": metric,
                 "value": value,
-                "unit": units,
-                "source": sources,
+                "unit": [METRICS[m][0] for m in metric],
+                "source": [METRICS[m][1] for m in metric],
             },
         )
 
-    def status(self) -> dict[str, Any]:
-        """JSON-ready description for run.json: availability, metrics, GPM, cost per tick."""
-        ok = [m for r in (*self._fast, *self._slow) for m in r.metrics if m not in self._failed]
-        out: dict[str, Any] = {
-            "state": self._state,
-            "available": self._available,
-            "reason": self._reason,
+    # --- process mode ----------------------------------------------------
+    def _start_process(self) -> None:
+        self._tmpdir = tempfile.mkdtemp(prefix="tracekit-nvml-")
+        self._data_path = os.path.join(self._tmpdir, "samples.bin")
+        config = {
+            "sys_path": list(sys.path),
+            "nvml": self._nvml_spec,
             "device_index": self.device_index,
-            **self._info,
             "interval_s": self.interval_s,
             "gpm_interval_s": self.gpm_interval_s,
-            "metrics_ok": ok,
-            "metrics_failed": dict(self._failed),
-            "gpm_supported": bool(self._gpm is not None and self._gpm.supported),
-            "gpm_reason": self._gpm_reason,
-            "gpm_metrics_ok": list(self._gpm.ok) if self._gpm is not None else [],
-            "gpm_metrics_failed": dict(self._gpm.failed or {}) if self._gpm is not None else {},
-            "samples": len(self._rows),
+            "gpm": self._want_gpm,
+            "data_path": self._data_path,
         }
-        names = ("", "slow_")
-        for loop, prefix in zip(self._loops, names, strict=False):
-            out.update(loop.stats(prefix))
-            if loop.error:
-                out.setdefault("thread_errors", []).append(loop.error)
-        if not self._loops:
-            out.update({"ticks": 0, "tick_us_mean": None, "tick_us_p99": None, "rate_hz": None})
-        return out
-
-    # --- internals -------------------------------------------------------
-    def _open(self) -> None:
-        if self._opened:
-            return
-        self._opened = True
-        if self._nvml is None:
-            try:
-                import pynvml  # nvidia-ml-py
-            except ImportError as exc:
-                self._unavailable(f"pynvml not importable (pip install nvidia-ml-py): {exc}")
-                return
-            self._nvml = pynvml
-        nvml = self._nvml
+        t0 = time.perf_counter()
+        stderr_path = os.path.join(self._tmpdir, "stderr.txt")
         try:
-            nvml.nvmlInit()
-        except Exception as exc:  # no driver, no library, a container without the GPU
-            self._unavailable(f"nvmlInit failed: {nvml_error_text(nvml, exc)}")
+            with open(stderr_path, "wb") as err:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", _BOOT, json.dumps(config)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    close_fds=True,
+                )
+        except OSError as exc:
+            self._process_failed(f"could not start the sampler process: {exc}")
             return
-        self._initialised = True
-        try:
-            self._handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
-        except Exception as exc:
-            self._unavailable(f"no device {self.device_index}: {nvml_error_text(nvml, exc)}")
+        msg = self._read_message("ready", _START_TIMEOUT_S)
+        self._extra["process_start_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+        if msg is None:
+            why = self._child_stderr_tail() or "no reply"
+            self._kill_process()
+            self._process_failed(f"sampler process did not start: {why}")
             return
-        self._info["driver_version"] = _text(_try(lambda: nvml.nvmlSystemGetDriverVersion()))
-        self._info["nvml_version"] = _text(_try(lambda: nvml.nvmlSystemGetNVMLVersion()))
-        self._info["device_name"] = _text(_try(lambda: nvml.nvmlDeviceGetName(self._handle)))
-        self._available = True
-        # Probe every reader once now, so status() is complete even before the first tick.
-        self._fast = [r for r in FAST_READERS if self._probe(r)]
-        self._slow = [r for r in SLOW_READERS if self._probe(r)]
-        if self._want_gpm:
-            self._gpm = GpmReader(nvml, self._handle)
-            self._gpm.open()
-            self._gpm_reason = self._gpm.reason
+        self._extra["pid"] = msg.get("pid")
+        self._child_status = msg["status"]
+        if not self._child_status.get("available"):
+            self._stop_process()  # nothing to sample: do not keep an idle process around
 
-    def _unavailable(self, reason: str) -> None:
-        self._available = False
-        self._reason = reason
-        if self._want_gpm:
-            self._gpm_reason = "NVML unavailable"
+    def _process_failed(self, reason: str) -> None:
+        """The child could not run: sample on threads instead, and say so (better than no counters)."""
+        self._extra["process_error"] = reason
+        if self._nvml_spec is not None:  # a named fake: load it here
+            from .nvml_sampling import resolve_nvml
 
-    def _probe(self, reader: _Reader) -> bool:
+            nvml: Any = resolve_nvml(self._nvml_spec)
+        else:
+            nvml = None
+        self.mode = "thread"
+        self._proc = None
+        self._start_thread(nvml)
+
+    def _stop_process(self) -> None:
+        proc = self._proc
+        assert proc is not None
         try:
-            reader.read(self._nvml, self._handle)
-        except Exception as exc:
-            if error_code(exc) in _PERMANENT or not isinstance(exc, getattr(self._nvml, "NVMLError", ())):
-                self._disable(reader, exc)
-                return False
-        return True
+            with self._io_lock:
+                assert proc.stdin is not None
+                proc.stdin.write(b"stop\n")
+                proc.stdin.flush()
+                proc.stdin.close()
+        except (OSError, ValueError):
+            pass  # it already exited: what it wrote is in the file
+        msg = self._read_message("stopped", _STOP_TIMEOUT_S)
+        if msg is not None:
+            self._child_status = msg["status"]
+        try:
+            code = proc.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._kill_process()
+            code = proc.returncode
+        if msg is None:
+            self._child_status = dict(self._child_status or {})
+            self._child_status.setdefault("thread_errors", []).append(
+                f"sampler process ended without a final status (exit code {code}): "
+                f"{self._child_stderr_tail() or 'no message'}"
+            )
+        self._data = self._read_data_file()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
 
-    def _disable(self, reader: _Reader, exc: BaseException) -> None:
-        why = f"{reader.key}: {nvml_error_text(self._nvml, exc)}"
-        for m in reader.metrics:
-            self._failed[m] = why
+    def _kill_process(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
-    def _read_all(self, readers: list[_Reader], ts: int) -> None:
-        nvml, h, rows, errors = self._nvml, self._handle, self._rows, self._errors
-        dropped: list[_Reader] = []
-        for r in readers:
+    def _read_data_file(self) -> bytes:
+        if self._data_path is None:
+            return b""
+        try:
+            with open(self._data_path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
+    def _sample_count(self) -> int:
+        if self._data is not None:
+            return len(self._data) // RECORD.size
+        if self._data_path is None:
+            return 0
+        try:
+            return os.path.getsize(self._data_path) // RECORD.size
+        except OSError:
+            return 0
+
+    def _ask_status(self) -> dict[str, Any] | None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None or proc.stdin is None:
+            return None
+        with self._io_lock:
             try:
-                values = r.read(nvml, h)
-            except Exception as exc:
-                code = error_code(exc)
-                n = self._errors.get(r.key, 0) + 1
-                self._errors[r.key] = n
-                if code in _PERMANENT or n >= _MAX_CONSECUTIVE_ERRORS:
-                    self._disable(r, exc)
-                    if code not in _PERMANENT:
-                        for m in r.metrics:
-                            self._failed[m] += f" ({n} times in a row)"
-                    dropped.append(r)
-                continue
-            if errors and r.key in errors:
-                del errors[r.key]
-            # One C-level extend: cheap, and atomic under the GIL against the other thread's appends.
-            rows.extend(zip(repeat(ts), r.metrics, values))
-        for r in dropped:
-            readers.remove(r)  # only this loop's thread touches its list
+                proc.stdin.write(b"status\n")
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                return None
+        msg = self._read_message("status", 5.0)
+        return None if msg is None else msg["status"]
 
-    def _fast_tick(self) -> None:
-        self._read_all(self._fast, time.time_ns())
+    def _read_message(self, event: str, timeout_s: float) -> dict[str, Any] | None:
+        """The next JSON line from the child with this event, or None on timeout / exit."""
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            return None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\n" in self._out_buf:
+                line, self._out_buf = self._out_buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue  # not ours (a library printing to stdout)
+                if isinstance(msg, dict) and msg.get("event") == event:
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            readable, _, _ = select.select([fd], [], [], left)
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None  # the child exited
+            self._out_buf += chunk
 
-    def _slow_tick(self) -> None:
-        ts = time.time_ns()
-        gpm = self._gpm
-        if gpm is not None and gpm.supported:
-            try:
-                values = gpm.read()
-            except Exception as exc:
-                gpm.supported = False
-                gpm.close()
-                self._gpm_reason = f"GPM stopped: {nvml_error_text(self._nvml, exc)}"
-            else:
-                # The values cover (previous sample, now]: stamp them at the interval's start, so
-                # a step-style counter track shows each value over the time it describes.
-                start = self._gpm_last_ts
-                if start is not None:
-                    for m, v in values.items():
-                        self._rows.append((start, m, v))
-            self._gpm_last_ts = ts
-        self._read_all(self._slow, ts)
+    def _child_stderr_tail(self) -> str:
+        if self._tmpdir is None:
+            return ""
+        with contextlib.suppress(OSError):
+            with open(os.path.join(self._tmpdir, "stderr.txt"), "rb") as f:
+                lines = f.read().decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        return ""
 
 
-def _try(fn: Callable[[], Any]) -> Any:
+# --- torch device -> NVML index -----------------------------------------------
+
+
+def _visible_entries(value: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES entries as CUDA reads them: up to the first invalid one."""
+    out: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
+            out.append(entry)
+        else:  # CUDA: devices from the first invalid entry on are hidden ("-1" hides all)
+            break
+    return out
+
+
+def nvml_index_for_torch_device(torch_index: int, *, nvml: Any = None, visible: str | None = None) -> int:
+    """NVML's index of the GPU that torch calls ``cuda:<torch_index>``.
+
+    torch numbers only the devices in CUDA_VISIBLE_DEVICES, in its order; NVML
+    ignores that variable and numbers all GPUs in PCI bus order. Integer
+    entries are NVML indices as they are (exact where CUDA_DEVICE_ORDER is
+    PCI_BUS_ID, or on a machine of one GPU model, where CUDA's default
+    fastest-first order falls back to PCI order); ``GPU-<uuid>`` and
+    ``MIG-<uuid>`` entries (or a unique prefix of one) are looked up through
+    NVML, a MIG instance giving its parent GPU. ``visible`` defaults to the
+    environment's CUDA_VISIBLE_DEVICES; unset means torch and NVML agree.
+    Raises ValueError for an index torch cannot see, LookupError for a UUID
+    NVML does not know.
+    """
+    if torch_index < 0:
+        raise ValueError(f"torch device index must be >= 0, got {torch_index}")
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return torch_index
+    entries = _visible_entries(visible)
+    if torch_index >= len(entries):
+        raise ValueError(
+            f"cuda:{torch_index} is not visible: CUDA_VISIBLE_DEVICES={visible!r} shows {len(entries)} device(s)"
+        )
+    entry = entries[torch_index]
+    if entry.isdigit():
+        return int(entry)
+    if nvml is None:
+        import pynvml  # nvidia-ml-py
+
+        nvml = pynvml
+    nvml.nvmlInit()
     try:
-        return fn()
-    except Exception:
-        return None
+        return _index_of_uuid(nvml, entry)
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
+def _index_of_uuid(nvml: Any, uuid: str) -> int:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+    except Exception as exc:
+        handle = _handle_by_uuid_prefix(nvml, uuid)
+        if handle is None:
+            raise LookupError(f"NVML knows no device {uuid}: {nvml_error_text(nvml, exc)}") from exc
+    if uuid.startswith("MIG-"):
+        # A MIG instance has no NVML index of its own; its parent GPU's counters are what NVML reads.
+        handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+    return int(nvml.nvmlDeviceGetIndex(handle))
+
+
+def _handle_by_uuid_prefix(nvml: Any, prefix: str) -> Any:
+    """CUDA accepts a unique UUID prefix; NVML's lookup wants the whole UUID."""
+    if not prefix.startswith("GPU-"):
         return None
-    return value.decode() if isinstance(value, bytes) else str(value)
+    found = []
+    for i in range(int(nvml.nvmlDeviceGetCount())):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        uuid = nvml.nvmlDeviceGetUUID(h)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        if uuid.startswith(prefix):
+            found.append(h)
+    return found[0] if len(found) == 1 else None

@@ -110,6 +110,34 @@ class FakeNvml:
         self._call("nvmlSystemGetNVMLVersion")
         return "13.999"
 
+    def nvmlDeviceGetCount(self) -> int:
+        self._call("nvmlDeviceGetCount")
+        return self.device_count
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        self._call("nvmlDeviceGetUUID")
+        return gpu_uuid(handle.index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> Any:
+        self._call("nvmlDeviceGetHandleByUUID")
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for i in range(self.device_count):
+            if text == gpu_uuid(i):
+                return SimpleNamespace(index=i)
+            if text == mig_uuid(i):
+                return SimpleNamespace(index=None, parent=i)
+        raise _real.NVMLError(_real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> Any:
+        self._call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        return SimpleNamespace(index=handle.parent)
+
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        self._call("nvmlDeviceGetIndex")
+        if handle.index is None:  # a MIG handle has no index of its own
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return int(handle.index)
+
     def nvmlDeviceGetName(self, handle: Any) -> bytes:
         self._call("nvmlDeviceGetName")
         return b"Fake H200"
@@ -198,5 +226,39 @@ class FakeNvml:
         return request
 
 
+def gpu_uuid(index: int) -> str:
+    return f"GPU-{index:08x}-1111-2222-3333-444455556666"
+
+
+def mig_uuid(parent: int) -> str:
+    return f"MIG-{parent:08x}-aaaa-bbbb-cccc-ddddeeeeffff"
+
+
+# Factories the sampler's child process can name ("fake_pynvml:name") and call.
+def gpm_unsupported() -> FakeNvml:
+    return FakeNvml(gpm_supported=False, pcie_delay_s=0.0)
+
+
+def no_library() -> FakeNvml:
+    return FakeNvml(init_error=_real.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
+def temperature_not_supported() -> FakeNvml:
+    return FakeNvml(errors={"nvmlDeviceGetTemperature": _real.NVML_ERROR_NOT_SUPPORTED})
+
+
 def _addr(sample: Any) -> int:
     return int(ctypes.cast(sample, ctypes.c_void_p).value or 0)
+
+
+def modules_probe() -> FakeNvml:
+    """A fake whose device name lists the heavy modules loaded in the process that made it."""
+    import sys
+
+    heavy = sorted(m for m in ("torch", "pyarrow", "pandas", "transformers") if m in sys.modules)
+
+    class Probe(FakeNvml):
+        def nvmlDeviceGetName(self, handle: Any) -> bytes:
+            return f"heavy modules: {', '.join(heavy) or 'none'}".encode()
+
+    return Probe(pcie_delay_s=0.0)

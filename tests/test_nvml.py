@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -14,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pynvml
 import pytest
-from tracekit.collectors.nvml import METRICS, NvmlSampler
+from tracekit.collectors.nvml import METRICS, NvmlSampler, nvml_index_for_torch_device
 
 from tracekit import schema
 
@@ -142,6 +144,8 @@ def test_fast_metrics_run_at_the_configured_rate_and_slow_ones_at_theirs() -> No
     assert 6 <= len(rows["pcie_tx"]) <= elapsed / 0.1 + 2
     assert 5 <= len(rows["dram_bw_util"]) <= len(rows["pcie_tx"]) - 1
     assert st["slow_ticks"] == len(rows["pcie_tx"])
+    # Energy (3.4 ms per call on the H200) is read by the slow loop only.
+    assert len(rows["energy"]) == st["slow_ticks"]
     # Cost per tick is measured and plausible (the fake's calls cost microseconds).
     assert 0 < st["tick_us_mean"] <= st["tick_us_p99"] <= st["tick_us_max"]
     assert st["tick_us_mean"] < 5000
@@ -305,7 +309,7 @@ def test_missing_device_is_reported() -> None:
 
 def test_pynvml_not_installed_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
-    sampler = NvmlSampler()
+    sampler = NvmlSampler(mode="thread")  # the child process would import its own pynvml
     table = run_for(sampler, 0.02)
     st = sampler.status()
     assert st["available"] is False and "pynvml not importable" in st["reason"]
@@ -391,3 +395,173 @@ def test_overhead_benchmark_runs_both_arms_on_cpu(tmp_path: Path) -> None:
     assert result["nvml_available"] in (True, False)
     if not result["nvml_available"]:
         assert result["nvml_reason"]
+
+
+# --- process mode: the loops run in a child process -------------------------------
+
+FAKE = "fake_pynvml:FakeNvml"  # importable in the child: it gets this process's sys.path
+
+
+def test_process_mode_samples_every_metric_in_a_child_process() -> None:
+    sampler = NvmlSampler(nvml=FAKE, interval_s=0.01, gpm_interval_s=0.1)
+    assert sampler.mode == "process"
+    sampler.start()
+    try:
+        time.sleep(0.6)
+        # Readable while running: the child flushes its file every 0.25 s.
+        mid = sampler.counters().num_rows
+        live = sampler.status()
+        assert sampler_threads() == []  # no sampling thread in this process
+    finally:
+        sampler.stop()
+    table = sampler.counters()
+    st = sampler.status()
+    assert st["mode"] == "process" and st["state"] == "stopped"
+    assert isinstance(st["pid"], int) and st["pid"] != os.getpid()
+    assert live["state"] == "running" and live["ticks"] > 0
+    assert 0 < mid <= table.num_rows == st["samples"]
+    assert table.schema == schema.schema("counters")
+    rows = by_metric(table)
+    assert set(rows) == set(BASIC + PCIE + GPM)
+    assert {v for _, v in rows["power"]} == {fk.POWER_MW / 1000}
+    assert {v for _, v in rows["pcie_rx"]} == {fk.PCIE_RX_KBS * 1024}
+    assert {v for _, v in rows["dram_bw_util"]} == {88.0}
+    for m, unit, source in zip(
+        table.column("metric").to_pylist(),
+        table.column("unit").to_pylist(),
+        table.column("source").to_pylist(),
+        strict=True,
+    ):
+        assert (unit, source) == METRICS[m]
+    # The cost per tick is measured in the child and comes back in status().
+    assert st["ticks"] >= 30 and st["slow_ticks"] >= 3
+    assert 0 < st["tick_us_mean"] < 5000 and st["slow_tick_us_mean"] >= 2 * 0.02 * 1e6
+    assert len(rows["gpu_util"]) == st["ticks"] and len(rows["energy"]) == st["slow_ticks"]
+    # Same host clock as this process.
+    ts = table.column("ts_ns").to_pylist()
+    assert time.time_ns() - 10**10 < min(ts) <= max(ts) <= time.time_ns()
+    assert st["process_start_ms"] > 0
+
+
+def test_the_child_imports_neither_torch_nor_pyarrow() -> None:
+    with NvmlSampler(nvml="fake_pynvml:modules_probe", gpm=False) as sampler:
+        pass
+    # The probe names the heavy modules loaded in the child as its device name.
+    assert sampler.status()["device_name"] == "heavy modules: none"
+
+
+def test_process_mode_without_nvml_reports_why_and_leaves_no_process() -> None:
+    sampler = NvmlSampler(nvml="fake_pynvml:no_library")
+    sampler.start()
+    proc = sampler._proc
+    assert proc is not None and proc.poll() is not None  # the idle child was stopped at once
+    sampler.stop()
+    st = sampler.status()
+    assert st["available"] is False and "NVML Shared Library Not Found" in st["reason"]
+    assert sampler.counters().num_rows == 0
+
+
+def test_process_mode_gpm_unsupported_goes_on_with_basic_metrics() -> None:
+    with NvmlSampler(nvml="fake_pynvml:gpm_unsupported") as sampler:
+        time.sleep(0.3)
+    st = sampler.status()
+    rows = by_metric(sampler.counters())
+    assert st["gpm_supported"] is False and "Hopper" in st["gpm_reason"]
+    assert "gpu_util" in rows and not set(GPM) & set(rows)
+
+
+def test_the_child_stops_when_its_parent_pipe_closes_and_keeps_its_samples() -> None:
+    sampler = NvmlSampler(nvml=FAKE, interval_s=0.01)
+    sampler.start()
+    time.sleep(0.3)
+    proc = sampler._proc
+    assert proc is not None and proc.stdin is not None
+    proc.stdin.close()  # what the child sees when the parent dies
+    assert proc.wait(timeout=5) == 0
+    sampler.stop()
+    assert by_metric(sampler.counters())["gpu_util"]
+
+
+def test_a_killed_child_is_reported_and_its_flushed_samples_kept() -> None:
+    sampler = NvmlSampler(nvml=FAKE, interval_s=0.01)
+    sampler.start()
+    time.sleep(0.6)
+    proc = sampler._proc
+    assert proc is not None
+    proc.kill()
+    proc.wait()
+    sampler.stop()
+    st = sampler.status()
+    assert any("without a final status" in e for e in st["thread_errors"])
+    assert sampler.counters().num_rows > 0  # what it flushed before the kill
+
+
+def test_ctrl_c_does_not_stop_the_child_before_the_parent_does() -> None:
+    sampler = NvmlSampler(nvml=FAKE, interval_s=0.01)
+    sampler.start()
+    proc = sampler._proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.poll() is None
+    sampler.stop()
+    assert sampler.status()["state"] == "stopped" and "thread_errors" not in sampler.status()
+    assert sampler.counters().num_rows > 0
+
+
+def test_a_module_object_cannot_go_to_a_child() -> None:
+    with pytest.raises(ValueError):
+        NvmlSampler(nvml=fk.FakeNvml(), mode="process")
+    with pytest.raises(ValueError):
+        NvmlSampler(mode="fork")
+
+
+# --- torch device index -> NVML index ------------------------------------------------
+
+
+def test_without_cuda_visible_devices_torch_and_nvml_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert nvml_index_for_torch_device(0) == 0 and nvml_index_for_torch_device(3) == 3
+
+
+def test_integer_entries_map_directly() -> None:
+    assert nvml_index_for_torch_device(0, visible="1") == 1
+    assert nvml_index_for_torch_device(1, visible="3, 0") == 0
+    # CUDA hides everything from the first invalid entry on.
+    assert nvml_index_for_torch_device(0, visible="2,-1,1") == 2
+    with pytest.raises(ValueError, match="not visible"):
+        nvml_index_for_torch_device(1, visible="2,-1,1")
+    with pytest.raises(ValueError):
+        nvml_index_for_torch_device(0, visible="")
+
+
+def test_uuid_and_mig_entries_are_looked_up_through_nvml() -> None:
+    fake = fk.FakeNvml(device_count=4)
+    visible = f"{fk.gpu_uuid(2)},{fk.mig_uuid(3)},{fk.gpu_uuid(1)[:12]}"
+    assert nvml_index_for_torch_device(0, nvml=fake, visible=visible) == 2
+    assert nvml_index_for_torch_device(1, nvml=fake, visible=visible) == 3  # the MIG's parent GPU
+    assert nvml_index_for_torch_device(2, nvml=fake, visible=visible) == 1  # a unique UUID prefix
+    assert fake.initialised == 0  # every lookup shut NVML down again
+    with pytest.raises(LookupError):
+        nvml_index_for_torch_device(0, nvml=fake, visible="GPU-ffffffff-0000")
+
+
+def test_for_torch_device_samples_the_mapped_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    fake = fk.FakeNvml(device_count=3)
+    sampler = NvmlSampler.for_torch_device(0, nvml=fake, gpm=False)
+    table = run_for(sampler, 0.05)
+    st = sampler.status()
+    assert st["device_index"] == 2 and st["torch_device"] == 0
+    assert set(table.column("device").to_pylist()) == {2}
+
+
+def test_for_torch_device_that_cannot_be_mapped_samples_nothing_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    sampler = NvmlSampler.for_torch_device(1, nvml=fk.FakeNvml())
+    table = run_for(sampler, 0.02)
+    st = sampler.status()
+    assert st["available"] is False and "cannot map torch cuda:1" in st["reason"]
+    assert table.num_rows == 0

@@ -31,6 +31,9 @@ REQUEST_COLUMNS = [
 ]
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+# The profiler's own session annotation: it spans whatever ran under ``with profile()``
+# (the caller's timers, synchronisations, start-up), so it is never a request window.
+PROFILER_SESSION = re.compile(r"^PyTorch Profiler \(\d+\)$")
 
 
 def _done(steps: pd.DataFrame) -> pd.Series:
@@ -51,7 +54,7 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any) -> list[tuple[
     step_names = {"tracekit.step", "execute_", "step["}
     cands = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
-        if any(name.startswith(p) for p in step_names):
+        if any(name.startswith(p) for p in step_names) or PROFILER_SESSION.match(name):
             continue
         n_pre = int(((pre >= ts) & (pre < ts + dur)).sum())
         n_all = int(((starts >= ts) & (starts < ts + dur)).sum())
@@ -73,12 +76,22 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any) -> list[tuple[
     # Prefills outside every window: each starts a request that runs to the next prefill.
     loose = [int(p) for p, cov in zip(pre, covered, strict=True) if not cov]
     boundaries = sorted({int(p) for p in pre} | {s for s, *_ in chosen})
+    ops = as_df(cpu_ops)
+    if not ops.empty and "cat" in ops:
+        ops = ops[ops["cat"].astype(str) != "user_annotation"]
+    first_op = int(ops["ts_ns"].min()) if not ops.empty else None
     for p in loose:
         later = [b for b in boundaries if b > p]
+        start = p
+        if first_op is not None and not any(b < p for b in boundaries) and not any(e <= p for _, e, *_ in chosen):
+            # The first request of a trace without request annotations starts with
+            # its first host op (generate's input handling), not at its first
+            # forward pass: what the caller's own timer around generate() sees.
+            start = min(p, first_op)
         end_bound = later[0] if later else None
         in_req = steps[(steps["cpu_start_ns"] >= p) & ((steps["cpu_start_ns"] < end_bound) if end_bound else True)]
         end = int(max(in_req["cpu_end_ns"].max(), _done(in_req).max()))
-        chosen.append((p, end, f"request-{len(chosen)}", "prefill_boundary", None))
+        chosen.append((start, end, f"request-{len(chosen)}", "prefill_boundary", None))
     return sorted(chosen, key=lambda c: c[0])
 
 

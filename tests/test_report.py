@@ -100,8 +100,10 @@ def test_missing_tables_say_not_recorded(tmp_path: Path, capsys: pytest.CaptureF
     assert "phases: three-way split: not recorded" in out and "requests: not recorded" in out
     assert "counters: not recorded" in out
     text = (run.path / "report.html").read_text()
-    # phases table, split plot, roofline, counters, requests table, latency plot: all but the timeline
-    assert text.count("not recorded") == 6
+    # phases table, split plot, roofline, counters, requests table, latency plot: all but the timeline;
+    # and the summary box: workload, ceiling, phase verdicts
+    assert text.count("not recorded") == 9
+    assert "workload: not recorded" in text and "ceiling: not recorded" in text and "phases: not recorded" in text
     assert text.count('class="plot"') == 1  # only the phase timeline has data
 
 
@@ -109,3 +111,44 @@ def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert main(["report"]) == 2
     assert capsys.readouterr().err.count("tracekit: error:") == 2
+
+
+def test_summary_names_ceiling_and_limiter_on_real_shaped_tables(tmp_path: Path) -> None:
+    # GIVEN phases as the bound pass writes them on an H200 (% of peak in percent, ceiling named),
+    # dictionary-encoded counter columns as in recorded runs, and counters on another clock than the steps
+    import pandas as pd
+
+    from tracekit.report_html import RunView, build_html, ceiling_of, counters_png, verdicts
+
+    ph = pd.DataFrame({
+        "request_id": [None, None, None], "phase": ["prefill", "decode", "outside"], "steps": [1, 31, 0],
+        "time_ns": [41_751_623.0, 844_283_691.0, None], "gpu_busy_ns": [3_031_530.0, 68_190_721.0, None],
+        "compute_bound_ns": [0.0, 0.0, None], "memory_bound_ns": [3_010_218.0, 68_120_066.0, None],
+        "idle_ns": [38_720_093.0, 776_092_970.0, None], "other_ns": [0.0, 0.0, None],
+        "achieved_tflops": [82.405301, 0.952879, None], "pct_peak_flops": [8.327974, 0.096299, None],
+        "achieved_tbps": [1.10542, 0.948638, None], "pct_peak_bandwidth": [23.029582, 19.763297, None],
+        "ceiling": ["NVIDIA H200 (datasheet)", "NVIDIA H200 (datasheet)", None], "ceiling_dtype": ["fp16", "fp16", None],
+    })
+    c = ceiling_of(ph)
+    assert c.name == "NVIDIA H200 (datasheet)" and c.dtype == "fp16"
+    assert c.tflops is not None and abs(c.tflops - 989.5) < 1 and c.tbps is not None and abs(c.tbps - 4.80) < 0.01
+    v = verdicts(ph)
+    assert len(v) == 2  # the empty "outside" row is left out
+    assert v[1].startswith("decode: 31 step(s), 844.3 ms (27.23 ms per step). Limited by the host")
+    assert "92% of the time" in v[1] and "0.95 TB/s = 20% of peak bandwidth" in v[1]
+
+    steps = pd.DataFrame({"kind": ["prefill", "decode"], "gpu_start_ns": [10**18, 10**18 + 50_000_000],
+                          "gpu_end_ns": [10**18 + 40_000_000, 10**18 + 80_000_000]})
+    counters = pd.DataFrame({"ts_ns": [5 * 10**15 + i * 10**7 for i in range(20)], "device": 0,
+                             "metric": pd.Categorical(["gpu_util"] * 20), "value": [float(i % 5) for i in range(20)],
+                             "unit": pd.Categorical(["%"] * 20), "source": pd.Categorical(["nvml"] * 20)})
+    assert counters_png(counters, steps) is not None  # categories and an unrelated clock do not break it
+    text = build_html([RunView("r80", {"workload": {"model": "tinyllama-1.1b", "dtype": "fp16", "batch": 1},
+                                       "environment": {"gpu": "NVIDIA H200"}},
+                               {"phases": ph, "steps": steps, "counters": counters})])
+    summary = text[text.index('<div class="summary">'):text.index("</div>")]
+    assert "tinyllama-1.1b · fp16 · batch 1 · NVIDIA H200" in summary
+    assert "ceiling: NVIDIA H200 (datasheet) fp16: 990 TFLOP/s, 4.80 TB/s, ridge 206 FLOP/byte" in summary
+    assert summary.count("<li>") == 2 and "Limited by the host" in summary
+    # the phase table names the limiter per phase
+    assert text.count("<td>host (GPU idle)</td>") == 2

@@ -33,14 +33,19 @@ def render_terminal(views: list[Any], out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tracekit.report_html import phase_rows, request_rows
+    from tracekit.report_html import ceiling_of, phase_rows, request_rows, verdicts, workload_text
 
     console = Console(file=out, width=140)
     for v in views:
         status = v.manifest.get("status", "unknown")
         console.print(f"[bold]run {v.run_id}[/bold] ({status})")
+        console.print(f"  {workload_text(v.manifest)}", markup=False)
+        if "phases" in v.tables:
+            console.print(f"  {ceiling_of(v.df('phases')).text()}", markup=False)
+        for line in verdicts(v.df("phases")):
+            console.print(f"  - {line}", markup=False)
         for w in v.manifest.get("warnings") or []:
-            console.print(f"  warning: {w}")
+            console.print(f"  warning: {w}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
                                        ("requests", request_rows(v.df("requests")))):
             if not rows:

@@ -88,3 +88,26 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", str(a.path), str(a.path), "--out", str(tmp_path / "d.txt")]) == 2
     err = capsys.readouterr().err
     assert err.count("tracekit: error:") == 2
+
+
+def test_sweep_point_kernels_are_placed_by_trace_steps(tmp_path: Path) -> None:
+    # GIVEN a sweep point: ``steps`` timed on the host clock (no GPU spans), the traced steps in ``trace_steps``
+    from tracekit.commands.diff import load
+    from tracekit.rundir import write_table
+    from tracekit.schema import from_pandas
+
+    run = make_run(tmp_path, "point")
+    traced = run.read_df("steps")
+    host = traced.drop(columns=["gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"]).assign(
+        cpu_start_ns=traced["cpu_start_ns"] - traced["cpu_start_ns"].min(),
+        cpu_end_ns=traced["cpu_end_ns"] - traced["cpu_start_ns"].min(), source="host")
+    write_table(run.table_path("trace_steps"), from_pandas("steps", traced))
+    run.write_table("steps", from_pandas("steps", host))
+    # WHEN its kernels are attributed to phases
+    df = diff_runs(load(run), load(run))
+    k = df[(df["scope"] == "kernel_class") & (df["metric"] == "kernels")]
+    # THEN every kernel sits in a prefill or decode step, none "outside"
+    n_kernels = len(run.read_df("gpu_activity"))
+    assert k[k["phase"] == "all"]["a"].sum() == n_kernels
+    assert k[k["phase"].isin(["prefill", "decode"])]["a"].sum() == n_kernels
+    assert "outside" not in set(k["phase"])

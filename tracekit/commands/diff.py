@@ -16,7 +16,12 @@ TABLES = ("phases", "steps", "gpu_activity")
 
 
 def load(run: RunDir) -> dict[str, pd.DataFrame]:
-    return {t: run.read_df(t) for t in TABLES if run.has_table(t)}
+    tables = {t: run.read_df(t) for t in TABLES if run.has_table(t)}
+    # A sweep point keeps the host-timed steps in ``steps`` and the traced ones,
+    # on the kernels' clock, in ``trace_steps``: kernels are placed in the latter.
+    if run.has_table("trace_steps"):
+        tables["steps"] = run.read_df("trace_steps")
+    return tables
 
 
 def _fmt(v: Any, metric: str) -> str:

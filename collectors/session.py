@@ -36,7 +36,7 @@ from tracekit import chrome_trace
 from tracekit import schema as _schema
 from tracekit.errors import TracekitError, UsageError
 from tracekit.rundir import RunDir, default_run_id
-from tracekit.stepnames import RequestLabel, StepLabel, format_request, format_step, parse_step
+from tracekit.stepnames import parse_step
 
 RAW_TRACE = "kineto.raw.json"
 
@@ -49,7 +49,7 @@ class RecordOptions:
     sample_hz: float = 100.0
     trace_steps: StepWindow | None = None
     cuda: bool | None = None  # None: profile CUDA activity where CUDA is available
-    device_index: int = 0  # NVML index of the GPU to sample
+    device_index: int = 0  # torch's cuda:<i>; NvmlSampler.for_torch_device maps it to NVML's index
     quiet: bool = True
     command: tuple[str, ...] = field(default_factory=tuple)
     nvml_off_reason: str = "disabled with --no-nvml"
@@ -108,7 +108,8 @@ def _make_sampler(opts: RecordOptions) -> tuple[Any, dict[str, Any] | None]:
     except ImportError as exc:
         return None, {"available": False, "reason": f"nvml: not available ({exc})"}
     try:
-        return NvmlSampler(device_index=opts.device_index, interval_s=1.0 / opts.sample_hz), None
+        # torch numbers only CUDA_VISIBLE_DEVICES; NVML numbers every GPU: map, don't assume equal.
+        return NvmlSampler.for_torch_device(opts.device_index, interval_s=1.0 / opts.sample_hz), None
     except Exception as exc:  # a bad rate, or NVML refusing: record why and go on
         return None, {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
 
@@ -295,7 +296,7 @@ class Recording:
             clock["sync_excess_ns_p50"] = offs[len(offs) // 2]
         clock["offset_ns"] = offset  # trace_ns = host_ns + offset_ns
         self._traced_steps = traced_steps
-        steps_t, requests_t, req_events, step_events = self._tables(offset)
+        steps_t, requests_t = self._tables(offset)
         run.write_table("steps", steps_t)
         run.write_table("requests", requests_t)
         counters = self.sampler.counters() if self.sampler is not None else _schema.empty("counters")
@@ -305,16 +306,7 @@ class Recording:
             shifted = pc.add(counters.column("ts_ns"), offset)
             counters = counters.set_column(counters.schema.get_field_index("ts_ns"), "ts_ns", shifted)
         run.write_table("counters", counters)
-        counter_events = [
-            {"ts_ns": t, "metric": m, "value": v}
-            for t, m, v in zip(
-                counters.column("ts_ns").to_pylist(),
-                counters.column("metric").to_pylist(),
-                counters.column("value").to_pylist(),
-                strict=True,
-            )
-        ]
-        events = chrome_trace.tracekit_events(req_events, step_events, counter_events)
+        events = record_track_events(steps_t, requests_t, counters)
         try:
             chrome_trace.merge(raw if have_raw else None, run.trace_path, events)
             if have_raw:
@@ -349,7 +341,7 @@ class Recording:
             **self.extra_manifest,
         )
 
-    def _tables(self, offset: int) -> tuple[Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    def _tables(self, offset: int) -> tuple[Any, Any]:
         steps = self.tracker.steps
         reqs = self.tracker.requests
 
@@ -399,27 +391,23 @@ class Recording:
                 "source": ["tracekit"] * len(reqs),
             },
         )
-        req_events = [
-            {
-                "name": format_request(
-                    RequestLabel(r.request_id, r.name, r.batch, r.input_tokens, r.requested_tokens)
-                ),
-                "start_ns": tr(r.start_ns),
-                "end_ns": tr(r.end_ns),
-                "args": {k: m[k] for k in ("ttft_ns", "tpot_ns", "e2e_ns", "output_tokens")},
-            }
-            for r, m in zip(reqs, metrics, strict=True)
-        ]
-        step_events = [
-            {
-                "name": format_step(StepLabel(s.step_id, s.request_id, s.kind, s.batch, s.q_len, s.kv_len)),
-                "start_ns": start_of(s),
-                "end_ns": end_of(s),
-                "args": {"kind": s.kind},
-            }
-            for s in steps
-        ]
-        return steps_t, requests_t, req_events, step_events
+        return steps_t, requests_t
+
+
+def record_track_events(steps: Any, requests: Any, counters: Any) -> list[dict[str, Any]]:
+    """tracekit's tracks for the recorded trace: the same builder ``tracekit export`` uses.
+
+    The bound track is left out: nothing is classified at record time (the
+    roofline pass runs in ``tracekit analyze``), so it would be a row of
+    "not classified" slices.
+    """
+    from tracekit.tracks import build_tracks, chrome_event_dicts
+
+    ts = build_tracks({"steps": steps, "requests": requests, "counters": counters}, include_trace=False)
+    bound = {k for k in ts.tracks if k.startswith("tracekit/bound")}
+    ts.tracks = {k: t for k, t in ts.tracks.items() if k not in bound}
+    ts.slices = [sl for sl in ts.slices if sl.track not in bound]
+    return chrome_event_dicts(ts)
 
 
 def problems_fatal(problems: list[str]) -> bool:

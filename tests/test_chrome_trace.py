@@ -24,42 +24,59 @@ def _annot(name: str, ts: float, dur: float = 1.0, cat: str = "user_annotation")
     return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": 7, "ts": ts, "dur": dur, "args": {}}
 
 
+def _track_events() -> list[dict]:
+    """tracekit's record-time tracks, built by tracekit.tracks from tables (as the recorder does)."""
+    from tracekit.collectors.session import record_track_events
+
+    from tracekit import schema
+
+    steps = schema.from_columns(
+        "steps",
+        {
+            "step_id": [0],
+            "request_id": [0],
+            "kind": ["prefill"],
+            "cpu_start_ns": [9_500],
+            "cpu_end_ns": [19_000],
+        },
+    )
+    reqs = schema.from_columns(
+        "requests",
+        {"request_id": [0], "name": ["r0"], "start_ns": [9_000], "end_ns": [20_000], "ttft_ns": [10_500]},
+    )
+    counters = schema.from_columns(
+        "counters", {"ts_ns": [11_000], "device": [0], "metric": ["gpu_util"], "value": [42.0], "unit": ["%"]}
+    )
+    return record_track_events(steps, reqs, counters)
+
+
 def test_merge_splices_tracekit_events_and_keeps_kineto_header(tmp_path: Path) -> None:
     raw = tmp_path / "raw.json"
     raw.write_text(_kineto_text([_annot("aten::mm", 10.0), _annot("aten::add", 12.0)]))
-    events = chrome_trace.tracekit_events(
-        [{"name": "tracekit.request id=0", "start_ns": 9_000, "end_ns": 20_000}],
-        [{"name": "tracekit.step id=0", "start_ns": 9_500, "end_ns": 19_000}],
-        [{"ts_ns": 11_000, "metric": "gpu_util", "value": 42.0}],
-    )
-    out = chrome_trace.merge(raw, tmp_path / "trace.json.gz", events)
+    out = chrome_trace.merge(raw, tmp_path / "trace.json.gz", _track_events())
     with gzip.open(out, "rt") as fh:
         data = json.load(fh)
     assert data["baseTimeNanoseconds"] == 1000000000 and data["traceName"] == "x"
     names = [e["name"] for e in data["traceEvents"]]
     assert "aten::mm" in names and "aten::add" in names
     counter = next(e for e in data["traceEvents"] if e["ph"] == "C")
-    assert counter == {
-        "ph": "C",
-        "cat": "tracekit_counter",
-        "name": "gpu_util",
-        "pid": chrome_trace.TRACEKIT_PID,
-        "tid": chrome_trace.TID_COUNTERS,
-        "ts": 11.0,
-        "args": {"gpu_util": 42.0},
-    }
-    step = next(e for e in data["traceEvents"] if e.get("cat") == "tracekit_step")
-    assert (step["ts"], step["dur"]) == (9.5, 9.5)
+    assert counter["ts"] == 11.0 and counter["args"] == {"value": 42.0} and "gpu_util" in counter["name"]
+    step = next(e for e in data["traceEvents"] if e.get("cat") == "tracekit.step")
+    assert (step["name"], step["ts"], step["dur"]) == ("prefill", 9.5, 9.5)
+    req = [e for e in data["traceEvents"] if e.get("cat") == "tracekit.request"]
+    assert sorted((e["name"], e["ts"], e["dur"]) for e in req) == [("r0", 9.0, 11.0), ("ttft", 9.0, 10.5)]
+    # nothing is classified at record time: no bound track
+    assert not any(e.get("cat") == "tracekit.bound" for e in data["traceEvents"])
 
 
 def test_merge_into_an_empty_or_missing_trace_is_valid_json(tmp_path: Path) -> None:
     raw = tmp_path / "raw.json"
     raw.write_text(_kineto_text([]))
-    ev = chrome_trace.tracekit_events([], [{"name": "s", "start_ns": 0, "end_ns": 1000}])
+    ev = _track_events()
     data = chrome_trace.load(chrome_trace.merge(raw, tmp_path / "a.json.gz", ev))
-    assert sum(e.get("cat") == "tracekit_step" for e in data["traceEvents"]) == 1
+    assert sum(e.get("cat") == "tracekit.step" for e in data["traceEvents"]) == 1
     data = chrome_trace.load(chrome_trace.merge(None, tmp_path / "b.json.gz", ev))
-    assert sum(e.get("cat") == "tracekit_step" for e in data["traceEvents"]) == 1
+    assert sum(e.get("cat") == "tracekit.step" for e in data["traceEvents"]) == 1
 
 
 def test_merge_rejects_a_file_without_trace_events(tmp_path: Path) -> None:

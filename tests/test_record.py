@@ -16,6 +16,7 @@ from tracekit import chrome_trace
 from tracekit.cli import main
 from tracekit.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
 from tracekit.stepnames import parse_step
+from tracekit.tracks import TRACEKIT_PID
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +89,10 @@ def test_trace_has_kineto_events_and_tracekit_tracks_on_one_clock(default_run) -
     events = data["traceEvents"]
     assert "baseTimeNanoseconds" in data  # Kineto's header survived the merge
     assert any(e.get("cat") == "cpu_op" and e.get("name") == "aten::mm" for e in events)
-    ours = [e for e in events if e.get("pid") == chrome_trace.TRACEKIT_PID and e.get("ph") == "X"]
-    assert sum(e["cat"] == "tracekit_step" for e in ours) == 8
-    assert sum(e["cat"] == "tracekit_request" for e in ours) == 1
+    ours = [e for e in events if e.get("pid") == TRACEKIT_PID and e.get("ph") == "X"]
+    assert sum(e["cat"] == "tracekit.step" for e in ours) == 8
+    assert [e["name"] for e in ours if e["cat"] == "tracekit.step"] == ["prefill"] + ["decode"] * 7
+    assert sum(e["cat"] == "tracekit.request" and e["name"] != "ttft" for e in ours) == 1
     kineto_steps = {
         parse_step(e["name"]).step_id: e  # type: ignore[union-attr]
         for e in events
@@ -186,7 +188,7 @@ def test_trace_steps_limits_kernel_capture_but_not_the_timers(tmp_path: Path) ->
     m = run.read_manifest()
     assert m["profiler"]["trace_steps"] == "2:5" and m["clock"]["clock_syncs"] >= 1
     # All 8 steps are still on tracekit's own track.
-    assert sum(e.get("cat") == "tracekit_step" for e in events) == 8
+    assert sum(e.get("cat") == "tracekit.step" for e in events) == 8
 
 
 class _Raiser:
@@ -235,7 +237,7 @@ def test_ctrl_c_leaves_an_incomplete_run_with_what_was_captured(tmp_path: Path, 
     req = run.read_df("requests").iloc[0]
     assert req["output_tokens"] == 3  # the third token was on the host before the streamer raised
     assert run.trace_path.is_file()
-    assert any(e.get("cat") == "tracekit_step" for e in chrome_trace.load(run.trace_path)["traceEvents"])
+    assert any(e.get("cat") == "tracekit.step" for e in chrome_trace.load(run.trace_path)["traceEvents"])
 
 
 def test_an_exception_keeps_the_run_incomplete_and_keeps_the_traceback(tmp_path: Path, monkeypatch) -> None:
@@ -266,7 +268,7 @@ def test_a_window_never_reached_is_a_warning_not_a_failure(tmp_path: Path) -> No
     assert m["status"] == STATUS_COMPLETE
     assert any("never reached" in w for w in m["warnings"])
     events = chrome_trace.load(run.trace_path)["traceEvents"]
-    assert sum(e.get("cat") == "tracekit_step" for e in events) == 8
+    assert sum(e.get("cat") == "tracekit.step" for e in events) == 8
     assert not any(e.get("cat") == "cpu_op" for e in events)
 
 

@@ -174,3 +174,12 @@ def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monk
     assert "CUDA events" in err and "same requests" in err and "host timers, without profiler" in err
     # and the summary renders from run.json alone
     assert "CUDA events" in render(m, tmp_path / "r")
+
+
+def test_sampler_maps_the_torch_device_through_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:
+    # GIVEN torch's cuda:1 is NVML's GPU 5 (CUDA_VISIBLE_DEVICES=2,5)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    sampler, off = session._make_sampler(session.RecordOptions(out=tmp_path, device_index=1))
+    # THEN the recorder samples NVML index 5, not 1
+    assert off is None and sampler is not None
+    assert sampler.device_index == 5 and sampler.torch_device == 1

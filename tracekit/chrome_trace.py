@@ -1,9 +1,9 @@
-"""Chrome trace JSON (.json / .json.gz) for tracekit's own tracks: the one place that reads and writes it.
+"""Chrome trace JSON (.json / .json.gz): loading, merging, trimming Kineto traces.
 
-Kineto's trace is kept as written; tracekit adds a "tracekit" process with a
-``requests`` and a ``steps`` track ("X" events) and NVML counters ("C"
-events), so Perfetto shows kernels, requests, prefill/decode steps and GPU
-counters on one timeline.
+Kineto's trace is kept as written; ``merge`` splices in tracekit's own events
+(built by ``tracekit.tracks``: requests, steps by kind, NVML/GPM counters), so
+Perfetto shows kernels, requests, prefill/decode steps and GPU counters on one
+timeline.
 
 Clock: Kineto writes ``ts`` in microseconds relative to ``baseTimeNanoseconds``
 (torch >= 2.4); tracekit's tables use that ``ts`` converted to int64 ns (the
@@ -20,7 +20,7 @@ import gzip
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -30,11 +30,6 @@ from tracekit.rundir import atomic_path
 from tracekit.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
 
 CLOCK_SYNC = "tracekit.clock_sync"
-# A pid no OS hands out (Linux pids are < 2**22): tracekit's own process in the trace.
-TRACEKIT_PID = 2**31 - 2
-TID_REQUESTS = 1
-TID_STEPS = 2
-TID_COUNTERS = 3
 
 _CHUNK = 1 << 22
 
@@ -174,65 +169,7 @@ def clock_offset(syncs: Sequence[ClockSync]) -> int | None:
     return min(s.offset_ns for s in syncs)
 
 
-# --- tracekit's tracks -------------------------------------------------------------
-
-
-def _us(ns: int | float) -> float:
-    return round(float(ns) / 1000.0, 3)
-
-
-def tracekit_events(
-    requests: Iterable[dict[str, Any]],
-    steps: Iterable[dict[str, Any]],
-    counters: Iterable[dict[str, Any]] = (),
-) -> list[dict[str, Any]]:
-    """Chrome events for tracekit's tracks. Timestamps in the inputs are trace-clock ns.
-
-    requests: dicts with name (the format_request label), start_ns, end_ns, args
-    steps: dicts with name (the format_step label), start_ns, end_ns, args
-    counters: dicts with ts_ns, metric, value (one "C" event each)
-    """
-    pid = TRACEKIT_PID
-    ev: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "tracekit"}},
-        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": TID_REQUESTS, "args": {"name": "requests"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": TID_STEPS, "args": {"name": "steps"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": TID_COUNTERS, "args": {"name": "counters"}},
-    ]
-    for tid, cat, items in (
-        (TID_REQUESTS, "tracekit_request", requests),
-        (TID_STEPS, "tracekit_step", steps),
-    ):
-        for it in items:
-            start, end = it["start_ns"], it["end_ns"]
-            if start is None or end is None:
-                continue
-            ev.append(
-                {
-                    "ph": "X",
-                    "cat": cat,
-                    "name": it["name"],
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": _us(start),
-                    "dur": _us(max(0, end - start)),
-                    "args": it.get("args", {}),
-                }
-            )
-    for c in counters:
-        ev.append(
-            {
-                "ph": "C",
-                "cat": "tracekit_counter",
-                "name": c["metric"],
-                "pid": pid,
-                "tid": TID_COUNTERS,
-                "ts": _us(c["ts_ns"]),
-                "args": {c["metric"]: c["value"]},
-            }
-        )
-    return ev
+# --- merging tracekit's events into a Kineto trace ----------------------------------
 
 
 _EVENTS_KEY = re.compile(r'"traceEvents"\s*:\s*\[')

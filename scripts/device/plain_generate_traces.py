@@ -1,6 +1,6 @@
 """Record plain model.generate traces on a GPU, with independent timers (issue 4).
 
-    python3 scripts/device/plain_generate_traces.py OUTDIR
+    python3 scripts/device/plain_generate_traces.py OUTDIR [--only abcd]
 
 A random-weight LlamaForCausalLM of TinyLlama-1.1B's shape in fp16 (no weights
 downloaded), profiled with plain torch.profiler (record_shapes=True) and *no*
@@ -9,7 +9,9 @@ tracekit annotations:
   a_batch2         batch 2, 24 prompt tokens, 8 new tokens
   b_two_requests   two requests back to back under record_function("chat-0"/"chat-1")
   c_profiler_steps a three-generate loop under a ProfilerStep schedule (wait 1, warmup 1, active 3)
-  d_compiled       static KV cache + torch.compile (reduce-overhead, CUDA graphs), compiled in warm-up
+  d_compiled       Transformers' own compiled path (static cache + CompileConfig(mode="reduce-overhead"),
+                   CUDA graphs for decode, eager prefill), compiled in warm-up (~40 s); `--only d`
+                   runs just this one (about a minute on an H200)
 
 For each: OUTDIR/<name>.json.gz (the trace) and OUTDIR/<name>.timings.json: per
 generate, host timers (torch.cuda.synchronize + perf_counter before and after,
@@ -20,6 +22,8 @@ an H200; works with torch 2.11/transformers 5.17 and torch 2.13/transformers 5.2
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -52,7 +56,8 @@ def build_model() -> Any:
                       num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.float16).eval()
+        model: Any = LlamaForCausalLM(cfg)
+        model = model.to(torch.float16).eval()
     return model
 
 
@@ -103,13 +108,98 @@ def count_events(path: str, names: tuple[str, ...]) -> dict[str, int]:
     return {n: sum(1 for e in ev if e.get("name") == n) for n in names}
 
 
-def main(out_dir: str) -> int:
+def eager_cases(model: Any, ids1: Any, ids2: Any, out_dir: str, env: dict[str, str], only: str,
+                summary: list[str]) -> None:
+    """(a), (b), (c): eager generate with a dynamic cache under plain torch.profiler."""
     import torch
-    import transformers
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    os.makedirs(out_dir, exist_ok=True)
     acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with torch.inference_mode():
+        # (a) batch 2, plain
+        if "a" in only:
+            with profile(activities=acts, record_shapes=True) as prof:
+                _, rec = timed_generate(model, ids2, NEW)
+            path = save_trace(prof, out_dir, "a_batch2")
+            write_json(out_dir, "a_batch2.timings.json", {"env": env, "requests": [rec]})
+            summary.append(f"a_batch2: TTFT {rec['host_ttft_ns'] / 1e6:.2f} ms TPOT {rec['host_tpot_ns'] / 1e6:.2f} ms "
+                           f"{count_events(path, ('aten::embedding',))}")
+
+        # (b) two requests under caller-named record_functions
+        if "b" in only:
+            recs = []
+            with profile(activities=acts, record_shapes=True) as prof:
+                for i, ids in enumerate((ids1, ids2)):
+                    with record_function(f"chat-{i}"):
+                        _, rec = timed_generate(model, ids, NEW)
+                    rec["name"] = f"chat-{i}"
+                    recs.append(rec)
+            path = save_trace(prof, out_dir, "b_two_requests")
+            write_json(out_dir, "b_two_requests.timings.json", {"env": env, "requests": recs})
+            summary.append("b_two_requests: " + ", ".join(
+                f"{r['name']} TTFT {r['host_ttft_ns'] / 1e6:.2f} ms TPOT {r['host_tpot_ns'] / 1e6:.2f} ms" for r in recs))
+
+        # (c) a three-step loop under a ProfilerStep schedule; steps 0 (wait) and 1 (warmup) are not recorded
+        if "c" in only:
+            recs = []
+            traces: list[str] = []
+            with profile(activities=acts, record_shapes=True,
+                         schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
+                         on_trace_ready=lambda p: traces.append(save_trace(p, out_dir, "c_profiler_steps"))) as prof:
+                for i in range(5):
+                    _, rec = timed_generate(model, ids1[:, : 12 + 2 * i], 4)
+                    rec["profiler_step"] = i
+                    if i >= 2:
+                        recs.append(rec)
+                    prof.step()
+            write_json(out_dir, "c_profiler_steps.timings.json", {"env": env, "requests": recs})
+            summary.append(f"c_profiler_steps: {len(recs)} recorded generates, input lens "
+                           f"{[r['input_tokens'] for r in recs]}")
+
+
+def compiled_case(model: Any, ids1: Any, out_dir: str, env: dict[str, str]) -> str:
+    """(d): Transformers' own compiled path, as collectors/compiled.py uses it.
+
+    A static cache plus ``generation_config.compile_config = CompileConfig(mode="reduce-overhead")``:
+    generate() compiles the decode forward itself (CUDA graphs) and keeps the prefill eager.
+    Wrapping ``model.forward`` in torch.compile by hand instead failed on the H200 with
+    "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run":
+    generate() keeps the logits of one step while the next replay overwrites them.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    gc = model.generation_config
+    gc.cache_implementation = "static"
+    try:
+        from transformers import CompileConfig
+
+        gc.compile_config = CompileConfig(mode="reduce-overhead")
+    except ImportError:  # older Transformers: its default compile config is reduce-overhead too
+        pass
+    with contextlib.suppress(AttributeError):
+        gc.max_cache_len = PROMPT + NEW + 8
+    t0 = time.perf_counter()
+    for _ in range(3):  # compile (tens of seconds) and record the graphs outside the profiled run
+        model.generate(ids1, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
+    compile_s = time.perf_counter() - t0
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=acts, record_shapes=True) as prof, record_function("compiled-0"):
+        _, rec = timed_generate(model, ids1, NEW)
+    rec["name"] = "compiled-0"
+    rec["compile_s"] = compile_s
+    path = save_trace(prof, out_dir, "d_compiled")
+    counts = count_events(path, ("aten::embedding", "cudaGraphLaunch"))
+    rec["trace_counts"] = counts
+    write_json(out_dir, "d_compiled.timings.json", {"env": env, "requests": [rec]})
+    return (f"d_compiled: compile+warm-up {compile_s:.1f} s, TTFT {rec['host_ttft_ns'] / 1e6:.2f} ms TPOT "
+            f"{rec['host_tpot_ns'] / 1e6:.2f} ms {counts}")
+
+
+def main(out_dir: str, only: str = "abcd") -> int:
+    import torch
+    import transformers
+
+    os.makedirs(out_dir, exist_ok=True)
     model = build_model()
     g = torch.Generator(device="cuda").manual_seed(1)
     ids2 = torch.randint(3, 32000, (BATCH, PROMPT), device="cuda", generator=g)
@@ -123,62 +213,17 @@ def main(out_dir: str) -> int:
         for _ in range(2):  # warm-up: cuBLAS handles, allocator, kernels
             model.generate(ids2, max_new_tokens=2, do_sample=False, pad_token_id=0)
 
-        # (a) batch 2, plain
-        with profile(activities=acts, record_shapes=True) as prof:
-            _, rec = timed_generate(model, ids2, NEW)
-        path = save_trace(prof, out_dir, "a_batch2")
-        write_json(out_dir, "a_batch2.timings.json", {"env": env, "requests": [rec]})
-        summary.append(f"a_batch2: TTFT {rec['host_ttft_ns'] / 1e6:.2f} ms TPOT {rec['host_tpot_ns'] / 1e6:.2f} ms "
-                       f"{count_events(path, ('aten::embedding',))}")
-
-        # (b) two requests under caller-named record_functions
-        recs = []
-        with profile(activities=acts, record_shapes=True) as prof:
-            for i, ids in enumerate((ids1, ids2)):
-                with record_function(f"chat-{i}"):
-                    _, rec = timed_generate(model, ids, NEW)
-                rec["name"] = f"chat-{i}"
-                recs.append(rec)
-        path = save_trace(prof, out_dir, "b_two_requests")
-        write_json(out_dir, "b_two_requests.timings.json", {"env": env, "requests": recs})
-        summary.append("b_two_requests: " + ", ".join(
-            f"{r['name']} TTFT {r['host_ttft_ns'] / 1e6:.2f} ms TPOT {r['host_tpot_ns'] / 1e6:.2f} ms" for r in recs))
-
-        # (c) a three-step loop under a ProfilerStep schedule; steps 0 (wait) and 1 (warmup) are not recorded
-        recs = []
-        traces: list[str] = []
-        with profile(activities=acts, record_shapes=True,
-                     schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
-                     on_trace_ready=lambda p: traces.append(save_trace(p, out_dir, "c_profiler_steps"))) as prof:
-            for i in range(5):
-                _, rec = timed_generate(model, ids1[:, : 12 + 2 * i], 4)
-                rec["profiler_step"] = i
-                if i >= 2:
-                    recs.append(rec)
-                prof.step()
-        write_json(out_dir, "c_profiler_steps.timings.json", {"env": env, "requests": recs})
-        summary.append(f"c_profiler_steps: {len(recs)} recorded generates, input lens "
-                       f"{[r['input_tokens'] for r in recs]}")
-
-        # (d) compiled: static cache + torch.compile(mode="reduce-overhead"), compiled during warm-up
-        compiled_ok = True
+    if set(only) & set("abc"):
+        eager_cases(model, ids1, ids2, out_dir, env, only, summary)
+    compiled_ok = True
+    if "d" in only:
         try:
-            model.generation_config.cache_implementation = "static"
-            model.forward = torch.compile(model.forward, mode="reduce-overhead")
-            for _ in range(3):
-                model.generate(ids1, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
-            with profile(activities=acts, record_shapes=True) as prof, record_function("compiled-0"):
-                _, rec = timed_generate(model, ids1, NEW)
-            rec["name"] = "compiled-0"
-            path = save_trace(prof, out_dir, "d_compiled")
-            counts = count_events(path, ("aten::embedding", "cudaGraphLaunch"))
-            rec["trace_counts"] = counts
-            write_json(out_dir, "d_compiled.timings.json", {"env": env, "requests": [rec]})
-            summary.append(f"d_compiled: TTFT {rec['host_ttft_ns'] / 1e6:.2f} ms TPOT "
-                           f"{rec['host_tpot_ns'] / 1e6:.2f} ms {counts}")
-        except Exception as exc:  # the other three traces are still worth bringing back
+            with torch.inference_mode():
+                summary.append(compiled_case(model, ids1, out_dir, env))
+        except Exception as exc:  # the other traces are still worth bringing back
             compiled_ok = False
             summary.append(f"d_compiled: FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+
 
     print(f"env: {env}")
     for line in summary:
@@ -190,6 +235,10 @@ def main(out_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: plain_generate_traces.py OUTDIR")
-    sys.exit(main(sys.argv[1]))
+    ap = argparse.ArgumentParser(description="plain model.generate traces with independent timers")
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", default="abcd", help="which cases to run, e.g. 'd' (default: abcd)")
+    args = ap.parse_args()
+    if not args.only or set(args.only) - set("abcd"):
+        sys.exit("--only takes letters from 'abcd'")
+    sys.exit(main(args.out_dir, args.only))

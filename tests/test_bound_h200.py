@@ -130,3 +130,17 @@ def test_kv_bytes_per_token_formula_and_allocator(timings: dict[str, Any]) -> No
     growth = np.diff(mem)
     assert len(growth) >= 20
     assert float(np.median(growth)) == shape.kv_bytes_per_token
+
+
+def test_html_report_draws_the_per_kernel_roofline(run: dict[str, Any]) -> None:
+    import base64
+
+    from tracekit.report_html import RunView, kernel_roofline_png, run_section
+
+    phases = run["phases"]
+    with_kernels = RunView("h200", {}, {"phases": phases, "kernel_bound": run["kernel_bound"]})
+    png = kernel_roofline_png(with_kernels)
+    assert png is not None and png.startswith(b"\x89PNG")
+    assert base64.b64encode(png).decode("ascii") in run_section(with_kernels)
+    # without the table the report keeps its per-phase roofline
+    assert kernel_roofline_png(RunView("h200", {}, {"phases": phases})) is None

@@ -39,7 +39,9 @@ def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
     xs: list[Any] = [1e-2, 1e4]
     if len(k):
         achieved = k["flops"] / (k["dur_ns"] * 1e-9)
-        phase = k["phase"].astype(str) if "phase" in k else pd.Series("kernels", index=k.index)
+        # kernels outside every step have no phase (NaN; pandas 3 keeps it NaN through astype(str))
+        phase = k["phase"].astype(object).fillna("outside steps").astype(str) if "phase" in k else pd.Series(
+            "kernels", index=k.index)
         for ph in sorted(phase.unique()):
             m = (phase == ph).to_numpy()
             ax.scatter(k["intensity"][m], achieved[m], s=8, alpha=0.5, label=f"{ph} ({int(m.sum())})",

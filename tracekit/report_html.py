@@ -492,6 +492,24 @@ def _meta_rows(m: dict[str, Any]) -> list[list[str]]:
     return rows[:40]
 
 
+def kernel_roofline_png(run: RunView) -> bytes | None:
+    """tracekit.plots' roofline, one point per kernel, when the run has the bound pass's kernel_bound table.
+
+    Its ceiling is the one the bound pass used, as the phases table records it (name, dtype, peaks).
+    """
+    k, c = run.df("kernel_bound"), ceiling_of(run.df("phases"))
+    if not _has(k, "intensity", "flops", "dur_ns") or not (c.tflops and c.tbps):
+        return None
+    from tracekit.ceilings import Ceiling
+    from tracekit.plots import roofline_png as plots_roofline_png
+
+    name = c.name or "unnamed ceiling"
+    kind = "measured" if "(measured)" in name else "datasheet" if "(datasheet)" in name else "recorded"
+    ceiling = Ceiling(gpu=name.split(" (")[0], peak_flops={c.dtype or "fp16": c.tflops * 1e12},
+                      peak_bytes_per_s=c.tbps * 1e12, source=f"{name}, as the phases table records it", kind=kind)
+    return plots_roofline_png(k, ceiling)
+
+
 def run_section(run: RunView) -> str:
     m = run.manifest
     parts = [f'<section class="run" id="run-{_esc(run.run_id)}"><h2>Run {_esc(run.run_id)}</h2>']
@@ -504,7 +522,7 @@ def run_section(run: RunView) -> str:
     parts.append(_img(latency_png(run.df("requests")), "per-request latency"))
     parts.append("<h3>Phase timeline</h3>" + _img(phase_timeline_png(run.df("steps")), "phase timeline"))
     parts.append("<h3>Counters</h3>" + _img(counters_png(run.df("counters"), run.df("steps")), "counters over time"))
-    parts.append("<h3>Roofline</h3>" + _img(roofline_png(run.df("phases")), "roofline"))
+    parts.append("<h3>Roofline</h3>" + _img(kernel_roofline_png(run) or roofline_png(run.df("phases")), "roofline"))
     parts.append("<details><summary>run.json</summary>" + html_table(["field", "value"], _meta_rows(m), "meta")
                  + "</details>")
     parts.append("</section>")

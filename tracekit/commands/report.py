@@ -16,7 +16,7 @@ import pandas as pd
 
 from tracekit.rundir import RunDir, atomic_open
 
-TABLES = ("phases", "steps", "requests", "counters")
+TABLES = ("phases", "steps", "requests", "counters", "kernel_bound")  # kernel_bound: the per-kernel roofline
 
 
 def load_view(run: RunDir) -> Any:

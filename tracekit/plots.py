@@ -16,7 +16,7 @@ import pandas as pd
 
 from tracekit.ceilings import Ceiling
 
-_PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728", "mixed": "#2ca02c"}
+_PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728", "mixed": "#2ca02c", "outside steps": "#7f7f7f"}
 
 
 def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None = None, max_points: int = 20000) -> bytes:

@@ -1,25 +1,41 @@
-"""Does sampling NVML at 100 Hz slow generation down? Interleaved A/B on TPOT.
+"""Does sampling NVML at 100 Hz slow generation down? Interleaved blocks, pooled token times, bootstrap CI.
 
-    python3 benchmarks/overhead.py [--out DIR]          # GPU: TinyLlama-1.1B shape, fp16
-    python3 benchmarks/overhead.py --tiny               # CPU smoke run, a few-MB Llama
+    python3 benchmarks/overhead.py [--out DIR] [--compiled]   # GPU: TinyLlama-1.1B shape, fp16
+    python3 benchmarks/overhead.py --tiny                     # CPU smoke run, a few-MB Llama
 
-Builds a LlamaForCausalLM of TinyLlama-1.1B's shape (22 layers, hidden 2048,
-intermediate 5632, 32 heads, 4 KV heads, vocab 32000) with random weights,
-then generates a forced number of tokens (min_new_tokens = max_new_tokens)
-with model.generate, alternately without and with tracekit's NvmlSampler
-running (ABBA order, so drift cancels). TPOT is (last token time - first token
-time) / (tokens - 1), with token times taken on the host when Transformers
-hands each token to the streamer (after its device-to-host copy, so the GPU
-work is done). Prints the median TPOT of each arm, their ratio, and the
-sampler's own cost per tick; with --out, writes DIR/overhead.json.
+Why this design: the first version (7 ABBA runs per arm, median TPOT per run)
+could not resolve 1% on the H200: eager decode there varied 46-56% between
+runs of one arm (2026-11-29). So this one:
 
-The claim it checks: sampling at 100 Hz moves TPOT by at most 1%.
-On the H200 it should take about a minute (estimate) (model build, 2 warm-ups, 2 x 7 runs of 64 tokens).
+* three arms, ``off_a`` (no sampler), ``on`` (tracekit's NvmlSampler at 100 Hz)
+  and ``off_b`` (no sampler again), in many short blocks (default 24 per arm of
+  32 tokens each), interleaved in a rotating order (off_a, on, off_b / on,
+  off_b, off_a / ...), so slow drift and position effects hit every arm alike;
+* the statistic is the median of every inter-token time of an arm, pooled over
+  its blocks (a block's first token, which includes prefill, is left out);
+* a 95% CI of the ratio of medians on/off_a by a cluster bootstrap (resample
+  whole blocks, since tokens of one block are correlated);
+* an A/A comparison, off_b/off_a, with the same method: the noise floor. If
+  the A/A interval is wider than the limit, the benchmark cannot resolve it on
+  this machine, and the verdict says so instead of claiming a result.
+
+Verdict (limit L, default 1%): "within" if the on/off_a CI lies inside
+[1 - L, 1 + L]; "exceeded" if it lies wholly above 1 + L; otherwise "not
+resolved". ``--compiled`` adds the same experiment on decode with a static KV
+cache and torch.compile (reduce-overhead: CUDA graphs), as
+``tracekit.collectors.compiled`` sets it up, where host noise is lower.
+
+The sampler runs in its own process (tracekit.collectors.nvml), started before
+and stopped after each "on" block; the token clock is a streamer noting when
+Transformers hands each token to the host (after its device-to-host copy).
+On the H200 the default run should take about 1 minute eager, plus about a
+minute with --compiled (estimates). --out DIR writes DIR/overhead.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -28,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+ARMS = ("off_a", "on", "off_b")
 
 TINYLLAMA: dict[str, Any] = dict(
     hidden_size=2048,
@@ -49,18 +66,16 @@ TINY: dict[str, Any] = dict(
 )
 
 
-def import_sampler() -> Any:
-    """NvmlSampler from an installed tracekit, or straight from this checkout."""
+def import_tracekit() -> None:
+    """Make tracekit.collectors importable: installed, or mapped from this checkout by hand."""
     try:
-        from tracekit.collectors.nvml import NvmlSampler
+        import tracekit.collectors.nvml
     except ImportError:
         sys.path.insert(0, str(REPO))
         import tracekit
 
         # pyproject maps collectors/ to tracekit.collectors; without an install, do the same by hand.
         tracekit.__path__.append(str(REPO))
-        from tracekit.collectors.nvml import NvmlSampler
-    return NvmlSampler
 
 
 class TokenClock:
@@ -98,8 +113,8 @@ def build_model(tiny: bool, device: str, dtype_name: str) -> Any:
     return model.eval()
 
 
-def generate_once(model: Any, input_ids: Any, new_tokens: int) -> float:
-    """TPOT in seconds for one forced-length generation."""
+def generate_block(model: Any, input_ids: Any, new_tokens: int) -> list[float]:
+    """One forced-length generation; the inter-token times in seconds (first token excluded)."""
     import torch
 
     clock = TokenClock()
@@ -115,7 +130,136 @@ def generate_once(model: Any, input_ids: Any, new_tokens: int) -> float:
         )
     if len(clock.times) != new_tokens:
         raise RuntimeError(f"expected {new_tokens} tokens, streamer saw {len(clock.times)}")
-    return (clock.times[-1] - clock.times[0]) / 1e9 / (new_tokens - 1)
+    t = clock.times
+    return [(b - a) / 1e9 for a, b in itertools.pairwise(t)]
+
+
+def block_order(rounds: int) -> list[str]:
+    """Each round runs every arm once, the order rotated round by round (a Latin square)."""
+    out: list[str] = []
+    for r in range(rounds):
+        k = r % len(ARMS)
+        out.extend(ARMS[k:] + ARMS[:k])
+    return out
+
+
+def bootstrap_ratio(
+    num: list[list[float]], den: list[list[float]], reps: int, seed: int
+) -> tuple[float, float, float]:
+    """Ratio of pooled medians num/den and its 95% cluster-bootstrap CI (blocks resampled)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a = [np.asarray(b, dtype=float) for b in num]
+    b = [np.asarray(x, dtype=float) for x in den]
+    point = float(np.median(np.concatenate(a)) / np.median(np.concatenate(b)))
+    ratios = np.empty(reps)
+    for i in range(reps):
+        ia = rng.integers(0, len(a), len(a))
+        ib = rng.integers(0, len(b), len(b))
+        ratios[i] = np.median(np.concatenate([a[j] for j in ia])) / np.median(
+            np.concatenate([b[j] for j in ib])
+        )
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def verdict(lo: float, hi: float, limit_pct: float) -> str:
+    lim = limit_pct / 100
+    if 1 - lim <= lo and hi <= 1 + lim:
+        return "within"
+    if lo > 1 + lim:
+        return "exceeded"
+    return "not resolved"
+
+
+def run_experiment(
+    model: Any, input_ids: Any, args: argparse.Namespace, device_index: int, label: str
+) -> dict[str, Any]:
+    from tracekit.collectors.nvml import NvmlSampler
+
+    blocks: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    statuses: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for arm in block_order(args.blocks):
+        if arm != "on":
+            blocks[arm].append(generate_block(model, input_ids, args.new_tokens))
+            continue
+        # for_torch_device: the NVML index of torch's device, through CUDA_VISIBLE_DEVICES.
+        sampler = NvmlSampler.for_torch_device(device_index, interval_s=args.interval)
+        sampler.start()  # returns once the child samples: its start-up is outside the block
+        try:
+            blocks["on"].append(generate_block(model, input_ids, args.new_tokens))
+        finally:
+            sampler.stop()
+        statuses.append(sampler.status())
+    seconds = time.perf_counter() - t0
+
+    med = {arm: statistics.median([x for b in blocks[arm] for x in b]) for arm in ARMS}
+    r_on, lo_on, hi_on = bootstrap_ratio(blocks["on"], blocks["off_a"], args.bootstrap, 1)
+    r_aa, lo_aa, hi_aa = bootstrap_ratio(blocks["off_b"], blocks["off_a"], args.bootstrap, 2)
+    v_on, v_aa = verdict(lo_on, hi_on, args.limit_pct), verdict(lo_aa, hi_aa, args.limit_pct)
+    if v_on == "within":
+        text = f"sampling moves TPOT by at most {args.limit_pct}% (95% CI inside the limit)"
+    elif v_on == "exceeded":
+        text = f"sampling slows TPOT by more than {args.limit_pct}% (95% CI above the limit)"
+    elif v_aa != "within":
+        text = f"not resolved: the A/A noise floor (off_b/off_a CI) is wider than ±{args.limit_pct}% here"
+    else:
+        text = f"not resolved: the on/off CI straddles ±{args.limit_pct}% although A/A is within it"
+    st = statuses[-1] if statuses else {}
+
+    def mean_of(key: str) -> float | None:
+        vals = [s[key] for s in statuses if s.get(key) is not None]
+        return statistics.fmean(vals) if vals else None
+
+    return {
+        "label": label,
+        "blocks_per_arm": args.blocks,
+        "tokens_per_block": args.new_tokens,
+        "seconds": seconds,
+        "median_token_s": med,
+        "per_block_median_s": {arm: [statistics.median(b) for b in blocks[arm]] for arm in ARMS},
+        "ratio_on_off": {"point": r_on, "ci95": [lo_on, hi_on], "verdict": v_on},
+        "ratio_aa": {"point": r_aa, "ci95": [lo_aa, hi_aa], "verdict": v_aa},
+        "verdict": v_on,
+        "verdict_text": text,
+        "nvml_available": st.get("available"),
+        "nvml_reason": st.get("reason"),
+        "sampler_mode": st.get("mode"),
+        "gpm_supported": st.get("gpm_supported"),
+        "sampler_rate_hz_mean": mean_of("rate_hz"),
+        "sampler_tick_us_mean": mean_of("tick_us_mean"),
+        "sampler_tick_cpu_us_mean": mean_of("tick_cpu_us_mean"),
+        "sampler_slow_tick_us_mean": mean_of("slow_tick_us_mean"),
+        "sampler_process_start_ms_mean": mean_of("process_start_ms"),
+        "sampler_status_last": st,
+    }
+
+
+def print_experiment(res: dict[str, Any], limit_pct: float) -> None:
+    med = res["median_token_s"]
+    print(
+        f"[{res['label']}] {res['blocks_per_arm']} blocks x {res['tokens_per_block']} tokens per arm, "
+        f"{res['seconds']:.1f} s"
+    )
+    print("  median time per token: " + "  ".join(f"{arm} {med[arm] * 1e3:.3f} ms" for arm in ARMS))
+    for key, name in (("ratio_on_off", "on/off_a"), ("ratio_aa", "A/A off_b/off_a")):
+        r = res[key]
+        lo, hi = r["ci95"]
+        print(
+            f"  {name:16s} {r['point']:.4f}  95% CI [{lo:.4f}, {hi:.4f}]  "
+            f"({(r['point'] - 1) * 100:+.2f}%; ±{limit_pct}%: {r['verdict']})"
+        )
+    print(f"  verdict: {res['verdict_text']}")
+    if res["nvml_available"]:
+        print(
+            f"  sampler ({res['sampler_mode']}): {res['sampler_rate_hz_mean']:.1f} Hz, fast tick "
+            f"{res['sampler_tick_us_mean']:.1f} µs wall / {res['sampler_tick_cpu_us_mean']:.1f} µs CPU, "
+            f"slow tick {res['sampler_slow_tick_us_mean']:.0f} µs, start {res['sampler_process_start_ms_mean']:.0f} ms"
+        )
+    else:
+        print(f"  sampler: NVML unavailable here ({res['nvml_reason']}): the 'on' arm sampled nothing")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,59 +269,58 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dtype", default=None, choices=["fp16", "bf16", "fp32"], help="default: fp16 on GPU, fp32 on CPU"
     )
-    ap.add_argument("--runs", type=int, default=7, help="runs per arm (with and without the sampler)")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--blocks", type=int, default=24, help="blocks per arm")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed blocks before each experiment")
+    ap.add_argument("--new-tokens", type=int, default=32, help="tokens per block")
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--interval", type=float, default=0.01, help="sampler interval, s (0.01 = 100 Hz)")
     ap.add_argument("--limit-pct", type=float, default=1.0, help="the claim: TPOT moves by at most this much")
+    ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    ap.add_argument("--compiled", action="store_true", help="also run on static cache + torch.compile decode")
     ap.add_argument("--out", type=Path, default=None, help="directory for overhead.json")
     args = ap.parse_args(argv)
-    if args.new_tokens < 2:
-        ap.error("--new-tokens must be at least 2 (TPOT needs two tokens)")
+    if args.new_tokens < 3:
+        ap.error("--new-tokens must be at least 3 (two inter-token times per block)")
+    if args.blocks < 2:
+        ap.error("--blocks must be at least 2 (the bootstrap resamples blocks)")
 
     import torch
     import transformers
 
-    NvmlSampler = import_sampler()
+    import_tracekit()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("fp32" if device == "cpu" else "fp16")
-    t_build = time.perf_counter()
+    t_start = time.perf_counter()
     model = build_model(args.tiny, device, dtype)
-    build_s = time.perf_counter() - t_build
+    build_s = time.perf_counter() - t_start
     gen = torch.Generator().manual_seed(0)
     vocab = (TINY if args.tiny else TINYLLAMA)["vocab_size"]
     input_ids = torch.randint(3, int(vocab), (1, args.prompt_tokens), generator=gen).to(device)
     device_index = torch.device(device).index or 0
 
+    experiments: list[dict[str, Any]] = []
     for _ in range(args.warmup):
-        generate_once(model, input_ids, args.new_tokens)
+        generate_block(model, input_ids, args.new_tokens)
+    experiments.append(run_experiment(model, input_ids, args, device_index, "eager"))
+    print_experiment(experiments[-1], args.limit_pct)
 
-    tpot: dict[str, list[float]] = {"off": [], "on": []}
-    statuses: list[dict[str, Any]] = []
-    for i in range(args.runs):
-        for arm in ("off", "on") if i % 2 == 0 else ("on", "off"):  # ABBA: drift hits both arms alike
-            if arm == "off":
-                tpot["off"].append(generate_once(model, input_ids, args.new_tokens))
-                continue
-            sampler = NvmlSampler(device_index=device_index, interval_s=args.interval)
-            sampler.start()
-            try:
-                tpot["on"].append(generate_once(model, input_ids, args.new_tokens))
-            finally:
-                sampler.stop()
-            statuses.append(sampler.status())
+    compiled: dict[str, Any] = {"requested": args.compiled}
+    if args.compiled:
+        try:
+            from tracekit.collectors import compiled as comp
 
-    med_off, med_on = statistics.median(tpot["off"]), statistics.median(tpot["on"])
-    ratio = med_on / med_off
-    st = statuses[-1]
-    ticks = [s["ticks"] for s in statuses]
-    means = [s["tick_us_mean"] for s in statuses if s.get("tick_us_mean") is not None]
-    p99s = [s["tick_us_p99"] for s in statuses if s.get("tick_us_p99") is not None]
-    rates = [s["rate_hz"] for s in statuses if s.get("rate_hz") is not None]
-    cpu = [s["tick_cpu_us_mean"] for s in statuses if s.get("tick_cpu_us_mean") is not None]
-    spread = {arm: (max(v) - min(v)) / statistics.median(v) * 100 for arm, v in tpot.items()}
-    within = abs(ratio - 1) * 100 <= args.limit_pct
+            setup = comp.enable(model, max_cache_len=args.prompt_tokens + args.new_tokens + 8)
+            compiled["setup"] = setup.manifest()
+            t0 = time.perf_counter()
+            for _ in range(max(args.warmup, 3)):  # compilation and CUDA-graph capture happen here
+                generate_block(model, input_ids, args.new_tokens)
+            compiled["warmup_s"] = time.perf_counter() - t0
+            experiments.append(run_experiment(model, input_ids, args, device_index, "compiled"))
+            print_experiment(experiments[-1], args.limit_pct)
+        except Exception as exc:  # the eager result stands; say why this one is missing
+            compiled["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"[compiled] FAILED: {compiled['error']}")
+
     result = {
         "device": torch.cuda.get_device_name(device_index) if device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
@@ -185,48 +328,18 @@ def main(argv: list[str] | None = None) -> int:
         "model": "tiny" if args.tiny else "tinyllama-1.1b-shape",
         "dtype": dtype,
         "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens,
-        "runs_per_arm": args.runs,
-        "model_build_s": build_s,
         "interval_s": args.interval,
-        "tpot_s": tpot,
-        "median_tpot_off_s": med_off,
-        "median_tpot_on_s": med_on,
-        "ratio_on_off": ratio,
-        "delta_pct": (ratio - 1) * 100,
-        "spread_pct": spread,
-        "within_limit": within,
         "limit_pct": args.limit_pct,
-        "nvml_available": st["available"],
-        "nvml_reason": st["reason"],
-        "gpm_supported": st["gpm_supported"],
-        "sampler_ticks_per_run": ticks,
-        "sampler_tick_us_mean": statistics.fmean(means) if means else None,
-        "sampler_tick_us_p99_max": max(p99s) if p99s else None,
-        "sampler_tick_cpu_us_mean": statistics.fmean(cpu) if cpu else None,
-        "sampler_rate_hz_mean": statistics.fmean(rates) if rates else None,
-        "sampler_status_last": st,
+        "bootstrap": args.bootstrap,
+        "model_build_s": build_s,
+        "total_s": time.perf_counter() - t_start,
+        "experiments": experiments,
+        "compiled": compiled,
     }
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "overhead.json").write_text(json.dumps(result, indent=1, default=str))
-
-    print(
-        f"model {result['model']} {dtype} on {result['device']}; {args.new_tokens} tokens, {args.runs} runs per arm"
-    )
-    print(f"median TPOT without sampler: {med_off * 1e3:9.3f} ms  (spread {spread['off']:.1f}%)")
-    print(f"median TPOT with sampler:    {med_on * 1e3:9.3f} ms  (spread {spread['on']:.1f}%)")
-    print(
-        f"ratio on/off: {ratio:.4f}  ({result['delta_pct']:+.2f}%; limit ±{args.limit_pct}%: {'OK' if within else 'EXCEEDED'})"
-    )
-    if st["available"]:
-        print(
-            f"sampler: {result['sampler_rate_hz_mean']:.1f} Hz achieved (target {1 / args.interval:.0f}), "
-            f"tick mean {result['sampler_tick_us_mean']:.1f} µs wall / {result['sampler_tick_cpu_us_mean']:.1f} µs CPU, "
-            f"worst p99 {result['sampler_tick_us_p99_max']:.1f} µs; GPM {'on' if st['gpm_supported'] else 'off'}"
-        )
-    else:
-        print(f"sampler: NVML unavailable here ({st['reason']}): the 'on' arm sampled nothing")
+    print(f"total {result['total_s']:.1f} s on {result['device']} ({result['model']}, {dtype})")
     return 0
 
 

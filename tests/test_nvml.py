@@ -369,32 +369,48 @@ def test_gpm_validate_keeps_only_samples_that_describe_the_phase() -> None:
     assert out["energy_delta"]["mean"] == 240.0 and out["energy_delta"]["seconds"] == pytest.approx(0.98)
 
 
-def test_overhead_benchmark_runs_both_arms_on_cpu(tmp_path: Path) -> None:
+def test_overhead_benchmark_runs_all_three_arms_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
-    rc = ov.main(
-        [
-            "--tiny",
-            "--device",
-            "cpu",
-            "--runs",
-            "2",
-            "--warmup",
-            "0",
-            "--new-tokens",
-            "4",
-            "--out",
-            str(tmp_path),
-        ]
-    )
+    argv = ["--tiny", "--device", "cpu", "--blocks", "3", "--warmup", "0", "--new-tokens", "4"]
+    rc = ov.main([*argv, "--bootstrap", "200", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "overhead.json").read_text())
-    assert len(result["tpot_s"]["off"]) == 2 and len(result["tpot_s"]["on"]) == 2
-    assert all(t > 0 for arm in result["tpot_s"].values() for t in arm)
-    assert result["ratio_on_off"] == pytest.approx(result["median_tpot_on_s"] / result["median_tpot_off_s"])
+    (exp,) = result["experiments"]
+    assert exp["label"] == "eager" and result["compiled"] == {"requested": False}
+    for arm in ("off_a", "on", "off_b"):
+        assert len(exp["per_block_median_s"][arm]) == 3
+        assert all(t > 0 for t in exp["per_block_median_s"][arm])
+    r = exp["ratio_on_off"]
+    assert r["point"] == pytest.approx(exp["median_token_s"]["on"] / exp["median_token_s"]["off_a"])
+    assert r["ci95"][0] <= r["ci95"][1]
+    assert exp["verdict"] in ("within", "exceeded", "not resolved") and exp["verdict_text"]
     # This machine has no NVML: the sampler said so instead of failing the run.
-    assert result["nvml_available"] in (True, False)
-    if not result["nvml_available"]:
-        assert result["nvml_reason"]
+    if not exp["nvml_available"]:
+        assert exp["nvml_reason"]
+
+
+def test_overhead_blocks_rotate_so_every_arm_takes_every_position() -> None:
+    ov = _load_script("benchmarks/overhead.py")
+    order = ov.block_order(6)
+    rounds = [order[i : i + 3] for i in range(0, 18, 3)]
+    assert all(sorted(r) == sorted(ov.ARMS) for r in rounds)
+    for pos in range(3):
+        assert sorted(r[pos] for r in rounds) == sorted(ov.ARMS * 2)
+
+
+def test_overhead_bootstrap_resolves_a_5pct_shift_and_not_pure_noise() -> None:
+    import numpy as np
+
+    ov = _load_script("benchmarks/overhead.py")
+    rng = np.random.default_rng(0)
+    base = [list(0.016 * (1 + 0.02 * rng.standard_normal(31))) for _ in range(24)]
+    same = [list(0.016 * (1 + 0.02 * rng.standard_normal(31))) for _ in range(24)]
+    slow = [[x * 1.05 for x in b] for b in same]
+    point, lo, hi = ov.bootstrap_ratio(same, base, 500, 0)
+    assert lo <= 1.0 <= hi and hi - lo < 0.02 and ov.verdict(lo, hi, 1.0) == "within"
+    point, lo, hi = ov.bootstrap_ratio(slow, base, 500, 0)
+    assert 1.03 < lo <= point <= hi and ov.verdict(lo, hi, 1.0) == "exceeded"
+    assert ov.verdict(0.995, 1.02, 1.0) == "not resolved"
 
 
 # --- process mode: the loops run in a child process -------------------------------

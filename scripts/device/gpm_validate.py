@@ -2,7 +2,8 @@
 
     python3 scripts/device/gpm_validate.py OUT_DIR [--device 0] [--scale 1.0]
 
-Runs tracekit's NvmlSampler (100 Hz NVML, 10 Hz GPM) while the GPU does, in turn:
+Runs tracekit's NvmlSampler (a child process: 100 Hz basic NVML; 10 Hz GPM, energy and PCIe) while
+the GPU does, in turn:
 
   idle          nothing (2 s)
   copy          a 2 GiB device-to-device copy loop: DRAM bandwidth utilisation must read high
@@ -15,7 +16,7 @@ Each load is timed with CUDA events, which give achieved TB/s or TFLOP/s
 independently of NVML. Writes OUT_DIR/gpm_validate.json (per-phase mean of
 every metric, the independent numbers, the sampler's status, the cost of each
 NVML call) and OUT_DIR/counters.parquet (every sample), and prints a table.
-Expected to take under a minute (estimate; most of it CUDA start-up). Needs torch with CUDA and nvidia-ml-py.
+Took about 40 s on the H200 (2026-11-29, thread sampler; most of it the loads and CUDA start-up). Needs torch with CUDA and nvidia-ml-py.
 """
 
 from __future__ import annotations
@@ -168,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.set_device(dev)
     s = args.scale
 
-    call_us = time_nvml_calls(args.device)
+    from tracekit.collectors.nvml import nvml_index_for_torch_device
+
+    call_us = time_nvml_calls(nvml_index_for_torch_device(args.device))
 
     gib = 2**30
     src = torch.empty(2 * gib, dtype=torch.uint8, device=dev)
@@ -197,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         ("fp16_axpy", lambda: y.add_(x, alpha=0.5), 2.0, 3.0 * x.numel() * 2, "bytes"),  # read x, y; write y
     ]
     phases: dict[str, dict[str, Any]] = {}
-    sampler = NvmlSampler(device_index=args.device, interval_s=0.01, gpm_interval_s=0.1)
+    # --device is torch's index; the sampler maps it to NVML's through CUDA_VISIBLE_DEVICES.
+    sampler = NvmlSampler.for_torch_device(args.device, interval_s=0.01, gpm_interval_s=0.1)
     sampler.start()
     try:
         time.sleep(0.3)
@@ -263,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'cuda events: ' + key:22s}{cells}")
     st = result["status"]
     print(
-        f"sampler: {st.get('device_name')} driver {st.get('driver_version')}; gpm_supported={st['gpm_supported']} "
+        f"sampler ({st.get('mode')}, pid {st.get('pid')}): {st.get('device_name')} driver {st.get('driver_version')}; gpm_supported={st['gpm_supported']} "
         f"({st.get('gpm_reason')}); ticks={st['ticks']} rate={st.get('rate_hz')} Hz "
-        f"tick mean/p99={st.get('tick_us_mean')}/{st.get('tick_us_p99')} µs; failed={st['metrics_failed']} "
+        f"tick mean/p99={st.get('tick_us_mean')}/{st.get('tick_us_p99')} µs "
+        f"(cpu {st.get('tick_cpu_us_mean')} µs); slow tick {st.get('slow_tick_us_mean')} µs; failed={st['metrics_failed']} "
         f"gpm_failed={st['gpm_metrics_failed']}"
     )
     print(f"nvml call µs: {call_us}")

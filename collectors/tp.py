@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tracekit import schema as _schema
 from tracekit.errors import TracekitError, UsageError
 from tracekit.rundir import RunDir
 
@@ -159,23 +158,12 @@ def _tail(path: Path) -> str:
 
 def merge_ranks(run: RunDir, world_size: int) -> dict[str, int]:
     """Concatenate every rank's tables into the run's tables with ``rank`` set; returns rows per table."""
-    rows: dict[str, int] = {}
-    import pyarrow as pa
+    from tracekit.multirank import merge_tables
 
-    for name in _schema.TABLES:
-        parts = []
-        for rank in range(world_size):
-            rd = RunDir(rank_dir(run.path, rank))
-            if not rd.has_table(name):
-                continue
-            t = _schema.conform(name, rd.read_table(name))
-            idx = t.schema.get_field_index("rank")
-            t = t.set_column(idx, t.schema.field(idx), pa.array([rank] * t.num_rows, pa.int32()))
-            parts.append(t)
-        if parts:
-            merged = pa.concat_tables(parts, promote_options="permissive")
-            run.write_table(name, merged)
-            rows[name] = merged.num_rows
+    rows = merge_tables(
+        run,
+        [rank_dir(run.path, r) for r in range(world_size) if (rank_dir(run.path, r) / "run.json").is_file()],
+    )
     ranks = []
     for rank in range(world_size):
         m = RunDir(rank_dir(run.path, rank)).read_manifest()

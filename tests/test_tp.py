@@ -75,3 +75,26 @@ def test_two_gpu_tensor_parallel_run_has_nccl_kernels(tmp_path: Path) -> None:
         tp.TPOptions(out=tmp_path / "g", world_size=2, device="cuda", dtype="bf16", timeout_s=300)
     )
     assert run.status == "complete"
+
+
+def test_analyse_multirank_on_a_recorded_tp_run(tp_run: RunDir) -> None:
+    from tracekit.multirank import RANK_TABLES, analyse_multirank, is_multirank
+
+    assert is_multirank(tp_run.path) and not is_multirank(tp.rank_dir(tp_run.path, 0))
+    # WHEN the TP run directory is analysed (each rank as a single run, then across ranks)
+    res = analyse_multirank(tp_run)
+    # THEN every rank got its own steps/phases, and the merged tables carry both ranks
+    for k in (0, 1):
+        rd = RunDir(tp.rank_dir(tp_run.path, k))
+        assert rd.has_table("phases") and rd.read_table("steps").num_rows == len(res.per_rank[k]["steps"]) > 0
+    steps = tp_run.read_df("steps")
+    assert sorted(steps["rank"].unique()) == [0, 1]
+    assert sorted(tp_run.read_df("phases")["rank"].unique()) == [0, 1]
+    for name in RANK_TABLES:
+        assert tp_run.has_table(name)
+    aligned = tp_run.read_df("rank_steps")
+    assert len(aligned) == steps["step_id"].nunique() and (aligned["ranks"] == 2).all()
+    assert (aligned["missing_ranks"] == "").all()
+    cp = tp_run.read_df("comm_phases")
+    assert {(r, p) for r, p in zip(cp["rank"], cp["phase"], strict=True)} >= {(0, "prefill"), (1, "decode")}
+    assert tp_run.read_manifest()["rank_analysis"]["ranks"] == [0, 1]

@@ -178,6 +178,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         doc="The step of every GPU activity (analysis; gpu_activity itself is not rewritten)",
     ),
     "gpu_timeline": _schema(
+        ("rank", _i32),  # set when a multi-rank run's per-rank tables are merged
         ("device", _i32),
         ("span_ns", _i64),
         ("busy_ns", _i64),

@@ -4,7 +4,11 @@ One row per (request, phase) and per (run, phase) (request_id null), phases
 prefill / decode / mixed, plus a run-level ``outside`` row for GPU activity
 launched outside every step. Per row:
 
-- time_ns: union of the phase's step windows, [cpu_start, max(cpu_end, gpu_end)).
+- steps: the phase's steps; steps_captured: those the trace has kernels for (a run
+  recorded with a kernel-capture window, ``tracekit record --trace-steps``, has
+  steps outside it: ``steps.captured`` false). Every time column below is over
+  the captured steps only: a step without kernel capture is not GPU idleness.
+- time_ns: union of the phase's (captured) step windows, [cpu_start, max(cpu_end, gpu_end)).
 - gpu_busy_ns: union of the phase's GPU activities, per device, summed over devices.
 - comm_ns / memcpy_ns: unions of the NCCL kernels / memcpy+memset.
 - idle_ns: time_ns × devices − gpu_busy_ns: the GPU waiting inside a step, i.e.
@@ -22,7 +26,7 @@ import pandas as pd
 from tracekit.analysis import timeline
 
 PHASES = ("prefill", "decode", "mixed")
-PHASE_COLUMNS = ["request_id", "phase", "steps", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
+PHASE_COLUMNS = ["request_id", "phase", "steps", "steps_captured", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
 
 
 def _windows(steps: pd.DataFrame) -> np.ndarray:
@@ -35,13 +39,19 @@ def _windows(steps: pd.DataFrame) -> np.ndarray:
     return timeline.union(s, e)
 
 
+def _captured(steps: pd.DataFrame) -> pd.DataFrame:
+    return steps[steps["captured"].astype(bool)] if "captured" in steps and not steps.empty else steps
+
+
 def _row(rid: object, phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, n_dev: int) -> dict[str, object]:
-    time_ns = timeline.length(_windows(steps))
+    cap = _captured(steps)
+    time_ns = timeline.length(_windows(cap))
     split = timeline.device_split(kernels)
     return {
         "request_id": rid,
         "phase": phase,
         "steps": len(steps),
+        "steps_captured": len(cap),
         "time_ns": time_ns,
         "gpu_busy_ns": split["busy"] if n_dev else None,
         "idle_ns": max(time_ns * n_dev - split["busy"], 0) if n_dev else None,
@@ -72,9 +82,9 @@ def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int]
         lo, hi = span if span is not None else (int(outside["ts_ns"].min()),
                                                int((outside["ts_ns"] + outside["dur_ns"]).max()))
         split = timeline.device_split(outside)
-        out_time = max(hi - lo - timeline.length(timeline.clip(_windows(steps), lo, hi)), 0)
+        out_time = max(hi - lo - timeline.length(timeline.clip(_windows(_captured(steps)), lo, hi)), 0)
         rows.append({
-            "request_id": None, "phase": "outside", "steps": 0, "time_ns": out_time,
+            "request_id": None, "phase": "outside", "steps": 0, "steps_captured": 0, "time_ns": out_time,
             "gpu_busy_ns": split["busy"] if n_dev else None,
             "idle_ns": max(out_time * n_dev - split["busy"], 0) if n_dev else None,
             "comm_ns": split["comm"] if n_dev else None, "memcpy_ns": split["memcpy"] if n_dev else None,

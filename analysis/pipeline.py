@@ -84,15 +84,34 @@ def run_passes(tables: Mapping[str, Any], passes: Iterable[Pass]) -> Tables:
 # --- the default passes ---------------------------------------------------------
 
 
+def _recorded_steps(t: Mapping[str, Any]) -> bool:
+    """The recorder's own steps table came in as ``recorded_steps`` (a run tracekit recorded)."""
+    r = t.get("recorded_steps")
+    return r is not None and len(r) > 0
+
+
+def _recorded(t: Mapping[str, Any]) -> bool:
+    """A run tracekit recorded: its steps table, or at least its host timings (run.json
+    ``timings.profiled``), which are the latency truth whatever part of the run the trace covers."""
+    return _recorded_steps(t) or bool(_requests._timing_requests(t.get("manifest"), "profiled"))
+
+
 def _steps_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     d = _steps.detect(t["cpu_ops"], t["annotations"], t["runtime"], t["gpu_activity"])
+    if _recorded_steps(t):
+        d = _steps.merge_recorded(d, t["recorded_steps"], t["gpu_activity"], t["runtime"], t["cpu_ops"])
     return {"steps": d.steps, "kernel_steps": d.kernel_steps, "warnings": d.warnings}
 
 
 def _requests_pass(t: Mapping[str, Any]) -> dict[str, Any]:
-    req, steps, ks, warn = _requests.build(
-        t["steps"], t["kernel_steps"], t["annotations"], t["cpu_ops"], t.get("manifest")
-    )
+    if _recorded(t):
+        req, steps, ks, warn = _requests.from_recorded(
+            t.get("recorded_requests"), t["steps"], t["kernel_steps"], t.get("manifest")
+        )
+    else:
+        req, steps, ks, warn = _requests.build(
+            t["steps"], t["kernel_steps"], t["annotations"], t["cpu_ops"], t.get("manifest")
+        )
     return {"requests": req, "steps": steps, "kernel_steps": ks, "warnings": warn}
 
 
@@ -129,8 +148,19 @@ PHASES = Pass("phases", _phases_pass, needs=("steps", "kernel_steps"), adds=("ph
 # A plain list: later passes (issue 5's classification) append to it.
 DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES]
 
+def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    """The bound pass over the steps with kernel capture only: a step outside the
+    trace's capture window has no GPU timeline, and its window must not count as idle."""
+    steps = t["steps"]
+    if "captured" in getattr(steps, "columns", ()) and not steps["captured"].all():
+        view = dict(t)
+        view["steps"] = steps[steps["captured"]].reset_index(drop=True)
+        return _bound.bound_pass(MappingProxyType(view))
+    return _bound.bound_pass(t)
+
+
 # issue 5: compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU)
-BOUND = Pass("bound", _bound.bound_pass,
+BOUND = Pass("bound", _bound_pass,
              needs=("gpu_activity", "cpu_ops", "steps", "kernel_steps", "phases", "counters"),
              adds=("phases", "kernel_bound", "step_bound"))
 DEFAULT_PASSES.append(BOUND)

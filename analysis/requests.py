@@ -195,3 +195,69 @@ def build(
     if n_out and windows:
         warnings.append(f"{n_out} steps fall outside every request window")
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+
+
+def _timing_requests(manifest: dict[str, Any] | None, which: str) -> list[dict[str, Any]]:
+    t = (manifest or {}).get("timings")
+    block = t.get(which) if isinstance(t, dict) else None
+    reqs = block.get("requests") if isinstance(block, dict) else None
+    return [r for r in reqs if isinstance(r, dict)] if isinstance(reqs, list) else []
+
+
+def from_recorded(
+    recorded: Any, steps: pd.DataFrame, kernel_steps: pd.DataFrame, manifest: dict[str, Any] | None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """Requests of a run recorded by tracekit: latency from the recorder's host timers.
+
+    TTFT, TPOT, e2e, prefill share and ITL are the recorder's (host clock,
+    synchronised, the profiled run the trace belongs to: run.json
+    ``timings.profiled``, or the requests table it wrote); a kernel-capture
+    window covers only some steps, so the trace cannot give them. The trace
+    adds the GPU time per token of the captured steps. ``host_*`` are the same
+    requests timed without the profiler (``timings.unprofiled``).
+    """
+    warnings: list[str] = []
+    rec = as_df(recorded)
+    prof = {int(r["request_id"]): r for r in _timing_requests(manifest, "profiled") if "request_id" in r}
+    unprof = {int(r["request_id"]): r for r in _timing_requests(manifest, "unprofiled") if "request_id" in r}
+    ids = [int(i) for i in rec["request_id"]] if not rec.empty else sorted(prof)
+    if not ids:
+        ids = sorted({int(i) for i in steps["request_id"].dropna()})
+    by_id = {int(r["request_id"]): r for r in rec.to_dict("records")} if not rec.empty else {}
+    rows = []
+    for rid in ids:
+        r = {**prof.get(rid, {}), **{k: v for k, v in by_id.get(rid, {}).items() if v is not None and not
+                                      (isinstance(v, float) and np.isnan(v))}}
+        st = steps[steps["request_id"] == rid]
+        cap = st[st["captured"]] if "captured" in st else st
+        pre, dec = cap[cap["kind"] != "decode"], cap[cap["kind"] == "decode"]
+        b = int(r.get("batch") or 1)
+        pre_tok = float((pre["q_len"].fillna(0) * b).sum()) if not pre.empty else 0.0
+        dec_tok = float(len(dec) * b)
+        raw_itl = r.get("itl_ns")
+        itl: dict[str, Any] = raw_itl if isinstance(raw_itl, dict) else {}
+        ttft, e2e = r.get("ttft_ns"), r.get("e2e_ns")
+        out_tok = r.get("output_tokens")
+        u = unprof.get(rid, {})
+        if ttft is None:
+            warnings.append(f"request {rid}: the recorder has no host timings for it")
+        rows.append({
+            "request_id": rid, "name": r.get("name"), "batch": r.get("batch"),
+            "input_tokens": r.get("input_tokens"), "output_tokens": out_tok,
+            "start_ns": r.get("start_ns"), "end_ns": r.get("end_ns"),
+            "ttft_ns": ttft, "tpot_ns": r.get("tpot_ns"), "e2e_ns": e2e,
+            "prefill_share": r.get("prefill_share"), "source": "tracekit_host",
+            "itl_p50_ns": r.get("itl_p50_ns", itl.get("p50")), "itl_p90_ns": r.get("itl_p90_ns", itl.get("p90")),
+            "itl_p99_ns": r.get("itl_p99_ns", itl.get("p99")),
+            "prefill_tok_s": (r["input_tokens"] * b / (ttft / 1e9)) if ttft and r.get("input_tokens") else None,
+            "decode_tok_s": ((out_tok - 1) * b / ((e2e - ttft) / 1e9))
+            if ttft is not None and e2e and e2e > ttft and out_tok and out_tok > 1 else None,
+            "prefill_gpu_ns_per_token": float(pre["gpu_busy_ns"].sum()) / pre_tok if pre_tok else None,
+            "decode_gpu_ns_per_token": float(dec["gpu_busy_ns"].sum()) / dec_tok if dec_tok else None,
+            "host_ttft_ns": u.get("ttft_ns"), "host_tpot_ns": u.get("tpot_ns"), "host_e2e_ns": u.get("e2e_ns"),
+        })
+    kernel_steps = kernel_steps.copy()
+    if not kernel_steps.empty:
+        m = steps.set_index("step_id")["request_id"]
+        kernel_steps["request_id"] = kernel_steps["step_id"].map(m).astype("Int64")
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps.copy(), kernel_steps, warnings

@@ -527,3 +527,61 @@ def request_labels(annotations: Any, cpu_ops: Any) -> list[tuple[int, int, Any]]
         if lab is not None:
             out.append((int(ts), int(ts + dur), lab))
     return out
+
+
+# --- runs recorded by tracekit: the recorder's steps are the truth -------------------
+
+
+def merge_recorded(detected: Detected, recorded: Any, gpu_activity: Any, runtime: Any, cpu_ops: Any) -> Detected:
+    """The recorder's steps (every forward pass of the run, host-timed) with the trace's GPU timeline.
+
+    A run recorded with a kernel-capture window (``tracekit record --trace-steps``)
+    has a trace that covers only some steps; re-deriving steps from it would lose
+    the others. So the recorder's steps table is kept whole; a step the trace
+    annotates (same step_id) takes the trace's window (exact on the trace clock)
+    and is ``captured``; the others keep the recorder's host window and get null
+    GPU columns: no kernel capture, which is not GPU idleness.
+    """
+    rec = as_df(recorded)
+    if rec.empty:
+        return detected
+    warnings = list(detected.warnings)
+    det = detected.steps
+    traced = det[det["source"].astype(str) == "tracekit"] if not det.empty else det
+    if not det.empty and traced.empty:
+        warnings.append(f"the trace's steps come from {det['source'].iloc[0]}, not tracekit's annotations: "
+                        "the recorder's steps are used and none is marked captured")
+    steps = rec.copy()
+    for c in STEP_COLUMNS:
+        if c not in steps:
+            steps[c] = pd.NA
+    steps = steps[[*STEP_COLUMNS]].copy()
+    ids = set(traced["step_id"].astype("int64")) if not traced.empty else set()
+    unknown = ids - set(steps["step_id"].astype("int64"))
+    if unknown:
+        warnings.append(f"trace steps {sorted(unknown)[:5]} are not in the recorder's steps table (ignored)")
+    steps["captured"] = steps["step_id"].astype("int64").isin(ids)
+    if ids:
+        win = traced.set_index(traced["step_id"].astype("int64"))
+        sel = steps["captured"].to_numpy()
+        sid = steps.loc[sel, "step_id"].astype("int64")
+        for c in ("cpu_start_ns", "cpu_end_ns"):
+            steps.loc[sel, c] = sid.map(win[c]).to_numpy()
+    steps = steps.sort_values("cpu_start_ns", kind="stable").reset_index(drop=True)
+    gpu, rt, cpu = as_df(gpu_activity), as_df(runtime), as_df(cpu_ops)
+    # GPU activity is assigned by launch time to captured steps only: the host
+    # windows of uncaptured steps lie outside the trace anyway.
+    cap = steps[steps["captured"]]
+    kernel_steps = assign_gpu(gpu, rt, cpu, cap.astype({"cpu_start_ns": "int64", "cpu_end_ns": "int64"}))
+    filled = fill_gpu_columns(cap, kernel_steps) if not cap.empty else cap
+    for c in ("gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"):
+        steps[c] = pd.NA
+        if not cap.empty:
+            steps.loc[steps["captured"], c] = filled[c].to_numpy()
+    for c in ("step_id", "request_id", "batch", "q_len", "kv_len", "tokens", "cpu_start_ns", "cpu_end_ns",
+              "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"):
+        steps[c] = pd.to_numeric(steps[c], errors="coerce").astype("Int64")
+    steps["kind"] = steps["kind"].astype(str)
+    steps["source"] = steps["source"].astype(str)
+    steps["captured"] = steps["captured"].astype(bool)
+    return Detected(steps=steps, kernel_steps=kernel_steps, warnings=warnings)

@@ -135,6 +135,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("gpu_start_ns", _i64),
         ("gpu_end_ns", _i64),
         ("gpu_busy_ns", _i64),
+        ("captured", pa.bool_()),  # the trace has this step's kernels (false: outside a --trace-steps window)
         doc="One row per model forward pass",
     ),
     "requests": _schema(
@@ -195,6 +196,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("request_id", _i64),  # null: the whole run
         ("phase", _dict),  # prefill | decode | mixed | outside
         ("steps", _i64),
+        ("steps_captured", _i64),  # steps with kernel capture; the time columns cover only these
         ("time_ns", _i64),
         ("gpu_busy_ns", _i64),
         ("compute_bound_ns", _i64),

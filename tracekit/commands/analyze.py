@@ -5,7 +5,17 @@ trace, ``<stem>.tracekit/``); a run directory whose raw tables are missing has
 its trace.json.gz read. The passes (tracekit.analysis.pipeline) are pure; this
 module does the I/O: it reads the tables and run.json, writes tables/steps,
 requests, phases, kernel_steps (the step of every GPU activity; gpu_activity is
-not rewritten) and gpu_timeline, records warnings in run.json and prints a summary.
+not rewritten), gpu_timeline and the roofline's kernel_bound and step_bound
+(schema-less: their columns follow analysis/bound.py), records warnings in
+run.json and prints a summary.
+
+A run tracekit recorded keeps its recorder's steps and requests (host-timed,
+every step of the run): on the first analysis they are copied to
+tables/recorded_steps and recorded_requests (schema-less copies, never
+rewritten) before steps/requests are replaced by the analysis' tables, and
+every analysis reads them from there. The ceiling of the bound pass is resolved
+here (measured calibration preferred, tracekit.ceilings.resolve) so that the
+pass itself stays free of I/O.
 """
 
 from __future__ import annotations
@@ -17,11 +27,12 @@ import click
 import pandas as pd
 
 from tracekit import schema
-from tracekit.errors import UsageError
+from tracekit.errors import TracekitError, UsageError
 from tracekit.rundir import RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters")
-OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline")
+OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
+RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 
 
 def _trace_stem(path: Path) -> str:
@@ -52,27 +63,90 @@ def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
     return run_dir
 
 
+def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """The recorder's own steps/requests tables, preserved across analyses (see the module doc)."""
+    import pyarrow as pa
+
+    out: dict[str, pd.DataFrame] = {}
+    steps_df = run.read_df("steps") if run.has_table("steps") else None
+    first = (
+        "analysis" not in manifest
+        and steps_df is not None
+        and len(steps_df) > 0
+        and bool((steps_df["source"].astype(str) == "tracekit").all())
+    )
+    for name, keep in RECORDED.items():
+        if run.has_table(keep):
+            out[keep] = pd.read_parquet(run.table_path(keep))
+        elif first and run.has_table(name):
+            df = run.read_df(name)
+            run.write_table(keep, pa.Table.from_pandas(df, preserve_index=False))
+            out[keep] = df
+    return out
+
+
+def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
+    """(Ceiling or None, why not) for the run's GPU: measured calibration first, else the datasheet."""
+    from tracekit.analysis.bound import gpu_name
+    from tracekit.ceilings import resolve
+
+    name = gpu_name(manifest)
+    if not name:
+        return None, "no GPU named in run.json or the trace"
+    try:
+        return resolve(name), None
+    except TracekitError as exc:
+        return None, str(exc)
+
+
 def analyse_run(run: RunDir) -> dict[str, Any]:
     """Run the default passes on a run directory and write their tables. Returns the tables."""
+    import pyarrow as pa
+
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
-    tables["manifest"] = run.read_manifest()
+    manifest = run.read_manifest()
+    tables["manifest"] = manifest
+    tables.update(recorded_tables(run, manifest))
+    ceiling, why = resolve_ceiling(manifest)
+    if ceiling is not None:
+        tables["ceiling"] = ceiling
     result = run_passes(tables, DEFAULT_PASSES)
+    result["ceiling"] = ceiling
+    if ceiling is None and len(tables["gpu_activity"]):
+        result["warnings"].append(f"no ceiling: {why}")
     for name in OUTPUTS:
         df = result.get(name)
         if df is None:
             continue
-        table = schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+        if name in schema.SCHEMAS:
+            table = schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+        else:  # kernel_bound / step_bound: schema-less, columns as analysis/bound.py makes them
+            table = pa.Table.from_pandas(_plain(df), preserve_index=False)
         run.write_table(name, table)
     for w in result["warnings"]:
         run.add_warning(f"analyze: {w}")
+    steps = result["steps"]
     run.update_manifest(analysis={
         "passes": [p.name for p in DEFAULT_PASSES],
-        "steps": len(result["steps"]),
+        "steps": len(steps),
+        "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
         "requests": len(result["requests"]),
+        "ceiling": ceiling.to_dict() if ceiling is not None else None,
     })
     return result
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns of mixed Python values as strings, so Parquet accepts them."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            vals = out[c].dropna()
+            if len(vals) and not all(isinstance(v, str) for v in vals):
+                out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v))
+    return out
 
 
 def _ms(v: Any) -> str:
@@ -87,21 +161,33 @@ def summary(result: dict[str, Any]) -> list[str]:
     else:
         by = steps.groupby(["kind", "source"]).size().reset_index(name="n")
         parts = [f"{n} {k} ({s})" for k, s, n in zip(by["kind"], by["source"], by["n"], strict=True)]
-        lines.append("steps: " + ", ".join(parts))
+        line = "steps: " + ", ".join(parts)
+        if "captured" in steps and not steps["captured"].all():
+            line += (f"; {int(steps['captured'].sum())} with kernel capture (the GPU columns cover only"
+                     " these; the others have none, which is not idle time)")
+        ran = (result.get("manifest") or {}).get("steps")
+        if isinstance(ran, int) and ran > len(steps):
+            line += f"; the run had {ran} steps, the trace and the recorder's tables here hold {len(steps)}"
+        lines.append(line)
     for r in result["requests"].to_dict("records"):
         share = r["prefill_share"]
+        host = r.get("host_ttft_ns") is not None and not pd.isna(r["host_ttft_ns"])
+        label = "without the profiler" if r["source"] == "tracekit_host" else "host"
         lines.append(
             f"request {r['request_id']} {r['name']} [{r['source']}]: batch {r['batch']}, "
             f"{r['input_tokens']} in / {r['output_tokens']} out, TTFT {_ms(r['ttft_ns'])}, "
-            f"TPOT {_ms(r['tpot_ns'])}, e2e {_ms(r['e2e_ns'])}, prefill share "
+            f"TPOT {_ms(r['tpot_ns'])}, ITL p50 {_ms(r['itl_p50_ns'])} p99 {_ms(r['itl_p99_ns'])}, "
+            f"e2e {_ms(r['e2e_ns'])}, prefill share "
             + ("-" if share is None or pd.isna(share) else f"{100 * share:.1f}%")
-            + (f" (host TTFT {_ms(r['host_ttft_ns'])}, TPOT {_ms(r['host_tpot_ns'])})"
-               if r.get("host_ttft_ns") is not None and not pd.isna(r["host_ttft_ns"]) else "")
+            + (f" ({label}: TTFT {_ms(r['host_ttft_ns'])}, TPOT {_ms(r['host_tpot_ns'])})" if host else "")
         )
+    ceiling = result.get("ceiling")
+    if ceiling is not None:
+        lines.append(f"ceiling: {ceiling.describe()}")
     ph = result["phases"]
     for r in ph[ph["request_id"].isna()].to_dict("records"):
         lines.append(
-            f"phase {r['phase']}: {r['steps']} steps, time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "
+            f"phase {r['phase']}: {r['steps']} steps ({r['steps_captured']} captured), time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "
             f"idle {_ms(r['idle_ns'])}, memcpy {_ms(r['memcpy_ns'])}, comm {_ms(r['comm_ns'])}"
         )
     ks = result["kernel_steps"]

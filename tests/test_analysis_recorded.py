@@ -1,0 +1,90 @@
+"""Runs recorded by tracekit with a kernel-capture window (--trace-steps): the recorder's
+host timers are the latency truth, the trace only adds the GPU timeline of the steps it
+covers, and steps without kernel capture are marked, never counted as GPU idle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from test_analysis import US, Trace
+from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+
+from tracekit.cli import main
+from tracekit.rundir import RunDir
+from tracekit.stepnames import StepLabel, format_step
+
+
+def recorded_run(steps: int, captured: int) -> dict[str, Any]:
+    """GIVEN a recorder's steps table of `steps` passes (1 ms apart) and a trace that
+    annotates and holds kernels for the first `captured` of them (100 us of GPU each)."""
+    t = Trace()
+    rows = []
+    for i in range(steps):
+        ts = i * 1000 * US
+        kind, q = ("prefill", 5) if i == 0 else ("decode", 1)
+        rows.append({"step_id": i, "request_id": 0, "kind": kind, "batch": 1, "q_len": q, "kv_len": 5 + i,
+                     "tokens": q, "source": "tracekit", "cpu_start_ns": ts, "cpu_end_ns": ts + 900 * US})
+        if i < captured:
+            t.annotate(format_step(StepLabel(i, 0, kind, 1, q, 5 + i)), ts, 900 * US)
+            t.forward(ts, 1, q, 5 + i)
+    manifest = {"steps": steps, "timings": {
+        "profiled": {"requests": [{"request_id": 0, "name": "r", "batch": 1, "input_tokens": 5,
+                                   "output_tokens": steps, "ttft_ns": 950 * US, "tpot_ns": 1000 * US,
+                                   "e2e_ns": (950 + 1000 * (steps - 1)) * US, "prefill_share": 0.1,
+                                   "itl_ns": {"p50": 1000 * US, "p99": 1100 * US}}]},
+        "unprofiled": {"requests": [{"request_id": 0, "ttft_ns": 500 * US, "tpot_ns": 600 * US, "e2e_ns": 1}]},
+    }}
+    return dict(t.tables(), recorded_steps=pd.DataFrame(rows), manifest=manifest)
+
+
+def test_uncaptured_steps_are_kept_marked_and_not_idle() -> None:
+    out = run_passes(recorded_run(steps=10, captured=3), DEFAULT_PASSES)
+    st = out["steps"].sort_values("step_id")
+    assert len(st) == 10
+    assert list(st["captured"]) == [True] * 3 + [False] * 7
+    assert st.loc[~st["captured"], ["gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"]].isna().all().all()
+    assert (st.loc[st["captured"], "gpu_busy_ns"] == 100 * US).all()
+    ph = out["phases"]
+    dec = ph[ph["request_id"].isna() & (ph["phase"] == "decode")].iloc[0]
+    assert dec["steps"] == 9 and dec["steps_captured"] == 2
+    # time and idle over the two captured decode windows only (900 us each; 100 us busy each)
+    assert dec["time_ns"] == 2 * 900 * US
+    assert dec["idle_ns"] == 2 * 800 * US
+
+
+def test_latency_comes_from_the_recorder_not_the_window() -> None:
+    out = run_passes(recorded_run(steps=10, captured=3), DEFAULT_PASSES)
+    r = out["requests"].iloc[0]
+    assert r["source"] == "tracekit_host"
+    assert (r["ttft_ns"], r["tpot_ns"], r["e2e_ns"]) == (950 * US, 1000 * US, 9950 * US)
+    assert r["output_tokens"] == 10
+    assert (r["itl_p50_ns"], r["itl_p99_ns"]) == (1000 * US, 1100 * US)
+    assert (r["host_ttft_ns"], r["host_tpot_ns"]) == (500 * US, 600 * US)  # the unprofiled run
+    # GPU time per token from the captured steps: 100 us per decode step, 100 us / 5 prompt tokens
+    assert r["decode_gpu_ns_per_token"] == 100 * US
+    assert r["prefill_gpu_ns_per_token"] == 20 * US
+
+
+def test_cpu_record_with_trace_steps_then_analyze(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a real CPU recording whose trace holds steps 0..2 of 6
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--output-tokens", "6", "--trace-steps", "0:3",
+                 "--out", str(out)]) == 0
+    run = RunDir.open(out)
+    recorder_steps = run.read_df("steps")
+    assert len(recorder_steps) == 6
+    prof = json.loads((out / "run.json").read_text())["timings"]["profiled"]["requests"][0]
+    for _ in range(2):  # WHEN analysed twice (the second run must still see the recorder's tables)
+        assert main(["analyze", str(out)]) == 0
+        st = run.read_df("steps")
+        assert len(st) == 6 and list(st.sort_values("step_id")["captured"]) == [True] * 3 + [False] * 3
+        req = run.read_df("requests").iloc[0]
+        assert req["source"] == "tracekit_host"
+        assert (req["ttft_ns"], req["e2e_ns"], req["output_tokens"]) == (prof["ttft_ns"], prof["e2e_ns"], 6)
+        assert req["tpot_ns"] == pytest.approx(prof["tpot_ns"])
+    assert run.has_table("recorded_steps") and len(run.read_df("recorded_steps")) == 6
+    assert "3 with kernel capture" in capsys.readouterr().out

@@ -41,6 +41,7 @@ from tracekit.ingest_sql import (  # noqa: F401 - the routing sets are part of t
     EngineConfig,
     TableBuilder,
     extract_array,
+    open_events,
 )
 
 # Device-side activity of accelerators tracekit does not model as GPU activity.
@@ -243,11 +244,6 @@ def _parents_as_index(cpu: pa.Table) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- one file
-def _offset_ns(meta: dict[str, Any]) -> int:
-    base = meta.get("baseTimeNanoseconds")
-    return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
-
-
 _TIMED = "('gpu_activity', 'cpu_ops', 'runtime', 'annotations')"
 
 
@@ -326,11 +322,9 @@ def read_file(
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="tracekit-ingest-", dir=work_dir))
     try:
-        ex = extract_array(path, tmp)
+        b, ex = open_events(path, tmp, EngineConfig(threads=threads or 0))
         meta = ex.meta
         counts = Counts()
-        offset = _offset_ns(meta)
-        b = TableBuilder(ex.array, tmp, offset_ns=offset, config=EngineConfig(threads=threads or 0), source=path)
         try:
             _count(b, counts)
             if counts.events_read == 0:

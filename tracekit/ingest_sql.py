@@ -28,7 +28,12 @@ timestamps that are not numbers) goes through doubles, and says so in a warning.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ from tracekit.errors import TraceFormatError
 from tracekit.kineto import _BOUNDARY_RE, _EVENTS_KEY_RE, BLOCK_BYTES, TruncatedTrace, _blocks, split_point
 
 _TAIL_SEARCH = 2 << 20  # where to look for an event start near the end of the array
+_WS_RE = re.compile(rb"\s*")
 _MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
 # Largest single event DuckDB accepts. Its reader allocates buffers of this size per thread,
 # so it is a memory cost: 16 MB (DuckDB's default) is far beyond any real event.
@@ -161,69 +167,191 @@ def extract_array(path: str | Path, dest_dir: str | Path, *, block: int = BLOCK_
     return _extract(p, Path(dest_dir), block)
 
 
-def _extract(p: Path, tmp: Path, block: int) -> Extracted:
-    out_path = tmp / "events.json"
-    meta: dict[str, Any] = {}
-    bytes_in = 0
-    truncated: str | None = None
-    bare = False
-    started = False
-    head = b""
-    with open(out_path, "w+b") as out:
-        out.write(b"[")
+class _Body:
+    """The bytes after the array's ``[`` (array, then whatever follows it), as blocks; what the
+    header said (``meta``, ``bare``) and whether the input ended early (``truncated``)."""
+
+    def __init__(self, p: Path, block: int) -> None:
+        self.p, self.block = p, block
+        self.meta: dict[str, Any] = {}
+        self.bytes_in = 0
+        self.truncated: str | None = None
+        self.bare = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        p = self.p
+        started = False
+        head = b""
         try:
-            for data in _blocks(p, block):
-                bytes_in += len(data)
+            for data in _blocks(p, self.block):
+                self.bytes_in += len(data)
                 if not started:
                     head += data
-                    s = head.lstrip()
+                    # Leading whitespace is skipped, not stripped: lstrip would copy a whole block.
+                    n_ws = _WS_RE.match(head).end()  # type: ignore[union-attr]
+                    s = head[n_ws : n_ws + 64]
                     if not s:
                         continue
                     if s[:1] == b"[":
-                        bare, started = True, True
-                        data = s[1:]
+                        self.bare, started = True, True
+                        data = head[n_ws + 1 :]
                     elif s[:1] != b"{":
                         raise TraceFormatError(f"{p}: not a JSON trace (starts with {s[:20]!r})")
                     else:
                         at = _find_events_key(head)
                         if at is None:
                             continue
-                        meta = _header_meta(p, head[:at])
+                        self.meta = _header_meta(p, head[:at])
                         started = True
                         data = head[at:]
                     head = b""
-                # Everything after the array's "[" goes to the file; its end is found afterwards.
-                out.write(data)
+                yield data
         except TruncatedTrace as exc:
-            truncated = exc.message
+            self.truncated = exc.message
             if not started:
                 at = _find_events_key(head)
                 if at is None:
                     raise
-                meta = _header_meta(p, head[:at])
+                self.meta = _header_meta(p, head[:at])
                 started = True
-                out.write(head[at:])
+                yield head[at:]
         if not started:
             raise _no_array(p, head)
+
+    def end(self, read: Any, body_len: int, lo_min: int = 0) -> int | None:
+        """Offset in the body of the array's closing bracket (the trailer's keys go to ``meta``;
+        a truncated input is cut after its last complete event); None if it is not within the
+        bytes at or after ``lo_min``. Raises TraceFormatError when no complete event is found."""
+        p = self.p
+        if self.truncated is None:
+            found = _search_end(read, body_len, self.block, lambda w, st: _array_end(w, st, self.bare), lo_min)
+            if found is _UNAVAILABLE:
+                return None
+            if found is not None:
+                self.meta.update(found[1])
+                return int(found[0])
+            self.truncated = f"{p}: JSON ends early or is invalid after the last complete event"
+        cut = _search_end(read, body_len, self.block, _last_boundary, lo_min)
+        if cut is _UNAVAILABLE:
+            return None
+        if cut is None:
+            t = self.truncated
+            raise TraceFormatError(t if body_len < self.block else f"{p}: invalid JSON in traceEvents ({t})")
+        return int(cut[0])
+
+
+def _extract(p: Path, tmp: Path, block: int) -> Extracted:
+    out_path = tmp / "events.json"
+    body = _Body(p, block)
+    with open(out_path, "w+b") as out:
+        out.write(b"[")
+        for data in body:
+            # Everything after the array's "[" goes to the file; its end is found afterwards.
+            out.write(data)
         out.flush()
         body_len = out.tell() - 1
-        if truncated is None:
-            found = _search_end(out, body_len, block, lambda w, st: _array_end(w, st, bare))
-            if found is not None:
-                end, trailer = found
-                meta.update(trailer)
-            else:
-                truncated = f"{p}: JSON ends early or is invalid after the last complete event"
-        if truncated is not None:
-            # Close the array after the last complete event before the cut.
-            cut = _search_end(out, body_len, block, _last_boundary)
-            if cut is None:
-                raise TraceFormatError(truncated if body_len < block else f"{p}: invalid JSON in traceEvents ({truncated})")
-            end = cut[0]
+
+        def read(lo: int, hi: int) -> bytes:
+            out.seek(1 + lo)
+            return bytes(out.read(hi - lo))
+
+        end = body.end(read, body_len)
+        assert end is not None  # the whole body is readable
         out.seek(1 + end)
         out.truncate()
         out.write(b"]")
-    return Extracted(out_path, meta, bytes_in, truncated)
+    return Extracted(out_path, body.meta, body.bytes_in, body.truncated)
+
+
+_F_SETPIPE_SZ = 1031  # Linux fcntl: a 1 MB pipe buffer means fewer context switches than 64 KB
+
+
+class ArrayStream:
+    """Streams the traceEvents array of a trace into a FIFO from a thread, while DuckDB reads it.
+
+    On two cores inflating (zlib releases the GIL) overlaps DuckDB's parse instead of preceding
+    it, and no temporary copy of the array is written. The last ``hold`` bytes are held back
+    until the input ends, so the array's end (or, for a truncated input, the end of the last
+    complete event) is found there before the closing ``]`` is written. If it is not within
+    them, ``fallback`` is set and the stream is left unterminated (the reader then fails); the
+    caller reads the file again with ``extract_array``. After ``join()``: ``meta``,
+    ``bytes_in``, ``truncated``, and ``error`` (the input is not a trace).
+    """
+
+    def __init__(self, path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, hold: int | None = None) -> None:
+        self.body = _Body(Path(path), block)
+        self.hold = hold if hold is not None else max(block, 1 << 16)
+        self.fifo = tmp / "events.fifo"
+        os.mkfifo(self.fifo)
+        self.error: BaseException | None = None
+        self.fallback = False
+        self._t = threading.Thread(target=self._run, name="tracekit-extract", daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        try:
+            fd = os.open(self.fifo, os.O_WRONLY)  # blocks until the reader opens it
+        except OSError as exc:
+            self.error = exc
+            return
+        try:
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
+            self._write(fd)
+        except BrokenPipeError:
+            self.fallback = True  # the reader stopped early (an error there); the caller decides
+        except BaseException as exc:  # handed to the caller's thread
+            self.error = exc
+        finally:
+            os.close(fd)
+
+    def _write(self, fd: int) -> None:
+        pending = bytearray()
+        written = 0  # body bytes already sent
+        _write_all(fd, b"[")
+        for data in self.body:
+            pending += data
+            if len(pending) > 2 * self.hold:
+                n = len(pending) - self.hold
+                _write_all(fd, memoryview(pending)[:n])
+                del pending[:n]
+                written += n
+        body_len = written + len(pending)
+        tail = bytes(pending)
+
+        def read(lo: int, hi: int) -> bytes:
+            return tail[lo - written : hi - written]
+
+        end = self.body.end(read, body_len, lo_min=written)
+        if end is None:
+            self.fallback = True
+            return
+        _write_all(fd, tail[: end - written] + b"]")
+
+    def join(self) -> None:
+        if self._t.is_alive():
+            # A reader that failed before opening the FIFO leaves the writer blocked in open().
+            with contextlib.suppress(OSError):
+                os.close(os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK))
+        self._t.join()
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.body.meta
+
+    @property
+    def bytes_in(self) -> int:
+        return self.body.bytes_in
+
+    @property
+    def truncated(self) -> str | None:
+        return self.body.truncated
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    mv = memoryview(data)
+    while mv:
+        mv = mv[os.write(fd, mv) :]
 
 
 def _last_boundary(window: bytes, start: int) -> tuple[int, dict[str, Any]] | None:
@@ -232,21 +360,28 @@ def _last_boundary(window: bytes, start: int) -> tuple[int, dict[str, Any]] | No
 
 
 _MAX_WINDOW = 256 << 20  # the end of the array must be found within this many bytes of the file's end
+_UNAVAILABLE: Any = object()  # the window would reach bytes no longer at hand (already streamed)
 
 
-def _search_end(out: Any, body_len: int, block: int, find: Any) -> tuple[int, dict[str, Any]] | None:
-    """Look for the array's end in growing windows at the end of the body (offsets into the body)."""
+def _search_end(read: Any, body_len: int, block: int, find: Any, lo_min: int = 0) -> Any:
+    """Look for the array's end in growing windows at the end of the body (offsets into the body).
+
+    ``read(lo, hi)`` gives body bytes [lo, hi). Only bytes at or after ``lo_min`` can be read;
+    a search that would need earlier ones returns ``_UNAVAILABLE``."""
     width = max(block, 1 << 16)
     while True:
         lo = max(0, body_len - width)
-        out.seek(1 + lo)
-        window = out.read(body_len - lo)
+        if lo < lo_min:
+            lo = lo_min
+        window = read(lo, body_len)
         for start in _event_starts(window, lo == 0):
             found = find(window, start)
             if found is not None:
                 return lo + found[0], found[1]
         if lo == 0 or width >= _MAX_WINDOW:
             return None
+        if lo == lo_min:
+            return _UNAVAILABLE
         width *= 4
 
 
@@ -315,7 +450,7 @@ def _source(path: Path, strict: bool) -> str:
     return f"SELECT {fields}, coalesce(json_type(j) = 'OBJECT', FALSE) AS is_obj FROM {src}"
 
 
-def _events_sql(path: Path, strict: bool, offset_ns: int) -> str:
+def _events_sql(path: Path, strict: bool) -> str:
     gpu = _in(GPU_CATS)
     route = f"""CASE
         WHEN NOT is_obj THEN 'skip'
@@ -327,13 +462,12 @@ def _events_sql(path: Path, strict: bool, offset_ns: int) -> str:
         WHEN ph = 'C' THEN 'counters'
         ELSE 'other_events' END"""
     # ts * 1000 is exact in DECIMAL(38,3); the BIGINT cast rounds the sub-ns digits and gives
-    # NULL (counted) beyond int64's range.
-    off = f" + {int(offset_ns)}" if offset_ns else ""
+    # NULL (counted) beyond int64's range. baseTimeNanoseconds is added by TableBuilder.finish.
     return f"""
     WITH src AS ({_source(path, strict)}),
     typed AS (
       SELECT *, lower(coalesce(cat, '')) AS lcat,
-        TRY_CAST(ts * 1000 AS BIGINT){off} AS ts_ns,
+        TRY_CAST(ts * 1000 AS BIGINT) AS ts_ns,
         TRY_CAST(dur * 1000 AS BIGINT) AS dur_ns0,
         TRY_CAST(pid AS BIGINT) AS pid_i, TRY_CAST(tid AS BIGINT) AS tid_i
       FROM src),
@@ -419,8 +553,9 @@ def _cores() -> int:
 class TableBuilder:
     """Reads one extracted array with DuckDB and hands out per-table Arrow tables."""
 
-    def __init__(self, array: Path, temp_dir: Path, *, offset_ns: int = 0, config: EngineConfig = EngineConfig(),
+    def __init__(self, array: Path | None, temp_dir: Path, *, offset_ns: int = 0, config: EngineConfig = EngineConfig(),
                  source: str | Path | None = None) -> None:
+        """``array``: the file to read now (None: the caller calls ``load`` and ``finish``)."""
         import duckdb
 
         self.con = duckdb.connect(":memory:")
@@ -432,21 +567,34 @@ class TableBuilder:
         # order lets DuckDB stream and spill with less memory.
         self.con.execute("SET preserve_insertion_order = false")
         self.coerced = False
+        if array is not None:
+            self.load(array, source=source)
+            self.finish(offset_ns)
+
+    def load(self, array: Path, *, source: str | Path | None = None) -> None:
+        """Read the array strictly, else (events that do not fit the column types) coercing."""
+        import duckdb
+
         where = source or array  # errors name the user's file, not the extracted array
         try:
-            self._load(array, strict=True, offset_ns=offset_ns)
+            self._load(array, strict=True)
         except duckdb.Error as exc:
             msg = str(exc)
             if not any(h in msg for h in _COERCE_HINTS):
                 raise TraceFormatError(f"{where}: invalid JSON in traceEvents ({_first_line(msg)})") from None
             self.coerced = True
             try:
-                self._load(array, strict=False, offset_ns=offset_ns)
+                self._load(array, strict=False)
             except duckdb.Error as exc2:
                 raise TraceFormatError(f"{where}: invalid JSON in traceEvents ({_first_line(str(exc2))})") from None
 
-    def _load(self, array: Path, *, strict: bool, offset_ns: int) -> None:
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE ev AS {_events_sql(array, strict, offset_ns)}")
+    def _load(self, array: Path, *, strict: bool) -> None:
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE ev AS {_events_sql(array, strict)}")
+
+    def finish(self, offset_ns: int) -> None:
+        """Apply the time base (known only once the trailer is read) and index the ac2g flows."""
+        if offset_ns:
+            self.con.execute(f"UPDATE ev SET ts_ns = ts_ns + {int(offset_ns)}")
         self.con.execute(
             "CREATE OR REPLACE TEMP TABLE flows AS SELECT ph, pid_i, tid_i, ts_ns, min(flow_id) AS flow_id "
             "FROM ev WHERE flow_id IS NOT NULL AND pid_i IS NOT NULL AND tid_i IS NOT NULL AND ts_ns IS NOT NULL "
@@ -482,8 +630,49 @@ class TableBuilder:
         self.con.close()
 
 
+def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig(),
+                *, stream: bool = True) -> tuple[TableBuilder, Extracted]:
+    """DuckDB's events table of one trace, and what the extraction found (meta, bytes, truncation).
+
+    First through a FIFO (``ArrayStream``: inflating overlaps the parse); if that fails for any
+    reason (invalid events, a trailer beyond the held-back bytes) the array is extracted to a
+    file and read again, strictly then coercing, so errors and warnings are those of the file path.
+    """
+    p = Path(path)
+    gz = _is_gzip(p)
+    if stream and (gz or not _bare_list_in_place(p)) and hasattr(os, "mkfifo"):
+        b = TableBuilder(None, tmp, config=config)
+        st = ArrayStream(p, tmp)
+        ok = False
+        try:
+            b._load(st.fifo, strict=True)
+            ok = True
+        except Exception:  # any failure: the file path below decides what to say
+            pass
+        finally:
+            st.join()
+        if st.error is not None:
+            b.close()
+            if isinstance(st.error, TraceFormatError):
+                raise st.error
+            raise TraceFormatError(f"{p}: {st.error}")
+        if ok and not st.fallback:
+            ex = Extracted(st.fifo, st.meta, st.bytes_in, st.truncated)
+            b.finish(_offset_ns(ex.meta))
+            return b, ex
+        b.close()
+        st.fifo.unlink(missing_ok=True)
+    ex = extract_array(p, tmp)
+    return TableBuilder(ex.array, tmp, offset_ns=_offset_ns(ex.meta), config=config, source=p), ex
+
+
+def _offset_ns(meta: dict[str, Any]) -> int:
+    base = meta.get("baseTimeNanoseconds")
+    return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
+
+
 def _first_line(msg: str) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else "error"
 
 
-__all__ = ["EngineConfig", "Extracted", "TableBuilder", "extract_array"]
+__all__ = ["ArrayStream", "EngineConfig", "Extracted", "TableBuilder", "extract_array", "open_events"]

@@ -6,7 +6,10 @@ calls (torch.cuda.synchronize + perf_counter, a streamer stamping each token).""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +23,30 @@ TOLERANCE = 0.03
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], dict[str, pd.DataFrame]]]:
-    """Each fixture through `tracekit analyze` (ingest + passes), once per module."""
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each fixture through `tracekit analyze` (ingest + passes), once per module, with the
+    H200's measured calibration (tests/fixtures/gpu/h200_ceiling.json) in the ceiling cache."""
     fixtures = Path(__file__).parent / "fixtures" / "gpu"
-    out: dict[str, tuple[dict[str, Any], dict[str, pd.DataFrame]]] = {}
-    for name in CASES:
-        run = tmp_path_factory.mktemp(name) / "run"
-        assert main(["analyze", str(fixtures / f"{name}.json.gz"), "--out", str(run)]) == 0
-        timings = json.loads((fixtures / f"{name}.timings.json").read_text())
-        tables = {t: pd.read_parquet(run / "tables" / f"{t}.parquet")
-                  for t in ("steps", "requests", "phases", "kernel_steps")}
-        out[name] = (timings, tables)
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / "ceilings").mkdir()
+    shutil.copyfile(fixtures / "h200_ceiling.json", cache / "ceilings" / "nvidia-h200.json")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TRACEKIT_CACHE_DIR", str(cache))
+    out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    try:
+        for name in CASES:
+            run = tmp_path_factory.mktemp(name) / "run"
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                assert main(["analyze", str(fixtures / f"{name}.json.gz"), "--out", str(run)]) == 0
+            timings = json.loads((fixtures / f"{name}.timings.json").read_text())
+            tables: dict[str, Any] = {t: pd.read_parquet(run / "tables" / f"{t}.parquet") for t in
+                                      ("steps", "requests", "phases", "kernel_steps", "kernel_bound", "step_bound")}
+            tables["summary"] = buf.getvalue()
+            tables["manifest"] = json.loads((run / "run.json").read_text())
+            out[name] = (timings, tables)
+    finally:
+        mp.undo()
     return out
 
 
@@ -88,3 +104,20 @@ def test_phase_timeline_on_h200_decode_is_mostly_gpu_idle(analysed: dict[str, An
     assert dec["steps"] == 14
     assert dec["gpu_busy_ns"] + dec["idle_ns"] == dec["time_ns"]  # one device
     assert dec["idle_ns"] > dec["gpu_busy_ns"]
+
+
+def test_the_measured_ceiling_is_used_named_and_the_roofline_tables_written(analysed: dict[str, Any]) -> None:
+    _, t = analysed["a_batch2"]
+    assert "ceiling: NVIDIA H200 (measured)" in t["summary"]
+    assert t["manifest"]["analysis"]["ceiling"]["kind"] == "measured"
+    ph = t["phases"]
+    run_rows = ph[ph["request_id"].isna() & ph["phase"].isin(["prefill", "decode"])]
+    assert set(run_rows["ceiling"]) == {"NVIDIA H200 (measured)"}
+    # the bound split covers each phase's time exactly (one device)
+    parts = run_rows[["compute_bound_ns", "memory_bound_ns", "other_ns", "comm_ns", "memcpy_ns", "idle_ns"]]
+    assert (parts.sum(axis=1) == run_rows["time_ns"]).all()
+    assert len(t["kernel_bound"]) == len(t["kernel_steps"])
+    assert len(t["step_bound"]) == len(t["steps"])
+    # 48 prompt tokens and batch-2 decode: every GEMM sits below the ridge point, so memory-bound
+    bounds = set(t["kernel_bound"]["bound"].dropna())
+    assert "memory" in bounds and bounds <= {"compute", "memory", "other", "comm", "memcpy"}

@@ -155,8 +155,27 @@ def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     if "captured" in getattr(steps, "columns", ()) and not steps["captured"].all():
         view = dict(t)
         view["steps"] = steps[steps["captured"]].reset_index(drop=True)
-        return _bound.bound_pass(MappingProxyType(view))
-    return _bound.bound_pass(t)
+        out = _bound.bound_pass(MappingProxyType(view))
+    else:
+        out = _bound.bound_pass(t)
+    return _keep_outside(t.get("phases"), out)
+
+
+def _keep_outside(before: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The bound pass matches phases rows on steps; the run-level ``outside`` row has none,
+    so the columns it recomputes come back null there: keep the phases pass's values."""
+    after = out.get("phases")
+    if before is None or after is None or not len(after):
+        return out
+    b = before[before["phase"] == "outside"]
+    if b.empty:
+        return out
+    after = after.copy()
+    mask = (after["phase"] == "outside").to_numpy()
+    for c in b.columns:
+        if c in after.columns and c != "phase":
+            after.loc[mask, c] = after.loc[mask, c].where(after.loc[mask, c].notna(), b[c].to_numpy()[0])
+    return {**out, "phases": after}
 
 
 # issue 5: compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU)

@@ -283,36 +283,3 @@ def test_truncated_json_closes_after_the_last_complete_event(tmp_path: Path) -> 
     names = run.read_table("cpu_ops")["name"].to_pylist()
     assert run.status == "incomplete" and 0 < len(names) < 5000
     assert sorted(names, key=lambda s: int(s[2:])) == [f"op{i}" for i in range(len(names))]
-
-
-def _events_tables(path: Path, tmp: Path, stream: bool) -> tuple[str, dict[str, Any], dict[str, list[Any]]]:
-    """(what DuckDB read: the FIFO or a file, trace meta, every table's rows sorted) of one trace."""
-    from tracekit.ingest_sql import _TABLE_SQL, open_events
-
-    tmp.mkdir()
-    b, ex = open_events(path, tmp, stream=stream)
-    try:
-        rows = {t: sorted(map(repr, b.rows(_TABLE_SQL[t]))) for t in _TABLE_SQL}
-        rows["counters"] = sorted(map(repr, b.counter_rows()[0]))
-    finally:
-        b.close()
-    return ex.array.name, ex.meta, rows
-
-
-def test_streamed_read_equals_the_extracted_file_read(corpus_dir: Path, tmp_path: Path) -> None:
-    # GIVEN the corpus traces up to ~20 MB of JSON (MTIA's baseTimeNanoseconds, ns fractions,
-    # flows; the largest is left to the ingest test, for time) and the linkage fixture with a
-    # trailer after the array
-    doc = _trace()
-    doc["baseTimeNanoseconds"] = 5000
-    small = [f for f in _corpus(corpus_dir) if f.stat().st_size < 2_000_000]
-    assert len(small) >= 3
-    files = [*small, _write(tmp_path / "fixture.json.gz", doc)]
-    for i, f in enumerate(files):
-        # WHEN DuckDB reads the array through the FIFO, and from an extracted file
-        via, meta, got = _events_tables(f, tmp_path / f"s{i}", stream=True)
-        via_file, meta_file, want = _events_tables(f, tmp_path / f"f{i}", stream=False)
-        # THEN the stream was used, and every table and the metadata are the same
-        assert via == "events.fifo" and via_file == "events.json", f
-        assert meta == meta_file, f
-        assert got == want, f

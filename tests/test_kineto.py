@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -140,73 +139,3 @@ def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, bloc
             assert ex.meta == {"schemaVersion": 1, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
     else:
         assert cut is not None and got == events[: len(got)] and len(got) < len(events)
-
-
-def _drain_stream(p: Path, out: Path, block: int, hold: int) -> tuple[bytes, Any]:
-    """Everything an ArrayStream writes to its FIFO, read by a thread as DuckDB would, and the stream."""
-    import threading
-
-    from tracekit.ingest_sql import ArrayStream
-
-    stream = ArrayStream(p, out, block=block, hold=hold)
-    got: list[bytes] = []
-
-    def reader() -> None:
-        with open(stream.fifo, "rb") as fh:
-            got.append(fh.read())
-
-    t = threading.Thread(target=reader)
-    t.start()
-    t.join()
-    stream.join()
-    return got[0], stream
-
-
-@pytest.mark.parametrize("hold", [64, 1 << 20])
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(events=st.lists(_event, min_size=1, max_size=40), bare=st.booleans(), gz=st.booleans(), cut=st.none() | st.floats(0.3, 0.99))
-def test_array_stream_writes_what_extract_array_writes_or_falls_back(tmp_path: Path, hold: int, events: list[dict], bare: bool, gz: bool, cut: float | None) -> None:
-    from tracekit.ingest_sql import extract_array
-
-    # GIVEN the same traces as above (trailers with look-alike array ends), streamed with a small
-    # hold-back (the end is often beyond it: fallback) or a large one (always within it)
-    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
-    data = json.dumps(doc, indent=1).encode()
-    if cut is not None:
-        data = data[: int(len(data) * cut)]
-    p = tmp_path / ("t.json.gz" if gz else "t.json")
-    p.write_bytes(gzip.compress(data) if gz else data)
-    for d in ("s", "f"):
-        (tmp_path / d).mkdir(exist_ok=True)
-        for q in (tmp_path / d).iterdir():
-            q.unlink()
-    # WHEN the stream is drained
-    streamed, sm = _drain_stream(p, tmp_path / "s", 64, hold)
-    try:
-        ex = extract_array(p, tmp_path / "f", block=64)
-    except TraceFormatError as exc:
-        # THEN an input with nothing usable is the same error, or a fallback to the file path
-        # (which then raises it) when the search needed more than the held-back bytes
-        assert (sm.error is not None and str(sm.error) == str(exc)) or (sm.error is None and sm.fallback and hold < len(data))
-        return
-    assert sm.error is None
-    if hold >= len(data):
-        assert not sm.fallback  # the whole body was held back: the end is always found
-    if sm.fallback:
-        # THEN a stream that could not find the end never closed the array: the reader fails
-        assert streamed != ex.array.read_bytes()
-        with pytest.raises(json.JSONDecodeError):
-            json.loads(streamed)
-        return
-    # THEN otherwise exactly the extracted array, the same metadata and the same truncation
-    assert streamed == ex.array.read_bytes()
-    assert sm.meta == ex.meta and sm.truncated == ex.truncated
-
-
-def test_array_stream_error_for_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
-    p = tmp_path / "bad.json"
-    p.write_bytes(b"hello, world")
-    streamed, sm = _drain_stream(p, tmp_path, 1 << 16, 1 << 16)
-    assert isinstance(sm.error, TraceFormatError) and "not a JSON trace" in str(sm.error)
-    with pytest.raises(json.JSONDecodeError):  # the reader sees no array
-        json.loads(streamed)

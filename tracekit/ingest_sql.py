@@ -28,11 +28,8 @@ timestamps that are not numbers) goes through doubles, and says so in a warning.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,22 +215,18 @@ class _Body:
         if not started:
             raise _no_array(p, head)
 
-    def end(self, read: Any, body_len: int, lo_min: int = 0) -> int | None:
+    def end(self, read: Any, body_len: int) -> int:
         """Offset in the body of the array's closing bracket (the trailer's keys go to ``meta``;
-        a truncated input is cut after its last complete event); None if it is not within the
-        bytes at or after ``lo_min``. Raises TraceFormatError when no complete event is found."""
+        a truncated input is cut after its last complete event). Raises TraceFormatError when
+        no complete event is found."""
         p = self.p
         if self.truncated is None:
-            found = _search_end(read, body_len, self.block, lambda w, st: _array_end(w, st, self.bare), lo_min)
-            if found is _UNAVAILABLE:
-                return None
+            found = _search_end(read, body_len, self.block, lambda w, st: _array_end(w, st, self.bare))
             if found is not None:
                 self.meta.update(found[1])
                 return int(found[0])
             self.truncated = f"{p}: JSON ends early or is invalid after the last complete event"
-        cut = _search_end(read, body_len, self.block, _last_boundary, lo_min)
-        if cut is _UNAVAILABLE:
-            return None
+        cut = _search_end(read, body_len, self.block, _last_boundary)
         if cut is None:
             t = self.truncated
             raise TraceFormatError(t if body_len < self.block else f"{p}: invalid JSON in traceEvents ({t})")
@@ -256,102 +249,10 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
             return bytes(out.read(hi - lo))
 
         end = body.end(read, body_len)
-        assert end is not None  # the whole body is readable
         out.seek(1 + end)
         out.truncate()
         out.write(b"]")
     return Extracted(out_path, body.meta, body.bytes_in, body.truncated)
-
-
-_F_SETPIPE_SZ = 1031  # Linux fcntl: a 1 MB pipe buffer means fewer context switches than 64 KB
-
-
-class ArrayStream:
-    """Streams the traceEvents array of a trace into a FIFO from a thread, while DuckDB reads it.
-
-    On two cores inflating (zlib releases the GIL) overlaps DuckDB's parse instead of preceding
-    it, and no temporary copy of the array is written. The last ``hold`` bytes are held back
-    until the input ends, so the array's end (or, for a truncated input, the end of the last
-    complete event) is found there before the closing ``]`` is written. If it is not within
-    them, ``fallback`` is set and the stream is left unterminated (the reader then fails); the
-    caller reads the file again with ``extract_array``. After ``join()``: ``meta``,
-    ``bytes_in``, ``truncated``, and ``error`` (the input is not a trace).
-    """
-
-    def __init__(self, path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, hold: int | None = None) -> None:
-        self.body = _Body(Path(path), block)
-        self.hold = hold if hold is not None else max(block, 1 << 16)
-        self.fifo = tmp / "events.fifo"
-        os.mkfifo(self.fifo)
-        self.error: BaseException | None = None
-        self.fallback = False
-        self._t = threading.Thread(target=self._run, name="tracekit-extract", daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        try:
-            fd = os.open(self.fifo, os.O_WRONLY)  # blocks until the reader opens it
-        except OSError as exc:
-            self.error = exc
-            return
-        try:
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
-            self._write(fd)
-        except BrokenPipeError:
-            self.fallback = True  # the reader stopped early (an error there); the caller decides
-        except BaseException as exc:  # handed to the caller's thread
-            self.error = exc
-        finally:
-            os.close(fd)
-
-    def _write(self, fd: int) -> None:
-        pending = bytearray()
-        written = 0  # body bytes already sent
-        _write_all(fd, b"[")
-        for data in self.body:
-            pending += data
-            if len(pending) > 2 * self.hold:
-                n = len(pending) - self.hold
-                _write_all(fd, memoryview(pending)[:n])
-                del pending[:n]
-                written += n
-        body_len = written + len(pending)
-        tail = bytes(pending)
-
-        def read(lo: int, hi: int) -> bytes:
-            return tail[lo - written : hi - written]
-
-        end = self.body.end(read, body_len, lo_min=written)
-        if end is None:
-            self.fallback = True
-            return
-        _write_all(fd, tail[: end - written] + b"]")
-
-    def join(self) -> None:
-        if self._t.is_alive():
-            # A reader that failed before opening the FIFO leaves the writer blocked in open().
-            with contextlib.suppress(OSError):
-                os.close(os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK))
-        self._t.join()
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return self.body.meta
-
-    @property
-    def bytes_in(self) -> int:
-        return self.body.bytes_in
-
-    @property
-    def truncated(self) -> str | None:
-        return self.body.truncated
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    mv = memoryview(data)
-    while mv:
-        mv = mv[os.write(fd, mv) :]
 
 
 def _last_boundary(window: bytes, start: int) -> tuple[int, dict[str, Any]] | None:
@@ -360,19 +261,14 @@ def _last_boundary(window: bytes, start: int) -> tuple[int, dict[str, Any]] | No
 
 
 _MAX_WINDOW = 256 << 20  # the end of the array must be found within this many bytes of the file's end
-_UNAVAILABLE: Any = object()  # the window would reach bytes no longer at hand (already streamed)
 
 
-def _search_end(read: Any, body_len: int, block: int, find: Any, lo_min: int = 0) -> Any:
-    """Look for the array's end in growing windows at the end of the body (offsets into the body).
-
-    ``read(lo, hi)`` gives body bytes [lo, hi). Only bytes at or after ``lo_min`` can be read;
-    a search that would need earlier ones returns ``_UNAVAILABLE``."""
+def _search_end(read: Any, body_len: int, block: int, find: Any) -> tuple[int, dict[str, Any]] | None:
+    """Look for the array's end in growing windows at the end of the body (offsets into the body);
+    ``read(lo, hi)`` gives body bytes [lo, hi)."""
     width = max(block, 1 << 16)
     while True:
         lo = max(0, body_len - width)
-        if lo < lo_min:
-            lo = lo_min
         window = read(lo, body_len)
         for start in _event_starts(window, lo == 0):
             found = find(window, start)
@@ -380,8 +276,6 @@ def _search_end(read: Any, body_len: int, block: int, find: Any, lo_min: int = 0
                 return lo + found[0], found[1]
         if lo == 0 or width >= _MAX_WINDOW:
             return None
-        if lo == lo_min:
-            return _UNAVAILABLE
         width *= 4
 
 
@@ -630,40 +524,16 @@ class TableBuilder:
         self.con.close()
 
 
-def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig(),
-                *, stream: bool = True) -> tuple[TableBuilder, Extracted]:
+def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig()) -> tuple[TableBuilder, Extracted]:
     """DuckDB's events table of one trace, and what the extraction found (meta, bytes, truncation).
 
-    First through a FIFO (``ArrayStream``: inflating overlaps the parse); if that fails for any
-    reason (invalid events, a trailer beyond the held-back bytes) the array is extracted to a
-    file and read again, strictly then coercing, so errors and warnings are those of the file path.
+    The array is extracted to a file first. Streaming it to DuckDB through a FIFO instead was
+    measured and rejected: DuckDB buffers a non-seekable input in memory (+254 MB RSS for a
+    307 MB array), which breaks the bounded-memory requirement, and on two busy cores it was
+    not faster (docs/ingest.md).
     """
-    p = Path(path)
-    gz = _is_gzip(p)
-    if stream and (gz or not _bare_list_in_place(p)) and hasattr(os, "mkfifo"):
-        b = TableBuilder(None, tmp, config=config)
-        st = ArrayStream(p, tmp)
-        ok = False
-        try:
-            b._load(st.fifo, strict=True)
-            ok = True
-        except Exception:  # any failure: the file path below decides what to say
-            pass
-        finally:
-            st.join()
-        if st.error is not None:
-            b.close()
-            if isinstance(st.error, TraceFormatError):
-                raise st.error
-            raise TraceFormatError(f"{p}: {st.error}")
-        if ok and not st.fallback:
-            ex = Extracted(st.fifo, st.meta, st.bytes_in, st.truncated)
-            b.finish(_offset_ns(ex.meta))
-            return b, ex
-        b.close()
-        st.fifo.unlink(missing_ok=True)
-    ex = extract_array(p, tmp)
-    return TableBuilder(ex.array, tmp, offset_ns=_offset_ns(ex.meta), config=config, source=p), ex
+    ex = extract_array(path, tmp)
+    return TableBuilder(ex.array, tmp, offset_ns=_offset_ns(ex.meta), config=config, source=path), ex
 
 
 def _offset_ns(meta: dict[str, Any]) -> int:
@@ -675,4 +545,4 @@ def _first_line(msg: str) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else "error"
 
 
-__all__ = ["ArrayStream", "EngineConfig", "Extracted", "TableBuilder", "extract_array", "open_events"]
+__all__ = ["EngineConfig", "Extracted", "TableBuilder", "extract_array", "open_events"]

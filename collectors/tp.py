@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,10 @@ def launch(opts: TPOptions) -> RunDir:
         tp={"world_size": opts.world_size, "layout": f"{RANKS_DIR}/<rank>/", "requested_impl": opts.impl},
     )
     port = opts.master_port or _free_port()
-    spec = json.dumps({**asdict(opts), "out": str(run.path)})
+    model = opts.model
+    if Path(model).exists():  # a local model directory: the workers run elsewhere (cwd below)
+        model = str(Path(model).resolve())
+    spec = json.dumps({**asdict(opts), "out": str(run.path.resolve()), "model": model})
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     for rank in range(opts.world_size):
@@ -105,7 +109,12 @@ def launch(opts: TPOptions) -> RunDir:
         log = open(log_path, "wb")  # noqa: SIM115 -- closed below, after the process ends
         logs.append(log)
         cmd = [sys.executable, "-m", "tracekit.collectors.tp", "--worker", spec]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+        # cwd: the run directory, never a source checkout: `python -m` puts cwd first on sys.path, and a
+        # checkout's tracekit/ (without the package-dir mapped collectors/, analysis/) would shadow the
+        # installed package.
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(run.path.resolve()))
+        )
     codes = _wait(procs, opts.timeout_s)
     for log in logs:
         log.close()
@@ -248,7 +257,10 @@ def _worker(spec: dict[str, Any]) -> int:
     else:
         dev = "cpu"
     backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    # A peer that dies or hangs must not hold this rank in a collective forever (the launcher also kills).
+    dist.init_process_group(
+        backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=float(spec["timeout_s"]))
+    )
     impl = choose_impl(spec["impl"])
     shape = presets.resolve_shape(spec["shape"])
     if spec.get("model_config"):

@@ -5,6 +5,10 @@ DataFrames; nothing is mutated. Definitions (DESIGN.md, vLLM's benchmark):
 TTFT is request start to the first token on the host; TPOT is
 (e2e - TTFT) / (output tokens - 1); prefill share is TTFT / e2e (for an agent
 loop: summed over its calls). Throughputs count every sequence of a batch.
+
+A point runs ``repeats`` timed repetitions (run.json ``repeats``: repetition r
+holds request_ids [r*k, (r+1)*k)); every timing column is the median over the
+repetitions, and ``*_min`` / ``*_max`` give the spread of TTFT, TPOT and e2e.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ NS_PER_MS = 1e6
 SUMMARY_COLUMNS = (
     "point_id", "group", "shape", "mode", "agent_mode", "batch", "input_tokens", "output_tokens", "calls",
     "sent_input_tokens", "prefilled_tokens", "generated_tokens",
-    "ttft_ms", "tpot_ms", "e2e_ms", "prefill_ms", "prefill_share", "prefill_tok_s", "decode_tok_s",
+    "repeats", "ttft_ms", "tpot_ms", "e2e_ms",
+    "ttft_ms_min", "ttft_ms_max", "tpot_ms_min", "tpot_ms_max", "e2e_ms_min", "e2e_ms_max", "prefill_ms", "prefill_share", "prefill_tok_s", "decode_tok_s",
     "ms_per_input_token", "ms_per_output_token", "read_write_asymmetry",
     "prefill_compute_share", "prefill_memory_share", "prefill_idle_share",
     "decode_compute_share", "decode_memory_share", "decode_idle_share",
@@ -75,7 +80,11 @@ def _split(phases: pd.DataFrame | None, phase: str) -> tuple[float | None, float
     t = float(rows["time_ns"].sum())
     if t <= 0:
         return None, None, None
-    return tuple(float(rows[c].sum()) / t for c in ("compute_bound_ns", "memory_bound_ns", "idle_ns"))  # type: ignore[return-value]
+    idle = float(rows["idle_ns"].sum()) / t if rows["idle_ns"].notna().any() else None
+    if rows[["compute_bound_ns", "memory_bound_ns"]].isna().all().all():
+        # No ceiling, so no bound classification (the bound pass warned): unknown, not zero.
+        return None, None, idle
+    return float(rows["compute_bound_ns"].sum()) / t, float(rows["memory_bound_ns"].sum()) / t, idle
 
 
 def summarize_point(p: PointData, input_price: float, output_price: float) -> dict[str, Any]:
@@ -107,29 +116,27 @@ def summarize_point(p: PointData, input_price: float, output_price: float) -> di
     req = p.requests
     if p.status != "complete" or req is None or req.empty:
         return row
-    req = req.sort_values("request_id")
+    req = req.sort_values("request_id").reset_index(drop=True)
     batch = row["batch"]
     prefilled = _prefilled(p, req)
-    ttft = req["ttft_ns"].astype(float)
-    e2e = req["e2e_ns"].astype(float)
-    out = req["output_tokens"].astype(float)
-    sent = float((req["input_tokens"].astype(float) * req["batch"].astype(float)).sum())
-    generated = float((out * req["batch"].astype(float)).sum())
-    decode_ns = float((e2e - ttft).sum())
-    decode_tokens = float(((out - 1).clip(lower=0) * req["batch"].astype(float)).sum())
+    per_rep = [_timings(r, prefilled, batch) for r in _repetitions(p, req)]
+    row["repeats"] = len(per_rep)
+    for key in per_rep[0]:
+        vals = [v[key] for v in per_rep if v[key] is not None]
+        row[key] = _median(vals)
+        if key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            row[f"{key}_min"] = min(vals) if vals else None
+            row[f"{key}_max"] = max(vals) if vals else None
+    first = per_rep[0]
     row.update(
-        calls=len(req),
-        sent_input_tokens=sent,
+        calls=first["calls"],
+        sent_input_tokens=first["sent"],
         prefilled_tokens=prefilled * batch,
-        generated_tokens=generated,
-        ttft_ms=float(ttft.iloc[0]) / NS_PER_MS,
-        tpot_ms=_f(req["tpot_ns"].astype(float).mean() / NS_PER_MS),
-        e2e_ms=float(e2e.sum()) / NS_PER_MS,
-        prefill_ms=float(ttft.sum()) / NS_PER_MS,
-        prefill_share=_div(float(ttft.sum()), float(e2e.sum())),
-        prefill_tok_s=_div(prefilled * batch, float(ttft.sum()) / 1e9),
-        decode_tok_s=_div(decode_tokens, decode_ns / 1e9),
+        generated_tokens=first["generated"],
     )
+    for k in ("sent", "generated"):  # not summary columns: the same in every repetition
+        row.pop(k, None)
+    sent, generated = float(first["sent"]), float(first["generated"])
     row["ms_per_input_token"] = _div(row["prefill_ms"], prefilled * batch)
     row["ms_per_output_token"] = _div(row["tpot_ms"], float(batch))
     row["read_write_asymmetry"] = _div(row["ms_per_output_token"], row["ms_per_input_token"])
@@ -144,6 +151,45 @@ def summarize_point(p: PointData, input_price: float, output_price: float) -> di
     row["cost_usd"] = cost
     row["cost_vs_chat"] = _div(cost, chat)
     return row
+
+
+def _median(vals: list[float]) -> float | None:
+    if not vals:
+        return None
+    v = sorted(vals)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _repetitions(p: PointData, req: pd.DataFrame) -> list[pd.DataFrame]:
+    """The requests table split into its timed repetitions (one, for runs before repeats existed)."""
+    rep = p.manifest.get("repeats") or {}
+    n = int(rep.get("n") or 1)
+    k = int(rep.get("calls_per_repeat") or 0)
+    if n <= 1 or k <= 0 or n * k != len(req):
+        return [req]
+    return [req.iloc[r * k : (r + 1) * k] for r in range(n)]
+
+
+def _timings(req: pd.DataFrame, prefilled: float, batch: int) -> dict[str, Any]:
+    """One repetition's timing metrics (an agent loop: summed over its calls)."""
+    ttft = req["ttft_ns"].astype(float)
+    e2e = req["e2e_ns"].astype(float)
+    out = req["output_tokens"].astype(float)
+    decode_ns = float((e2e - ttft).sum())
+    decode_tokens = float(((out - 1).clip(lower=0) * req["batch"].astype(float)).sum())
+    return {
+        "calls": len(req),
+        "sent": float((req["input_tokens"].astype(float) * req["batch"].astype(float)).sum()),
+        "generated": float((out * req["batch"].astype(float)).sum()),
+        "ttft_ms": float(ttft.iloc[0]) / NS_PER_MS,
+        "tpot_ms": _f(req["tpot_ns"].astype(float).mean() / NS_PER_MS),
+        "e2e_ms": float(e2e.sum()) / NS_PER_MS,
+        "prefill_ms": float(ttft.sum()) / NS_PER_MS,
+        "prefill_share": _div(float(ttft.sum()), float(e2e.sum())),
+        "prefill_tok_s": _div(prefilled * batch, float(ttft.sum()) / 1e9),
+        "decode_tok_s": _div(decode_tokens, decode_ns / 1e9),
+    }
 
 
 def _prefilled(p: PointData, req: pd.DataFrame) -> float:

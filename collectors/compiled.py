@@ -84,6 +84,10 @@ def disable(model: Any) -> None:
     gc.cache_implementation = None
     if hasattr(gc, "compile_config"):
         gc.compile_config = None
+    # A leftover max_cache_len makes Transformers warn on every eager generate.
+    if getattr(gc, "max_cache_len", None) is not None:
+        with contextlib.suppress(AttributeError):
+            gc.max_cache_len = None
 
 
 def warm_up(run_once: Callable[[int], Any], batches: Iterable[int]) -> float:

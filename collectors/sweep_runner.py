@@ -1,10 +1,15 @@
 """Run one sweep point into its own run directory: warm up, time, trace, analyse.
 
 Order of a point, and why:
-1. warm-up: a short generate at the point's batch and prompt length (kernels,
-   allocator, and for ``compiled`` the one-off compilation, timed and written to
-   run.json as ``compile_s``, never inside a timed region);
-2. the timed run, without the profiler: host timers on every token;
+1. warm-up: for ``compiled`` first the one-off compilation (timed and written
+   to run.json as ``compile_s``, never inside a timed region); then
+   ``warmup_runs`` runs of the whole point (same batch, prompt and answer
+   length; the whole agent loop in its mode), as record warms up with whole
+   requests. A 4-token warm-up left the first use of every longer KV length
+   inside the timed run: on the H200 eager decode went from 19 ms to 60-107 ms
+   per token from the 5th forward on, in 7 of 17 eager points;
+2. ``repeats`` timed runs without the profiler and without annotations (host
+   timers on every token); the summary reports their median and min/max;
 3. the kernel-capture window: the same prompt again with only a few output
    tokens under torch.profiler (prefill + a few decode steps), so traces stay
    small however long the answer is;
@@ -12,7 +17,10 @@ Order of a point, and why:
    ingest and analysis passes are installed.
 
 A failing point (CUDA out of memory at batch 32, a bad shape) is recorded as
-failed with its one-line reason, and the sweep goes on.
+failed with its one-line reason, and the sweep goes on. A model built from a
+preset (random weights) gets its ``max_position_embeddings`` raised to fit the
+longest point (timing does not depend on it; run.json says so); a real local
+model keeps its limit and a point beyond it fails with that reason.
 """
 
 from __future__ import annotations
@@ -55,6 +63,10 @@ class SweepContext:
     max_cache_len: int
     current_mode: str = "eager"
     compile_setup: dict[str, Any] | None = None
+    repeats: int = 1
+    environment: dict[str, Any] | None = (
+        None  # record's environment(): the bound pass finds the GPU's ceiling by it
+    )
 
 
 def resolve_model_name(name: str) -> str:
@@ -70,8 +82,10 @@ def load(spec: SweepSpec) -> SweepContext:
     dtype = workload.resolve_dtype(
         {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(spec.dtype, spec.dtype), device
     )
+    model_spec = presets.resolve_model(resolve_model_name(spec.model))
+    model_spec, override = _fit_positions(model_spec, spec)
     cfg = workload.WorkloadConfig(
-        model=presets.resolve_model(resolve_model_name(spec.model)),
+        model=model_spec,
         device=device,
         dtype=dtype,
         shape="sweep",
@@ -79,9 +93,44 @@ def load(spec: SweepSpec) -> SweepContext:
         output_tokens=1,
     )
     model, info = workload.build_model(cfg)
+    if override:
+        info["max_position_embeddings_override"] = override
     compiled = [p for p in spec.points if p.mode == "compiled"]
     max_len = max((max(p.prompt_lengths()) + p.output_tokens for p in compiled), default=0)
-    return SweepContext(model, info, device, dtype, set(), max_len)
+    return SweepContext(
+        model, info, device, dtype, set(), max_len, repeats=spec.repeats_for(device.startswith("cuda"))
+    )
+
+
+def point_length(point: Point) -> int:
+    """Positions the point needs: its longest prompt plus its answer."""
+    return max(point.prompt_lengths()) + point.output_tokens
+
+
+def _fit_positions(model_spec: Any, spec: SweepSpec) -> tuple[Any, dict[str, Any] | None]:
+    """Raise a preset's max_position_embeddings to the sweep's longest point.
+
+    Only for presets: their weights are random, and the cost of a forward pass
+    depends on shapes, not on the position limit (RoPE computes its angles from
+    the positions it is given). A real model's limit is what it was trained
+    for: those points fail instead (see ``_run``).
+    """
+    from dataclasses import replace
+
+    preset = getattr(model_spec, "preset", None)
+    if preset is None or not spec.points:
+        return model_spec, None
+    limit = preset.config.get("max_position_embeddings")
+    need = max(point_length(p) for p in spec.points)
+    if limit is None or need <= int(limit):
+        return model_spec, None
+    new_preset = replace(preset, config={**preset.config, "max_position_embeddings": need})
+    return replace(model_spec, preset=new_preset), {
+        "preset_value": int(limit),
+        "used": need,
+        "reason": "random-weight preset: max_position_embeddings raised to fit the longest sweep point; "
+        "timing does not depend on it",
+    }
 
 
 def kv_bytes_per_token_formula(config: dict[str, Any], dtype: str) -> float:
@@ -149,7 +198,7 @@ def _host_tables(point: Point, calls: list[Any]) -> tuple[Any, Any]:
     sid = 0
     for rid, r in enumerate(calls):
         req["request_id"].append(rid)
-        req["name"].append(point.id if len(calls) == 1 else f"{point.id}#{rid}")
+        req["name"].append(point.id if len(calls) == 1 else f"{point.id}#{rid}")  # rid: repetition x call
         req["batch"].append(r.batch)
         req["input_tokens"].append(r.prompt_tokens)
         req["output_tokens"].append(r.output_tokens)
@@ -237,6 +286,7 @@ def run_point(ctx: SweepContext, spec: SweepSpec, point: Point, path: Path) -> P
         sweep=spec.name,
         point=_point_manifest(point),
         model=ctx.model_info,
+        environment=ctx.environment or {},
         workload={"device": ctx.device, "dtype": ctx.dtype, "batch": point.batch, "mode": point.mode},
     )
     try:
@@ -263,54 +313,81 @@ def _point_manifest(point: Point) -> dict[str, Any]:
 def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[str, Any]:
     import torch
     from tracekit.collectors import compiled
-    from tracekit.collectors.agent import run_agent_loop, timed_generate
+    from tracekit.collectors.agent import median_steps, run_agent_loop, timed_generate
 
     warn: list[str] = []
     limit = getattr(ctx.model.config, "max_position_embeddings", None)
-    need = max(point.prompt_lengths()) + point.output_tokens
+    need = point_length(point)
     if limit is not None and need > int(limit):
         raise ValueError(f"{need} tokens exceed the model's max_position_embeddings ({limit})")
     _set_mode(ctx, point)
     cuda = ctx.device.startswith("cuda")
     data: dict[str, Any] = {}
-    warm_new = max(2, min(point.output_tokens, 4))
     first_prompt = _prompt(ctx, point.batch, point.prompt_lengths()[0], seed=1)
+    a = point.agent
+
+    def agent_loop(annotate: bool) -> Any:
+        assert a is not None
+        return run_agent_loop(ctx.model, steps=a.steps, system_tokens=a.system_tokens, output_tokens=a.output_tokens,
+                              tool_tokens=a.tool_tokens, mode=a.mode, batch=point.batch, annotate=annotate)  # fmt: skip
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # past_key_values rename in Transformers 5.2x
-        # 1. warm-up (compilation lands here, timed apart).
+        # 1. warm-up (compilation lands here, timed apart), then the whole point.
         compile_s = 0.0
         if point.mode == "compiled" and point.batch not in ctx.compiled_batches:
+            warm_new = max(2, min(point.output_tokens, 4))
             compile_s = compiled.warm_up(
                 lambda b: timed_generate(ctx.model, _prompt(ctx, b, point.prompt_lengths()[0], 2), warm_new),
                 [point.batch],
             )
             ctx.compiled_batches.add(point.batch)
         t0 = time.perf_counter()
-        for _ in range(max(1, spec.warmup_runs)):
-            timed_generate(ctx.model, first_prompt, warm_new, request_name="warmup")
-        data["warmup_s"] = round(time.perf_counter() - t0, 3)
+        for _ in range(max(0, spec.warmup_runs)):
+            if a is None:
+                timed_generate(
+                    ctx.model, first_prompt, point.output_tokens, request_name="warmup", annotate=False
+                )
+            else:
+                agent_loop(annotate=False)
+        data["warmup"] = {
+            "runs": max(0, spec.warmup_runs),
+            "what": "the whole point",
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
         if point.mode == "compiled":
             data["compiled"] = {**(ctx.compile_setup or {}), "compile_s": round(compile_s, 3),
                                 "compiled_by_earlier_point": compile_s == 0.0}  # fmt: skip
-        # 2. the timed run, without the profiler.
+        # 2. the timed repetitions, without the profiler or annotations.
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             mem0 = torch.cuda.memory_allocated()
-        if point.agent is None:
-            r = timed_generate(ctx.model, _prompt(ctx, point.batch, point.input_tokens, 3), point.output_tokens,
-                               request_name=point.id)  # fmt: skip
-            calls = [r]
-            cache = r.cache
-            data["timings"] = {"ttft_ns": r.ttft_ns, "tpot_ns": r.tpot_ns, "e2e_ns": r.e2e_ns,
-                               "prefilled_tokens": r.prefilled_tokens, "source": "host timers, no profiler"}  # fmt: skip
+        calls: list[Any] = []
+        cache = None
+        if a is None:
+            for rep in range(ctx.repeats):
+                if cache is not None:  # keep one cache alive (the last one), for the KV measurement
+                    del cache
+                    calls[-1].cache = None
+                r = timed_generate(ctx.model, _prompt(ctx, point.batch, point.input_tokens, 3), point.output_tokens,
+                                   request_id=rep, request_name=point.id, annotate=False)  # fmt: skip
+                r.sequences = None
+                calls.append(r)
+                cache = r.cache
+            data["timings"] = _repeat_timings(calls)
+            data["timings"]["prefilled_tokens"] = calls[0].prefilled_tokens
         else:
-            a = point.agent
-            res = run_agent_loop(ctx.model, steps=a.steps, system_tokens=a.system_tokens, output_tokens=a.output_tokens,
-                                 tool_tokens=a.tool_tokens, mode=a.mode, batch=point.batch)  # fmt: skip
-            calls = res.calls
-            cache = None
-            data["agent"] = {"mode": a.mode, "steps": [asdict(s) for s in res.steps]}
+            loops = [agent_loop(annotate=False) for _ in range(ctx.repeats)]
+            calls = [c for lp in loops for c in lp.calls]
+            data["agent"] = {
+                "mode": a.mode,
+                "steps": [asdict(s) for s in median_steps(loops)],
+                "step_values": "median over the repetitions",
+                "repetitions": [[asdict(s) for s in lp.steps] for lp in loops],
+            }
+        data["repeats"] = {"n": ctx.repeats, "calls_per_repeat": len(calls) // max(1, ctx.repeats),
+                           "note": "requests table: repetition r holds request_ids [r*k, (r+1)*k)"}  # fmt: skip
         # KV bytes per token: the formula, the cache's own tensors, and (CUDA) the
         # allocator's growth, which also counts activations and fp32 logits.
         cfg = ctx.model_info.get("config", {})
@@ -352,6 +429,18 @@ def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[
     return data
 
 
+def _repeat_timings(calls: list[Any]) -> dict[str, Any]:
+    """Median and min/max of TTFT, TPOT and e2e over the timed repetitions (ns)."""
+    import statistics
+
+    out: dict[str, Any] = {"source": "host timers, no profiler", "repeats": len(calls)}
+    for key in ("ttft_ns", "tpot_ns", "e2e_ns"):
+        vals = [float(v) for v in (getattr(c, key) for c in calls) if v is not None]
+        out[key] = statistics.median(vals) if vals else None
+        out[f"{key}_all"] = vals
+    return out
+
+
 def run_sweep(
     spec: SweepSpec,
     out: Path,
@@ -376,6 +465,7 @@ def run_sweep(
         dtype=spec.dtype,
         trace_steps=spec.trace_steps,
         warmup_runs=spec.warmup_runs,
+        repeats=spec.repeats or meta.get("repeats", 0),
         point_ids=[p.id for p in spec.points],
         points={p.id: _point_manifest(p) for p in spec.points},
     )
@@ -394,7 +484,7 @@ def run_sweep(
         else:
             if ctx is None:
                 ctx = load(spec)
-                meta.update(device=ctx.device, dtype=ctx.dtype, model_info=ctx.model_info,
+                meta.update(device=ctx.device, dtype=ctx.dtype, model_info=ctx.model_info, repeats=ctx.repeats,
                             device_name=_device_name(ctx.device))  # fmt: skip
             res = run_point(ctx, spec, point, path)
         results.append(res)

@@ -13,7 +13,12 @@ def tiny_model():
     from tracekit.collectors import presets, workload
 
     cfg = workload.WorkloadConfig(
-        model=presets.resolve_model("tiny"), device="cpu", dtype="fp32", shape="t", input_tokens=1, output_tokens=1
+        model=presets.resolve_model("tiny"),
+        device="cpu",
+        dtype="fp32",
+        shape="t",
+        input_tokens=1,
+        output_tokens=1,
     )
     model, _ = workload.build_model(cfg)
     return model
@@ -52,7 +57,10 @@ def test_timed_generate_times_every_token(tiny_model):
     assert r.output_tokens == 6 and r.batch == 2 and r.prefilled_tokens == 12
     assert len(r.token_ns) == 6 and r.token_ns == sorted(r.token_ns)
     assert r.start_ns < r.token_ns[0] <= r.end_ns
-    assert r.tpot_ns == pytest.approx((r.token_ns[-1] - r.token_ns[0]) / 5)
+    # record's definition (hooks.RequestRecord.metrics): (e2e - TTFT) / (output tokens - 1)
+    assert r.ttft_ns == r.token_ns[0] - r.start_ns and r.e2e_ns == r.end_ns - r.start_ns
+    assert r.tpot_ns == pytest.approx((r.e2e_ns - r.ttft_ns) / 5)
+    assert r.metrics()["itl_ns"]["max"] >= r.metrics()["itl_ns"]["p50"] > 0
     assert len(r.steps) == 6 and r.steps[0].kind == "prefill"
 
 
@@ -61,3 +69,34 @@ def test_bad_agent_mode(tiny_model):
 
     with pytest.raises(ValueError, match="agent mode"):
         run_agent_loop(tiny_model, steps=1, system_tokens=4, output_tokens=2, tool_tokens=2, mode="cache")
+
+
+def test_median_steps_over_repeated_loops(tiny_model):
+    from tracekit.collectors.agent import AgentResult, AgentStep, median_steps
+
+    def loop(ms: list[int]) -> AgentResult:
+        return AgentResult(
+            "kv-reuse", [AgentStep(i, 10 + i, 5, 3, m, 3 * m, m, 2 * m) for i, m in enumerate(ms)]
+        )
+
+    med = median_steps([loop([1, 50]), loop([3, 10]), loop([2, 20])])
+    assert [s.prefill_ns for s in med] == [2, 20] and [s.e2e_ns for s in med] == [6, 60]
+    assert [(s.prompt_tokens, s.prefilled_tokens) for s in med] == [(10, 5), (11, 5)]
+
+
+def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
+    from tracekit.collectors.agent import timed_generate
+
+    ids = torch.randint(1, 100, (1, 8))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        r = timed_generate(tiny_model, ids, 4, annotate=False)
+    from tracekit.stepnames import REQUEST_PREFIX, STEP_PREFIX
+
+    names = {e.name for e in prof.events()}
+    assert not any(n.startswith((STEP_PREFIX, REQUEST_PREFIX)) for n in names)
+    # and with them (the default, used under the profiler) the same call is annotated
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof2:
+        timed_generate(tiny_model, ids, 4)
+    steps = [e.name for e in prof2.events() if e.name.startswith(STEP_PREFIX)]
+    assert len(steps) == 4
+    assert len(r.token_ns) == 4 and [s.kind for s in r.steps] == ["prefill", "decode", "decode", "decode"]

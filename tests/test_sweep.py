@@ -29,9 +29,22 @@ def test_quick_sweep_summary(quick_sweep):
     assert list(s.columns) == list(SUMMARY_COLUMNS)
     assert list(s["point_id"]) == [p.id for p in quick_points()]
     assert (s["status"] == "complete").all(), s[["point_id", "reason"]]
-    for col in ("ttft_ms", "tpot_ms", "e2e_ms", "prefill_share", "prefill_tok_s", "decode_tok_s", "cost_vs_chat"):
+    for col in (
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "prefill_share",
+        "prefill_tok_s",
+        "decode_tok_s",
+        "cost_vs_chat",
+    ):
         assert (s[col] > 0).all(), col
     assert ((s["prefill_share"] > 0) & (s["prefill_share"] < 1)).all()
+    # two timed repetitions per point (the quick preset): medians between min and max
+    assert (s["repeats"] == 2).all()
+    for col in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        assert ((s[f"{col}_min"] <= s[col]) & (s[col] <= s[f"{col}_max"])).all(), col
+        assert (s[f"{col}_min"] < s[f"{col}_max"]).all(), col  # two distinct measurements, not one copied
     # e2e covers every token, TTFT is a part of it
     assert (s["e2e_ms"] > s["ttft_ms"]).all()
     # KV bytes per token: the cache's tensors equal the formula (fp32 tiny: 2*4*2*32*4)
@@ -45,13 +58,17 @@ def test_quick_sweep_summary(quick_sweep):
     ag = s[s["group"] == "agent"].set_index("agent_mode")
     assert ag.loc["kv-reuse", "sent_input_tokens"] == ag.loc["resend", "sent_input_tokens"]
     assert ag.loc["kv-reuse", "prefilled_tokens"] < ag.loc["resend", "prefilled_tokens"]
-    # every point is a complete run directory with host tables and a trace of its window
+    # every point is a complete run directory with host tables and a trace of its window;
+    # its requests table holds every repetition (agent: every call of every loop)
     assert sorted(d.name for d in (quick_sweep / "points").iterdir()) == sorted(s["point_id"])
     for rd in s["run_dir"]:
         run = quick_sweep / rd
         m = json.loads((run / "run.json").read_text())
         assert m["status"] == "complete" and (run / "trace.json.gz").stat().st_size > 1000
-        assert len(pd.read_parquet(run / "tables" / "requests.parquet")) >= 1
+        n_req = len(pd.read_parquet(run / "tables" / "requests.parquet"))
+        assert n_req == 2 * m["repeats"]["calls_per_repeat"] and m["repeats"]["n"] == 2
+        assert m["warmup"]["runs"] == 1 and m["warmup"]["what"] == "the whole point"
+        assert m["environment"]["torch"]  # record's environment: the bound pass looks the GPU up there
         assert (run / "tables" / "phases.parquet").is_file()
 
 
@@ -81,17 +98,49 @@ def test_existing_out_without_resume_is_refused(quick_sweep, capsys):
     assert "already exists" in capsys.readouterr().err
 
 
-def test_failed_point_is_recorded_and_sweep_goes_on(tmp_path):
+def test_preset_position_limit_is_raised_and_recorded(tmp_path):
+    # GIVEN the tiny preset (random weights, 4,096 positions) and a 4,100-token point
     cfg = tmp_path / "s.toml"
-    # 5000 tokens exceed the tiny model's 4,096 positions: that point fails, smoke runs.
-    cfg.write_text('model = "tiny"\ndevice = "cpu"\nshapes = ["5000/2", "smoke"]\ntrace_steps = 3\n')
+    cfg.write_text(
+        'model = "tiny"\ndevice = "cpu"\nshapes = ["4100/2", "smoke"]\ntrace_steps = 2\nrepeats = 1\n'
+    )
     out = tmp_path / "out"
+    # WHEN the sweep runs
     assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
+    # THEN the point runs (the preset's limit is raised to fit), and run.json and the report say so
     s = pd.read_parquet(out / "summary.parquet").set_index("shape")
-    assert s.loc["5000/2", "status"] == "failed" and "max_position_embeddings" in s.loc["5000/2", "reason"]
+    assert (s["status"] == "complete").all(), s["reason"]
+    run = json.loads((out / "points" / s.loc["4100/2", "point_id"] / "run.json").read_text())
+    o = run["model"]["max_position_embeddings_override"]
+    assert o["preset_value"] == 4096 and o["used"] == 4102
+    assert run["model"]["config"]["max_position_embeddings"] == 4102
+    assert "raised from 4096 to 4102" in (out / "report.md").read_text()
+
+
+def test_real_model_over_its_limit_fails_the_point_and_sweep_goes_on(tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    # GIVEN a local model directory (a real model as far as tracekit knows) with 64 positions
+    config = AutoConfig.for_model("llama", vocab_size=256, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                  max_position_embeddings=64)  # fmt: skip
+    model_dir = tmp_path / "model"
+    AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f'model = "{model_dir}"\ndevice = "cpu"\nshapes = ["100/2", "smoke"]\ntrace_steps = 2\n')
+    out = tmp_path / "out"
+    # WHEN the sweep runs
+    assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
+    # THEN the point beyond the limit failed with the one-line reason, the other ran
+    s = pd.read_parquet(out / "summary.parquet").set_index("shape")
+    assert s.loc["100/2", "status"] == "failed"
+    assert (
+        s.loc["100/2", "reason"] == "ValueError: 102 tokens exceed the model's max_position_embeddings (64)"
+    )
     assert s.loc["smoke", "status"] == "complete"
-    failed_run = json.loads((out / "points" / s.loc["5000/2", "point_id"] / "run.json").read_text())
+    failed_run = json.loads((out / "points" / s.loc["100/2", "point_id"] / "run.json").read_text())
     assert failed_run["status"] == "incomplete" and failed_run["failed"] is True
+    assert "max_position_embeddings_override" not in failed_run["model"]
     assert "failed" in (out / "report.md").read_text().lower()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 from tracekit.analysis import sweep as sa
@@ -24,17 +26,55 @@ def test_point_ids_are_stable_and_unique():
     assert {p.agent.mode for p in a if p.agent} == {"resend", "kv-reuse"}
 
 
-def test_seed_estimate_fits_ten_minutes_on_h200():
+def test_seed_estimate_fits_six_minutes_on_h200_with_repeats():
     spec = sweepspec.from_preset("seed")
-    assert spec.model == "tinyllama"
-    assert sweepspec.estimate_seconds(spec, cuda=True) < 600
+    assert (
+        spec.model == "tinyllama" and spec.repeats_for(cuda=True) == 3 and spec.repeats_for(cuda=False) == 1
+    )
+    est = sweepspec.estimate_seconds(spec, cuda=True)
+    assert est < 360
+    # repeats are counted: one timed run instead of three is clearly cheaper
+    assert sweepspec.estimate_seconds(replace(spec, repeats=1), cuda=True) < est - 60
+
+
+def test_summary_reports_median_and_spread_of_repetitions():
+    # GIVEN a point timed 3 times (3 requests) with TPOTs 10, 30 and 20 ms
+    req = pd.DataFrame({
+        "request_id": [0, 1, 2], "batch": [1] * 3, "input_tokens": [100] * 3, "output_tokens": [11] * 3,
+        "ttft_ns": [5e6, 7e6, 6e6], "tpot_ns": [10e6, 30e6, 20e6], "e2e_ns": [105e6, 307e6, 206e6],
+    })  # fmt: skip
+    point = {"id": "p", "group": "shapes", "shape": "x", "mode": "eager", "batch": 1, "input_tokens": 100,
+             "output_tokens": 11}  # fmt: skip
+    manifest = {"repeats": {"n": 3, "calls_per_repeat": 1}, "timings": {"prefilled_tokens": 100}}
+    # WHEN it is summarised
+    row = sa.summarize_point(sa.PointData(point, "complete", manifest, req), 1.0, 1.0)
+    # THEN timings are medians, with min and max beside them; token counts are per repetition
+    assert row["repeats"] == 3
+    assert (row["tpot_ms"], row["tpot_ms_min"], row["tpot_ms_max"]) == (20.0, 10.0, 30.0)
+    assert (row["ttft_ms"], row["ttft_ms_min"], row["ttft_ms_max"]) == (6.0, 5.0, 7.0)
+    assert row["e2e_ms"] == 206.0 and row["prefill_tok_s"] == pytest.approx(100 / 6e-3)
+    assert row["sent_input_tokens"] == 100 and row["generated_tokens"] == 11 and row["calls"] == 1
+    # AND a run without repeats in run.json is one repetition of all its requests (an older sweep)
+    old = sa.summarize_point(sa.PointData(point, "complete", {}, req.iloc[:1]), 1.0, 1.0)
+    assert old["repeats"] == 1 and old["tpot_ms"] == old["tpot_ms_min"] == old["tpot_ms_max"] == 10.0
+
+
+def test_agent_saving_text_states_saving_or_its_absence():
+    from tracekit.sweep_report import agent_saving_text
+
+    base = {"resend_prefilled_tokens": 1920.0, "kv_reuse_prefilled_tokens": 388.0, "resend_e2e_ms": 100.0,
+            "kv_reuse_e2e_ms": 80.0}  # fmt: skip
+    saved = agent_saving_text({**base, "resend_prefill_ms": 200.0, "kv_reuse_prefill_ms": 50.0})
+    assert "1532 fewer (80%)" in saved and "150.0 ms saved (75%)" in saved
+    none = agent_saving_text({**base, "resend_prefill_ms": 200.0, "kv_reuse_prefill_ms": 250.0})
+    assert "NO saving measured" in none and "200.0 ms vs 250.0 ms" in none
 
 
 def test_toml_config(tmp_path):
     f = tmp_path / "s.toml"
     f.write_text(
         'model = "tiny"\nmodes = ["eager", "compiled"]\nshapes = ["smoke", "64/8"]\nbatch = [1, 2]\n'
-        "prompt_lengths = [32, 64]\n[agent]\nsteps = 2\ntool_tokens = 4\nmodes = [\"kv-reuse\"]\n"
+        'prompt_lengths = [32, 64]\n[agent]\nsteps = 2\ntool_tokens = 4\nmodes = ["kv-reuse"]\n'
         "[pricing]\ninput_per_mtok = 1.0\noutput_per_mtok = 4.0\n"
     )
     spec = sweepspec.from_toml(f)
@@ -47,7 +87,7 @@ def test_toml_config(tmp_path):
 
 @pytest.mark.parametrize(
     "text",
-    ['shapes = ["huge"]', "batch = [0]", 'modes = ["jit"]', "nope = 1", "", "shapes = [\"smoke\"\n"],
+    ['shapes = ["huge"]', "batch = [0]", 'modes = ["jit"]', "nope = 1", "", 'shapes = ["smoke"\n'],
 )
 def test_bad_configs_are_usage_errors(tmp_path, text):
     f = tmp_path / "bad.toml"
@@ -110,3 +150,11 @@ def test_seed_comparison_is_computed_not_hardcoded():
     assert cmp.loc["rag_prefill_share", "holds"] == False  # noqa: E712
     assert cmp.loc["rag_prefill_share", "verdict"] == "higher here"
     assert cmp.loc["agent_cost_vs_chat", "verdict"] == "not measured"
+
+
+def test_split_without_ceiling_is_unknown_not_zero():
+    # GIVEN phases from a run whose bound pass had no ceiling: compute/memory columns empty, idle known
+    phases = pd.DataFrame([{"request_id": None, "phase": "decode", "time_ns": 100, "compute_bound_ns": None,
+                            "memory_bound_ns": None, "idle_ns": 90}])  # fmt: skip
+    # THEN the compute and memory shares are unknown (None), the idle share is still reported
+    assert sa._split(phases, "decode") == (None, None, 0.9)

@@ -297,8 +297,9 @@ def _md_table(df: pd.DataFrame, cols: list[str]) -> str:
     return "\n".join(lines)
 
 
-SUMMARY_VIEW = ["point_id", "status", "ttft_ms", "tpot_ms", "e2e_ms", "prefill_share", "prefill_tok_s",
-                "decode_tok_s", "read_write_asymmetry", "decode_idle_share", "cost_vs_chat"]  # fmt: skip
+SUMMARY_VIEW = ["point_id", "status", "repeats", "ttft_ms", "tpot_ms", "tpot_ms_min", "tpot_ms_max", "e2e_ms",
+                "prefill_share", "prefill_tok_s", "decode_tok_s", "read_write_asymmetry", "decode_idle_share",
+                "cost_vs_chat"]  # fmt: skip
 SEED_VIEW = ["claim", "unit", "seed_t4", "measured", "measured_vs_seed", "verdict"]
 AGENT_VIEW = ["agent_mode", "mode", "step", "prompt_tokens", "prefilled_tokens", "output_tokens", "prefill_ms",
               "e2e_ms", "cumulative_ms"]  # fmt: skip
@@ -323,6 +324,33 @@ def agent_saving(agent: pd.DataFrame) -> dict[str, float] | None:
     }
 
 
+def agent_saving_text(save: dict[str, float]) -> str:
+    """The saving kv-reuse measured against resend, in words, or why there was none, with the numbers."""
+    rt, kt = save["resend_prefilled_tokens"], save["kv_reuse_prefilled_tokens"]
+    rp, kp = save["resend_prefill_ms"], save["kv_reuse_prefill_ms"]
+    re_, ke = save["resend_e2e_ms"], save["kv_reuse_e2e_ms"]
+    text = (
+        f"Per step the median over the timed repetitions, after a warm-up of the whole loop in each mode. "
+        f"Input tokens prefilled: {rt:.0f} (resend) vs {kt:.0f} (kv-reuse), "
+        f"{rt - kt:.0f} fewer ({_pct(rt - kt, rt)}). "
+    )
+    if kp < rp:
+        text += f"Prefill time: {rp:.1f} ms vs {kp:.1f} ms, {rp - kp:.1f} ms saved ({_pct(rp - kp, rp)}). "
+    else:
+        text += (
+            f"Prefill time: {rp:.1f} ms vs {kp:.1f} ms: NO saving measured; per step the kv-reuse prefill "
+            "runs fewer tokens but its time is dominated by per-forward host cost (see the table). "
+        )
+    text += (
+        f"Loop latency: {re_:.1f} ms vs {ke:.1f} ms ({_pct(re_ - ke, re_)} {'less' if ke < re_ else 'more'})."
+    )
+    return text
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "–"
+
+
 def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFrame, agent: pd.DataFrame,
                     plots: dict[str, Path], pricing: Pricing, rel: Path) -> str:  # fmt: skip
     n_ok = int((summary["status"] == "complete").sum())
@@ -333,6 +361,9 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         f"{n_ok} of {len(summary)} points complete; {meta.get('elapsed_s', 0):.0f} s.",
         "Timings are host timers without the profiler (TTFT: start to first token on the host; "
         "TPOT: (e2e - TTFT) / (output tokens - 1)); the three-way split comes from a short profiled window per point.",
+        f"Each point: {meta.get('warmup_runs', 1)} warm-up run(s) of the whole point, then "
+        f"{meta.get('repeats') or 1} timed repetition(s); timings are medians, `*_min`/`*_max` the spread.",
+        *_override_lines(meta),
         "",
         "## The seed's claims here",
         "",
@@ -364,16 +395,8 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         _ = kvrow
     save = agent_saving(agent)
     if save:
-        out += [
-            "## Agent loop: resend vs kv-reuse (measured)",
-            "",
-            f"Prefilled tokens: {save['resend_prefilled_tokens']:.0f} (resend) vs {save['kv_reuse_prefilled_tokens']:.0f} "
-            f"(kv-reuse); prefill time {save['resend_prefill_ms']:.1f} ms vs {save['kv_reuse_prefill_ms']:.1f} ms; "
-            f"loop latency {save['resend_e2e_ms']:.1f} ms vs {save['kv_reuse_e2e_ms']:.1f} ms.",
-            "",
-            _md_table(agent, AGENT_VIEW),
-            "",
-        ]
+        out += ["## Agent loop: resend vs kv-reuse (measured)", "", agent_saving_text(save), "",
+                _md_table(agent, AGENT_VIEW), ""]  # fmt: skip
     out += [
         f"## Cost (pricing: {pricing.name}, ${pricing.input_per_mtok:g} in / ${pricing.output_per_mtok:g} out per 1M "
         f"tokens; {pricing.source}{', ' + pricing.as_of if pricing.as_of else ''})",
@@ -393,6 +416,16 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
     if not failed.empty:
         out += ["## Failed points", "", _md_table(failed, ["point_id", "status", "reason"]), ""]
     return "\n".join(out)
+
+
+def _override_lines(meta: dict[str, Any]) -> list[str]:
+    o = (meta.get("model_info") or {}).get("max_position_embeddings_override")
+    if not o:
+        return []
+    return [
+        f"max_position_embeddings raised from {o.get('preset_value')} to {o.get('used')} "
+        f"(random-weight preset; timing does not depend on it)."
+    ]
 
 
 def render_html(markdown_text: str, plots: dict[str, Path]) -> str:

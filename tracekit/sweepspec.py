@@ -104,7 +104,14 @@ class SweepSpec:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto | float16 | bfloat16 | float32
     points: tuple[Point, ...] = ()
+    # Warm-up runs of the whole point (same batch, prompt and answer length, or the
+    # whole agent loop) before timing: a short warm-up left the first use of every
+    # longer KV length inside the timed run (H200 seed run: decode 19 -> 60-107 ms
+    # per token from the 5th forward on, right after a 4-token warm-up).
     warmup_runs: int = 1
+    # Timed repetitions per point (median reported, min/max as the spread);
+    # 0 means "auto": 3 on a GPU, 1 on a CPU.
+    repeats: int = 0
     # Kernel-capture window: profile only the first N forward passes of a point
     # (prefill + a few decode steps); host timers still cover every token.
     trace_steps: int = 6
@@ -112,6 +119,12 @@ class SweepSpec:
 
     def with_points(self, points: Iterable[Point]) -> SweepSpec:
         return replace(self, points=tuple(dedupe(points)))
+
+    def repeats_for(self, cuda: bool) -> int:
+        return self.repeats if self.repeats > 0 else (DEFAULT_GPU_REPEATS if cuda else 1)
+
+
+DEFAULT_GPU_REPEATS = 3
 
 
 def dedupe(points: Iterable[Point]) -> list[Point]:
@@ -222,7 +235,10 @@ def from_preset(name: str, *, model: str | None = None, device: str = "auto") ->
     default_model, build = PRESETS[name]
     spec = SweepSpec(name=name, model=model or default_model, device=device)
     if name == "quick":
-        spec = replace(spec, device="cpu" if device == "auto" else device, dtype="float32", trace_steps=4)
+        # Two repetitions so that CI runs the median/spread path; CPU timings of the tiny model are cheap.
+        spec = replace(
+            spec, device="cpu" if device == "auto" else device, dtype="float32", trace_steps=4, repeats=2
+        )
     return spec.with_points(build())
 
 
@@ -251,13 +267,13 @@ def _strs(value: Any, key: str, allowed: Sequence[str] | None = None) -> list[st
 def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
     """Build a sweep from a parsed TOML document (or the equivalent flags).
 
-    Keys: model, device, dtype, warmup_runs, trace_steps, modes, shapes, batch,
+    Keys: model, device, dtype, warmup_runs, repeats, trace_steps, modes, shapes, batch,
     batch_shape, prompt_lengths, prompt_output_tokens, output_lengths,
     output_input_tokens, [agent] (steps, system_tokens, output_tokens,
     tool_tokens, modes), [pricing] (input_per_mtok, output_per_mtok).
     """
     known = {
-        "name", "model", "device", "dtype", "warmup_runs", "trace_steps", "modes", "shapes", "batch",
+        "name", "model", "device", "dtype", "warmup_runs", "repeats", "trace_steps", "modes", "shapes", "batch",
         "batch_shape", "prompt_lengths", "prompt_output_tokens", "output_lengths", "output_input_tokens",
         "agent", "pricing",
     }  # fmt: skip
@@ -310,6 +326,7 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         device=str(data.get("device", "auto")),
         dtype=str(data.get("dtype", "auto")),
         warmup_runs=int(data.get("warmup_runs", 1)),
+        repeats=int(data.get("repeats", 0)),
         trace_steps=int(data.get("trace_steps", 6)),
         pricing=dict(pricing),
     )
@@ -332,25 +349,27 @@ def estimate_seconds(
 ) -> float:
     """A rough wall-clock estimate, printed before the sweep starts.
 
-    Decode dominates: per-token costs are the H200 TinyLlama measurements in
-    DESIGN.md for eager (~40 ms, mid-range of 25-56) and compiled (~3 ms), and
-    a generous CPU figure for the tiny preset. Compiled points add a one-off
-    compilation per distinct (batch, cache length).
+    Decode dominates: every point runs ``warmup_runs`` + ``repeats`` times at
+    full length. Per-token costs: eager 22 ms (H200, TinyLlama shape: record
+    measured 17-19 ms, the sweep's 128/32 batch-1 point 27 ms), compiled 4 ms
+    (3-5 ms measured), a generous CPU figure for the tiny preset. Per point a
+    fixed cost (profiled window, ingest, analysis: ~1.5 s measured on the H200);
+    compiled points add one compilation per batch size (31-37 s measured for
+    the first two, the later ones reused the graphs).
     """
     per = dict(
-        ms_per_token or ({"eager": 40.0, "compiled": 3.0} if cuda else {"eager": 3.0, "compiled": 3.0})
+        ms_per_token or ({"eager": 22.0, "compiled": 4.0} if cuda else {"eager": 3.0, "compiled": 3.0})
     )
+    runs = max(0, spec.warmup_runs) + spec.repeats_for(cuda)
     total_ms = 0.0
-    compiled_shapes: set[tuple[int, int]] = set()
+    compiled_batches: set[int] = set()
     for p in spec.points:
-        tokens = p.total_output_tokens
-        runs = 1 + spec.warmup_runs
-        if p.agent is not None:
-            runs = 1  # the agent loop warms up with one short call, not a whole loop
-            tokens += 8
-        total_ms += runs * tokens * per.get(p.mode, per["eager"])
-        total_ms += 5000.0 if cuda else 300.0  # model copy, profiler, ingest, analysis
+        # Batch barely changes the per-token cost while the host is the bottleneck.
+        decode_ms = p.total_output_tokens * per.get(p.mode, per["eager"])
+        prefill_ms = sum(max(20.0, n * 0.03) for n in p.prompt_lengths()) if cuda else 0.0
+        total_ms += runs * (decode_ms + prefill_ms)
+        total_ms += 2000.0 if cuda else 300.0  # profiled window, ingest, analysis
         if p.mode == "compiled":
-            compiled_shapes.add((p.batch, max(p.prompt_lengths()) + p.output_tokens))
-    total_ms += len(compiled_shapes) * (40000.0 if cuda else 20000.0)
+            compiled_batches.add(p.batch)
+    total_ms += min(len(compiled_batches), 2) * (35000.0 if cuda else 20000.0)
     return total_ms / 1000.0

@@ -81,6 +81,14 @@ def build_spec(
         spec = spec.with_points(pts)
     if flags.get("trace_steps"):
         over["trace_steps"] = int(flags["trace_steps"])
+    if flags.get("repeats") is not None:
+        if flags["repeats"] < 1:
+            raise UsageError("--repeats must be at least 1")
+        over["repeats"] = int(flags["repeats"])
+    if flags.get("warmup_runs") is not None:
+        if flags["warmup_runs"] < 0:
+            raise UsageError("--warmup-runs must be 0 or more")
+        over["warmup_runs"] = int(flags["warmup_runs"])
     return replace(spec, **over) if over else spec
 
 
@@ -111,6 +119,12 @@ _POINT_FLAGS = ("shapes", "batch", "prompt_lengths", "output_lengths", "agent_st
 @click.option(
     "--trace-steps", type=int, help="Forward passes captured by the profiler per point (default 6)."
 )
+@click.option(
+    "--repeats",
+    type=int,
+    help="Timed repetitions per point; medians reported (default 3 on a GPU, 1 on a CPU).",
+)
+@click.option("--warmup-runs", type=int, help="Warm-up runs of the whole point before timing (default 1).")
 @click.option("--input-price", type=float, help="$ per 1M input tokens (default: see docs/sweep.md).")
 @click.option("--output-price", type=float, help="$ per 1M output tokens.")
 @click.option(
@@ -132,7 +146,8 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
     cuda = _cuda(spec.device)
     est = sweepspec.estimate_seconds(spec, cuda=cuda)
     click.echo(f"sweep {spec.name}: {len(spec.points)} points, model {spec.model}, "
-               f"{'GPU' if cuda else 'CPU'}; estimated {est / 60:.1f} min -> {out_dir}")  # fmt: skip
+               f"{'GPU' if cuda else 'CPU'}, {spec.warmup_runs} warm-up + {spec.repeats_for(cuda)} timed run(s) "
+               f"per point; estimated {est / 60:.1f} min -> {out_dir}")  # fmt: skip
     if dry_run:
         for p in spec.points:
             click.echo(f"  {p.id}")

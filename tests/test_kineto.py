@@ -139,3 +139,31 @@ def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, bloc
             assert ex.meta == {"schemaVersion": 1, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
     else:
         assert cut is not None and got == events[: len(got)] and len(got) < len(events)
+
+
+def test_inflate_is_the_same_with_isal_and_zlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from tracekit.kineto import _inflate, _inflater
+
+    # GIVEN a two-member gzip file, whole and cut
+    raw = [orjson.dumps({"traceEvents": [{"ph": "X", "name": f"e{i}", "ts": i} for i in range(n)]}) for n in (3000, 2000)]
+    data = gzip.compress(raw[0]) + gzip.compress(raw[1])
+    whole, cut = tmp_path / "w.json.gz", tmp_path / "c.json.gz"
+    whole.write_bytes(data)
+    cut.write_bytes(data[: len(data) // 3])
+    got = {}
+    for mod in ("isal", "zlib"):
+        if mod == "zlib":
+            monkeypatch.setitem(sys.modules, "isal", None)  # as if isal were not installed
+        assert _inflater().__name__.endswith(mod + "_zlib" if mod == "isal" else "zlib")
+        # WHEN both inflate them
+        out = b"".join(_inflate(whole, 1 << 12))
+        part = bytearray()
+        with pytest.raises(EOFError):
+            for b in _inflate(cut, 1 << 12):
+                part += b
+        got[mod] = (out, bytes(part))
+    # THEN the same bytes: every member, and every byte before the cut
+    assert got["isal"] == got["zlib"] and got["zlib"][0] == raw[0] + raw[1]
+    assert 0 < len(got["zlib"][1]) < len(raw[0]) and raw[0].startswith(got["zlib"][1])

@@ -153,29 +153,55 @@ def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     trace's capture window has no GPU timeline, and its window must not count as idle."""
     steps = t["steps"]
     if "captured" in getattr(steps, "columns", ()) and not steps["captured"].all():
+        steps = steps[steps["captured"]].reset_index(drop=True)
         view = dict(t)
-        view["steps"] = steps[steps["captured"]].reset_index(drop=True)
+        view["steps"] = steps
         out = _bound.bound_pass(MappingProxyType(view))
     else:
         out = _bound.bound_pass(t)
-    return _keep_outside(t.get("phases"), out)
+    return _outside_row(t, _steps.as_df(steps), out)
 
 
-def _keep_outside(before: Any, out: dict[str, Any]) -> dict[str, Any]:
-    """The bound pass matches phases rows on steps; the run-level ``outside`` row has none,
-    so the columns it recomputes come back null there: keep the phases pass's values."""
-    after = out.get("phases")
-    if before is None or after is None or not len(after):
+def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The run-level ``outside`` row, which the bound pass cannot match to steps: its time
+    classes by the same sweep, over the trace span outside every (captured) step window,
+    with the activities outside every step; the other columns from the phases pass."""
+    after, kern = out.get("phases"), out.get("kernel_bound")
+    before = t.get("phases")
+    if after is None or before is None or not len(after):
         return out
+    mask = (after["phase"] == "outside").to_numpy()
     b = before[before["phase"] == "outside"]
-    if b.empty:
+    if not mask.any() or b.empty:
         return out
     after = after.copy()
-    mask = (after["phase"] == "outside").to_numpy()
     for c in b.columns:
         if c in after.columns and c != "phase":
             after.loc[mask, c] = after.loc[mask, c].where(after.loc[mask, c].notna(), b[c].to_numpy()[0])
+    span = trace_span(t)
+    if span is not None and kern is not None:
+        w = _bound.step_windows(steps) if len(steps) else None
+        inside = (_bound._union(w["start_ns"].to_numpy(), w["end_ns"].to_numpy()) if w is not None and len(w)
+                  else np.empty((0, 2), dtype=np.int64))
+        windows = _complement(inside, *span)
+        k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
+        row = _bound._attribute(windows, k)
+        for c in (*_bound.TIME_COLUMNS.values(), "gpu_busy_ns", "time_ns"):
+            if c in after.columns:
+                after.loc[mask, c] = row[c]
     return {**out, "phases": after}
+
+
+def _complement(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """[lo, hi) minus disjoint sorted intervals."""
+    out, cur = [], lo
+    for s, e in intervals:
+        if s > cur:
+            out.append((cur, min(int(s), hi)))
+        cur = max(cur, int(e))
+    if cur < hi:
+        out.append((cur, hi))
+    return np.array([(a, b) for a, b in out if b > a], dtype=np.int64).reshape(-1, 2)
 
 
 # issue 5: compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU)

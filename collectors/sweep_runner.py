@@ -64,9 +64,8 @@ class SweepContext:
     current_mode: str = "eager"
     compile_setup: dict[str, Any] | None = None
     repeats: int = 1
-    environment: dict[str, Any] | None = (
-        None  # record's environment(): the bound pass finds the GPU's ceiling by it
-    )
+    # record's environment(): the bound pass finds the GPU's ceiling by its name
+    environment: dict[str, Any] | None = None
 
 
 def resolve_model_name(name: str) -> str:
@@ -97,8 +96,11 @@ def load(spec: SweepSpec) -> SweepContext:
         info["max_position_embeddings_override"] = override
     compiled = [p for p in spec.points if p.mode == "compiled"]
     max_len = max((max(p.prompt_lengths()) + p.output_tokens for p in compiled), default=0)
+    from tracekit.collectors.session import environment
+
+    cuda = device.startswith("cuda")
     return SweepContext(
-        model, info, device, dtype, set(), max_len, repeats=spec.repeats_for(device.startswith("cuda"))
+        model, info, device, dtype, set(), max_len, repeats=spec.repeats_for(cuda), environment=environment()
     )
 
 

@@ -65,16 +65,17 @@ seed)
   [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
   find "$W/sweep" -name 'trace.json.gz' -delete
   ;;
-final)  # GPU0: record validation, GPM, sampler overhead; GPU1: compiled trace, bound check, seed sweep
+final)  # GPU0: record validation, GPM, sampler overhead, compiled trace, bound check; GPU1: the seed sweep
   ( export CUDA_VISIBLE_DEVICES=0
-    run validate_record 200 python3 scripts/device/validate_record.py "$W/validate"
-    run gpm_validate 70 python3 scripts/device/gpm_validate.py "$W/gpm"
-    run overhead 150 python3 benchmarks/overhead.py --out "$W/overhead"
+    run validate_record 170 python3 scripts/device/validate_record.py "$W/validate"
+    run gpm_validate 60 python3 scripts/device/gpm_validate.py "$W/gpm"
+    run overhead 120 python3 benchmarks/overhead.py --out "$W/overhead"
+    run plain_compiled 80 python3 scripts/device/plain_generate_traces.py "$W/plain" --only d
+    run bound_check 45 python3 scripts/device/bound_check.py "$W/bound"
+    run sweep_firstuse 60 python3 scripts/device/sweep_firstuse.py "$W/firstuse"
   ) > "$W/logs/stream0.txt" 2>&1 &
   ( export CUDA_VISIBLE_DEVICES=1
-    run plain_compiled 80 python3 scripts/device/plain_generate_traces.py "$W/plain" --only d
-    run bound_check 60 python3 scripts/device/bound_check.py "$W/bound"
-    run sweep 300 tracekit sweep --preset seed --out "$W/sweep" --force
+    run sweep 470 tracekit sweep --preset seed --repeats 2 --out "$W/sweep" --force
     [ -f "$W/sweep/report.md" ] || run sweep_report 40 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
     find "$W/sweep" -name 'trace.json.gz' -delete
   ) > "$W/logs/stream1.txt" 2>&1 &

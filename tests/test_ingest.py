@@ -283,3 +283,27 @@ def test_truncated_json_closes_after_the_last_complete_event(tmp_path: Path) -> 
     names = run.read_table("cpu_ops")["name"].to_pylist()
     assert run.status == "incomplete" and 0 < len(names) < 5000
     assert sorted(names, key=lambda s: int(s[2:])) == [f"op{i}" for i in range(len(names))]
+
+
+def test_pieces_read_in_parallel_give_the_same_tables(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracekit.ingest_sql as sql
+
+    # GIVEN a corpus trace with flows and ns fractions, and the fixture (a trailer, a string pid,
+    # a nested list in args), read as one file and as pieces of ~64 KB (many splits)
+    doc = _trace()
+    doc["baseTimeNanoseconds"] = 5000
+    files = [corpus_dir / "hta" / "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+             _write(tmp_path / "fixture.json.gz", doc)]
+    for i, f in enumerate(files):
+        one = read_trace_tables(f)
+        monkeypatch.setattr(sql, "PIECE_BYTES", 1 << 16 if i == 0 else 64)
+        (tmp_path / f"p{i}").mkdir()
+        b, ex = sql.open_events(f, tmp_path / f"p{i}")
+        b.close()
+        assert len(ex.pieces) > 1, f  # WHEN it was really split
+        many = read_trace_tables(f)
+        monkeypatch.setattr(sql, "PIECE_BYTES", 32 << 20)
+        # THEN every table has the same rows
+        for t in TABLES_OUT:
+            assert one[t].num_rows == many[t].num_rows and one[t].schema == many[t].schema, (f, t)
+            assert sorted(map(repr, one[t].to_pylist())) == sorted(map(repr, many[t].to_pylist())), (f, t)

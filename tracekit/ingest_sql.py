@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,12 @@ class Extracted:
     meta: dict[str, Any]  # every top-level key except traceEvents
     bytes_in: int  # decompressed bytes read
     truncated: str | None  # why the input ended early (events before it are in ``array``)
+    pieces: tuple[Path, ...] = ()  # the array split at event boundaries (read in parallel); else ``array``
+    seps: tuple[bytes, ...] = ()  # the bytes between pieces (``, `` or ``,\n``): a merge restores them
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return self.pieces or (self.array,)
 
 
 def _is_gzip(path: Path) -> bool:
@@ -215,19 +221,24 @@ class _Body:
         if not started:
             raise _no_array(p, head)
 
-    def end(self, read: Any, body_len: int) -> int:
+    def end(self, read: Any, body_len: int, *, whole: bool = True) -> int | None:
         """Offset in the body of the array's closing bracket (the trailer's keys go to ``meta``;
         a truncated input is cut after its last complete event). Raises TraceFormatError when
-        no complete event is found."""
+        no complete event is found. ``whole=False``: ``read`` holds only the last piece of the
+        body; None when the answer is not in it (the caller then searches the whole body)."""
         p = self.p
         if self.truncated is None:
             found = _search_end(read, body_len, self.block, lambda w, st: _array_end(w, st, self.bare))
             if found is not None:
                 self.meta.update(found[1])
                 return int(found[0])
+            if not whole:
+                return None
             self.truncated = f"{p}: JSON ends early or is invalid after the last complete event"
         cut = _search_end(read, body_len, self.block, _last_boundary)
         if cut is None:
+            if not whole:
+                return None
             t = self.truncated
             raise TraceFormatError(t if body_len < self.block else f"{p}: invalid JSON in traceEvents ({t})")
         return int(cut[0])
@@ -249,10 +260,115 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
             return bytes(out.read(hi - lo))
 
         end = body.end(read, body_len)
+        assert end is not None  # the whole body was searched: an answer or an error
         out.seek(1 + end)
         out.truncate()
         out.write(b"]")
     return Extracted(out_path, body.meta, body.bytes_in, body.truncated)
+
+
+PIECE_BYTES = 32 << 20  # DuckDB reads one JSON array file on one thread: pieces of this size run in parallel
+
+
+def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, piece: int | None = None) -> Extracted:
+    """Like ``extract_array``, with the array split into files of about ``piece`` bytes.
+
+    A split is made at a ``}, {`` candidate, not validated here: a candidate inside a string or a
+    nested object leaves an unbalanced piece, which DuckDB rejects, and the caller then reads
+    ``merge_pieces`` instead. The array's end (or the last complete event of a truncated input)
+    must be in the last piece; otherwise the pieces are merged here and searched as one file.
+    """
+    p = Path(path)
+    piece = piece or PIECE_BYTES
+    if not _is_gzip(p) and _bare_list_in_place(p):
+        return Extracted(p, {}, p.stat().st_size, None)
+    body = _Body(p, block)
+    paths: list[Path] = []
+    seps: list[bytes] = []
+    out: Any = None
+    size = 0
+    try:
+        for data in body:
+            if out is None:
+                paths.append(tmp / f"events-{len(paths):05d}.json")
+                out = open(paths[-1], "w+b")  # noqa: SIM115 - closed below or at the next piece
+                out.write(b"[")
+                size = 0
+            view = memoryview(data)
+            at = 0  # bytes of data already written
+            while size + len(data) - at > piece:
+                m = _BOUNDARY_RE.search(data, at + max(0, piece - size))
+                if m is None:
+                    break
+                out.write(view[at : m.start() + 1])
+                seps.append(bytes(data[m.start() + 1 : m.end() - 1]))
+                out.close()
+                paths.append(tmp / f"events-{len(paths):05d}.json")
+                out = open(paths[-1], "w+b")  # noqa: SIM115
+                out.write(b"[")
+                at, size = m.end() - 1, 0
+            out.write(view[at:])
+            size += len(data) - at
+        if out is None:  # an empty body: the end search below reports why
+            paths.append(tmp / "events-00000.json")
+            out = open(paths[-1], "w+b")  # noqa: SIM115
+            out.write(b"[")
+        out.flush()
+        body_len = out.tell() - 1
+        f = out
+
+        def read(lo: int, hi: int) -> bytes:
+            f.seek(1 + lo)
+            return bytes(f.read(hi - lo))
+
+        end = body.end(read, body_len, whole=len(paths) == 1)
+        if end is not None:
+            out.seek(1 + end)
+            out.truncate()
+            out.write(b"]")
+            out.close()
+            for q in paths[:-1]:
+                with open(q, "ab") as fh:
+                    fh.write(b"]")
+            return Extracted(paths[0], body.meta, body.bytes_in, body.truncated, tuple(paths) if len(paths) > 1 else (), tuple(seps))
+    finally:
+        if out is not None:
+            out.close()
+    # The end lies before the last piece (or is not found there): one file, searched as a whole.
+    merged = _merge(paths, seps, tmp / "events.json")
+    with open(merged, "r+b") as fm:
+        body_len = merged.stat().st_size - 1
+
+        def read_m(lo: int, hi: int) -> bytes:
+            fm.seek(1 + lo)
+            return bytes(fm.read(hi - lo))
+
+        end = body.end(read_m, body_len)
+        assert end is not None
+        fm.seek(1 + end)
+        fm.truncate()
+        fm.write(b"]")
+    return Extracted(merged, body.meta, body.bytes_in, body.truncated)
+
+
+def _merge(paths: Sequence[Path], seps: Sequence[bytes], dest: Path, *, closed: bool = False) -> Path:
+    """One array file from pieces (each ``[`` + events, closed with ``]`` when ``closed``) and the
+    original bytes between them, so the result is byte for byte the array ``extract_array`` writes."""
+    with open(dest, "wb") as out:
+        out.write(b"[")
+        for i, q in enumerate(paths):
+            with open(q, "rb") as fh:
+                fh.seek(1)
+                data = fh.read()
+            if closed:
+                data = data[: data.rfind(b"]")]
+            if i:
+                out.write(seps[i - 1])
+            out.write(data)
+            q.unlink()
+        if closed:
+            out.write(b"]")
+    return dest
 
 
 def _last_boundary(window: bytes, start: int) -> tuple[int, dict[str, Any]] | None:
@@ -327,9 +443,9 @@ def _in(values: Any) -> str:
     return "(" + ", ".join(_q(v) for v in values) + ")"
 
 
-def _source(path: Path, strict: bool) -> str:
+def _source(path: Path | list[Path], strict: bool) -> str:
     """A SELECT of the raw event fields with uniform types, from the strict or the coercing reader."""
-    p = _q(str(path))
+    p = "[" + ", ".join(_q(str(x)) for x in path) + "]" if isinstance(path, list) else _q(str(path))
     if strict:
         cols = "{" + ", ".join(f"{_q(k)}: {_q(t)}" for k, t in _COLUMNS.items()) + "}"
         src = f"read_json({p}, format='array', columns={cols}, maximum_object_size={_MAX_EVENT})"
@@ -344,7 +460,7 @@ def _source(path: Path, strict: bool) -> str:
     return f"SELECT {fields}, coalesce(json_type(j) = 'OBJECT', FALSE) AS is_obj FROM {src}"
 
 
-def _events_sql(path: Path, strict: bool) -> str:
+def _events_sql(path: Path | list[Path], strict: bool) -> str:
     gpu = _in(GPU_CATS)
     route = f"""CASE
         WHEN NOT is_obj THEN 'skip'
@@ -482,7 +598,7 @@ class TableBuilder:
             except duckdb.Error as exc2:
                 raise TraceFormatError(f"{where}: invalid JSON in traceEvents ({_first_line(str(exc2))})") from None
 
-    def _load(self, array: Path, *, strict: bool) -> None:
+    def _load(self, array: Path | list[Path], *, strict: bool) -> None:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE ev AS {_events_sql(array, strict)}")
 
     def finish(self, offset_ns: int) -> None:
@@ -532,7 +648,16 @@ def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig
     307 MB array), which breaks the bounded-memory requirement, and on two busy cores it was
     not faster (docs/ingest.md).
     """
-    ex = extract_array(path, tmp)
+    ex = extract_pieces(path, tmp)
+    if ex.pieces:
+        b = TableBuilder(None, tmp, config=config)
+        try:
+            b._load(list(ex.pieces), strict=True)
+            b.finish(_offset_ns(ex.meta))
+            return b, ex
+        except Exception:  # a wrong split or odd events: the one-file path decides
+            b.close()
+        ex = Extracted(_merge(ex.pieces, ex.seps, tmp / "events.json", closed=True), ex.meta, ex.bytes_in, ex.truncated)
     return TableBuilder(ex.array, tmp, offset_ns=_offset_ns(ex.meta), config=config, source=path), ex
 
 
@@ -545,4 +670,4 @@ def _first_line(msg: str) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else "error"
 
 
-__all__ = ["EngineConfig", "Extracted", "TableBuilder", "extract_array", "open_events"]
+__all__ = ["EngineConfig", "Extracted", "TableBuilder", "extract_array", "extract_pieces", "open_events"]

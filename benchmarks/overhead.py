@@ -186,7 +186,9 @@ def run_experiment(
             blocks[arm].append(generate_block(model, input_ids, args.new_tokens))
             continue
         # for_torch_device: the NVML index of torch's device, through CUDA_VISIBLE_DEVICES.
-        sampler = NvmlSampler.for_torch_device(device_index, interval_s=args.interval)
+        sampler = NvmlSampler.for_torch_device(
+            device_index, interval_s=args.interval, gpm=not args.no_gpm, exclude=tuple(args.exclude)
+        )
         sampler.start()  # returns once the child samples: its start-up is outside the block
         try:
             blocks["on"].append(generate_block(model, input_ids, args.new_tokens))
@@ -278,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("--compiled", action="store_true", help="also run on static cache + torch.compile decode")
     ap.add_argument("--out", type=Path, default=None, help="directory for overhead.json")
+    ap.add_argument("--no-gpm", action="store_true", help="sampler without GPM (isolates its cost)")
+    ap.add_argument(
+        "--exclude", type=lambda s: [m for m in s.split(",") if m], default=[],
+        help="comma-separated metrics the sampler leaves out, e.g. pcie_tx,pcie_rx,energy",
+    )
     args = ap.parse_args(argv)
     if args.new_tokens < 3:
         ap.error("--new-tokens must be at least 3 (two inter-token times per block)")

@@ -105,6 +105,7 @@ class NvmlSampler:
         gpm: bool = True,
         nvml: Any = None,
         mode: str | None = None,
+        exclude: tuple[str, ...] = (),
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
@@ -123,6 +124,7 @@ class NvmlSampler:
         self.gpm_interval_s = gpm_interval_s
         self.mode = mode
         self._want_gpm = gpm
+        self._exclude = tuple(exclude)  # metric names never read (e.g. the 20 ms PCIe calls)
         self._nvml_spec = nvml
         self._state = "new"  # new -> running -> stopped
         self._lock = threading.Lock()
@@ -267,6 +269,7 @@ class NvmlSampler:
             gpm=self._want_gpm,
             nvml=nvml,
             sink=self._list_sink,
+            exclude=self._exclude,
         )
         self._core.start()
 
@@ -297,6 +300,7 @@ class NvmlSampler:
             "interval_s": self.interval_s,
             "gpm_interval_s": self.gpm_interval_s,
             "gpm": self._want_gpm,
+            "exclude": list(self._exclude),
             "data_path": self._data_path,
         }
         t0 = time.perf_counter()

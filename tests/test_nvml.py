@@ -264,6 +264,17 @@ def test_gpm_can_be_turned_off() -> None:
     assert fake.calls["nvmlGpmQueryDeviceSupport"] == 0
 
 
+def test_excluded_metrics_are_never_read() -> None:
+    # PCIe throughput blocks ~20 ms per call on the H200: a caller must be able to leave it out.
+    fake = fk.FakeNvml()
+    sampler = NvmlSampler(nvml=fake, exclude=("pcie_tx", "pcie_rx", "energy"))
+    rows = by_metric(run_for(sampler, 0.25))
+    assert "gpu_util" in rows
+    assert not {"pcie_tx", "pcie_rx", "energy"} & set(rows)
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
+    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 0
+
+
 def test_stop_is_idempotent_and_releases_nvml_once() -> None:
     fake = fk.FakeNvml()
     sampler = NvmlSampler(nvml=fake)

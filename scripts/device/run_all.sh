@@ -82,6 +82,12 @@ final)  # GPU0: record validation, GPM, sampler overhead, compiled trace, bound 
   wait
   cat "$W/logs/stream0.txt" "$W/logs/stream1.txt"
   ;;
+overhead)  # which NVML read costs TPOT: all metrics, without PCIe, without PCIe/energy/GPM
+  export CUDA_VISIBLE_DEVICES=0
+  run overhead_all 110 python3 benchmarks/overhead.py --out "$W/overhead_all"
+  run overhead_nopcie 110 python3 benchmarks/overhead.py --out "$W/overhead_nopcie" --exclude pcie_tx,pcie_rx
+  run overhead_fastonly 110 python3 benchmarks/overhead.py --out "$W/overhead_fastonly" --exclude pcie_tx,pcie_rx,energy --no-gpm
+  ;;
 tp)
   run tp 400 python3 scripts/device/tp_record.py "$W/tp"
   ;;

@@ -239,6 +239,10 @@ def run_experiment(
     }
 
 
+def _num(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
 def print_experiment(res: dict[str, Any], limit_pct: float) -> None:
     med = res["median_token_s"]
     print(
@@ -258,7 +262,8 @@ def print_experiment(res: dict[str, Any], limit_pct: float) -> None:
         print(
             f"  sampler ({res['sampler_mode']}): {res['sampler_rate_hz_mean']:.1f} Hz, fast tick "
             f"{res['sampler_tick_us_mean']:.1f} µs wall / {res['sampler_tick_cpu_us_mean']:.1f} µs CPU, "
-            f"slow tick {res['sampler_slow_tick_us_mean']:.0f} µs, start {res['sampler_process_start_ms_mean']:.0f} ms"
+            f"slow tick {_num(res['sampler_slow_tick_us_mean'], '.0f')} µs (none: no slow loop), "
+            f"start {_num(res['sampler_process_start_ms_mean'], '.0f')} ms"
         )
     else:
         print(f"  sampler: NVML unavailable here ({res['nvml_reason']}): the 'on' arm sampled nothing")

@@ -88,6 +88,10 @@ overhead)  # which NVML read costs TPOT: all metrics, without PCIe, without PCIe
   run overhead_nopcie 110 python3 benchmarks/overhead.py --out "$W/overhead_nopcie" --exclude pcie_tx,pcie_rx
   run overhead_fastonly 110 python3 benchmarks/overhead.py --out "$W/overhead_fastonly" --exclude pcie_tx,pcie_rx,energy --no-gpm
   ;;
+overhead_compiled)
+  export CUDA_VISIBLE_DEVICES=0
+  run overhead_compiled 220 python3 benchmarks/overhead.py --out "$W/overhead_compiled" --compiled --blocks 16
+  ;;
 tp)
   run tp 400 python3 scripts/device/tp_record.py "$W/tp"
   ;;

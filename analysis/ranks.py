@@ -20,6 +20,17 @@ Definitions (docs/multi-gpu.md):
   the rank that ended last. GPU end is used where known, else CPU end. On one
   host every rank's trace shares the clock (Kineto writes epoch ns), so ends
   compare directly; traces of several hosts need ``clock_offsets_ns``.
+- Transfer vs wait: an NCCL kernel starts when its rank reaches the
+  collective and ends when every rank has (the data cannot move before the
+  last peer arrives), so on the rank that arrives first it spins. The k-th
+  NCCL kernel of a step on each rank is one collective instance (matched by
+  order, as NCCL itself requires every rank to issue collectives in the same
+  order); its shortest duration across ranks ~ transfer time (an upper bound:
+  it still holds NCCL's own launch and sync latency), and each rank's
+  duration minus that is wait caused by the skew of arrival. Kernels that
+  cannot be matched (a step whose NCCL kernel count or collective order
+  differs across ranks, or a run with one rank) are ``unmatched``, never
+  guessed: transfer + wait + unmatched = the NCCL kernel time.
 """
 
 from __future__ import annotations
@@ -358,7 +369,7 @@ def comm_per_phase(steps: pa.Table | pd.DataFrame, gpu_activity: pa.Table | pd.D
                 }
             )  # fmt: skip
     cols = ["rank", "phase", "steps", "time_ns", "comm_ns", "exposed_comm_ns", "overlapped_comm_ns", "comm_share",
-            "exposed_share", "nccl_kernels"]  # fmt: skip
+            "exposed_share", "nccl_kernels", *_SPLIT_COLS]  # fmt: skip
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     out = pd.DataFrame(rows)
@@ -366,6 +377,11 @@ def comm_per_phase(steps: pa.Table | pd.DataFrame, gpu_activity: pa.Table | pd.D
     t = out["time_ns"].where(out["time_ns"] > 0)
     out["comm_share"] = out["comm_ns"] / t
     out["exposed_share"] = out["exposed_comm_ns"] / t
+    split = comm_split_per_phase(comm_instances(steps, gpu_activity))
+    out = out.merge(split, on=["rank", "phase"], how="left")
+    for c in _SPLIT_COLS:
+        if c != "wait_share":
+            out[c] = out[c].fillna(0).astype("int64")
     return out.sort_values(["rank", "phase"], kind="stable").reset_index(drop=True)[cols]
 
 
@@ -379,6 +395,109 @@ def _phase_row(rank: int, kind: str, n: int, g: pd.DataFrame) -> dict[str, objec
         "exposed_comm_ns": int(g["exposed_comm_ns"].sum()),
         "nccl_kernels": int(g["nccl_kernels"].sum()),
     }
+
+
+# --- transfer vs wait ------------------------------------------------------------
+
+_INSTANCE_COLS = [
+    "rank", "step_id", "kind", "seq", "collective", "name", "ts_ns", "dur_ns", "matched", "min_dur_ns",
+    "transfer_ns", "wait_ns", "unmatched_ns", "last_arrival", "end_spread_ns",
+]  # fmt: skip
+
+
+def comm_instances(steps: pa.Table | pd.DataFrame, gpu_activity: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, NCCL kernel), matched across ranks into collective instances.
+
+    A kernel belongs to the step of its rank whose window holds its start
+    (``step_id`` -1 and kind ``outside`` if none); ``seq`` is its order among
+    that rank's NCCL kernels of the step. Instance key: (step_id, seq). An
+    instance is matched when every rank of the run has the same number of NCCL
+    kernels in that step and the same collective at that position. Matched:
+    ``transfer_ns`` = the instance's shortest duration across ranks,
+    ``wait_ns`` = dur_ns - transfer_ns; unmatched: ``unmatched_ns`` = dur_ns.
+    ``last_arrival`` marks the rank that started the instance last (the one
+    the others waited for; ties: lowest rank); ``end_spread_ns`` = latest -
+    earliest end across ranks, which should be small if the model holds.
+    """
+    k = _kernels(gpu_activity)
+    k = k[k["_nccl"]]
+    if k.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in _INSTANCE_COLS})
+    st = _step_frame(steps, None)
+    if not st.empty:
+        st = st.dropna(subset=["start_ns", "end_ns"])
+    all_ranks = set(k["rank"].unique()) | (set(st["rank"].unique()) if not st.empty else set())
+    parts = []
+    for rank, kr in k.groupby("rank", sort=True):
+        kr = kr.sort_values(["ts_ns", "dur_ns"], kind="stable")
+        ts = kr["ts_ns"].to_numpy(dtype=np.int64)
+        sid = np.full(len(kr), -1, dtype=np.int64)
+        kind = np.full(len(kr), OUTSIDE, dtype=object)
+        sr = st[st["rank"] == rank].sort_values("start_ns") if not st.empty else st
+        if len(sr):
+            lo = sr["start_ns"].to_numpy(dtype=np.int64)
+            hi = sr["end_ns"].to_numpy(dtype=np.int64)
+            i = np.searchsorted(lo, ts, side="right") - 1
+            ok = (i >= 0) & (ts < hi[np.clip(i, 0, None)])
+            sid[ok] = sr["step_id"].to_numpy(dtype=np.int64)[i[ok]]
+            kind[ok] = sr["kind"].astype(object).to_numpy()[i[ok]]
+        names = kr["name"].astype(str)
+        cols = {
+            "rank": _int(rank), "step_id": sid, "kind": kind, "collective": names.map(collective).to_numpy(),
+            "name": names.to_numpy(), "ts_ns": ts, "dur_ns": kr["dur_ns"].to_numpy(dtype=np.int64),
+        }  # fmt: skip
+        parts.append(pd.DataFrame(cols))
+    df = pd.concat(parts, ignore_index=True)
+    df["seq"] = df.groupby(["rank", "step_id"], sort=False).cumcount().astype("int64")
+    df["_end"] = df["ts_ns"] + df["dur_ns"]
+    # A step is matchable only if every rank issued the same number of NCCL kernels in it.
+    counts = df.groupby(["step_id", "rank"]).size().unstack(fill_value=0)
+    counts = counts.reindex(columns=sorted(all_ranks), fill_value=0)
+    same = (counts.nunique(axis=1) == 1) & (counts.min(axis=1) > 0) & (len(all_ranks) > 1)
+    g = df.groupby(["step_id", "seq"], sort=False)
+    df["_coll_same"] = g["collective"].transform("nunique") == 1
+    df["matched"] = df["step_id"].map(same).fillna(False).astype(bool) & df["_coll_same"]
+    df["min_dur_ns"] = g["dur_ns"].transform("min").astype("int64")
+    df["end_spread_ns"] = (g["_end"].transform("max") - g["_end"].transform("min")).astype("int64")
+    last_ts = g["ts_ns"].transform("max")
+    first_late = df[df["ts_ns"] == last_ts].sort_values("rank").drop_duplicates(["step_id", "seq"])
+    df["last_arrival"] = False
+    df.loc[first_late.index, "last_arrival"] = True
+    m = df["matched"]
+    df["transfer_ns"] = np.where(m, df["min_dur_ns"], 0).astype("int64")
+    df["wait_ns"] = np.where(m, df["dur_ns"] - df["min_dur_ns"], 0).astype("int64")
+    df["unmatched_ns"] = np.where(m, 0, df["dur_ns"]).astype("int64")
+    df["last_arrival"] = df["last_arrival"] & m
+    df["kind"] = df["kind"].astype("string")
+    return df.sort_values(["rank", "ts_ns"], kind="stable").reset_index(drop=True)[_INSTANCE_COLS]
+
+
+_SPLIT_COLS = ["nccl_kernel_ns", "transfer_ns", "wait_ns", "unmatched_ns", "wait_share", "last_arrivals"]
+
+
+def comm_split_per_phase(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, phase): NCCL kernel time split into transfer, wait and unmatched.
+
+    Columns: rank, phase, nccl_kernel_ns (sum of NCCL kernel durations, by
+    start), transfer_ns, wait_ns, unmatched_ns, wait_share (wait / kernel
+    time), last_arrivals (instances this rank reached last: it made the
+    others wait).
+    """
+    cols = ["rank", "phase", *_SPLIT_COLS]
+    if instances.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    g = instances.assign(phase=instances["kind"].astype(str)).groupby(["rank", "phase"], sort=True)
+    out = pd.DataFrame(
+        {
+            "nccl_kernel_ns": g["dur_ns"].sum(),
+            "transfer_ns": g["transfer_ns"].sum(),
+            "wait_ns": g["wait_ns"].sum(),
+            "unmatched_ns": g["unmatched_ns"].sum(),
+            "last_arrivals": g["last_arrival"].sum().astype("int64"),
+        }
+    ).reset_index()
+    out["wait_share"] = out["wait_ns"] / out["nccl_kernel_ns"].where(out["nccl_kernel_ns"] > 0)
+    return out[cols]
 
 
 def comm_by_collective(gpu_activity: pa.Table | pd.DataFrame) -> pd.DataFrame:
@@ -428,6 +547,7 @@ class RankAnalysis:
     comm_steps: pd.DataFrame
     comm_phases: pd.DataFrame
     collectives: pd.DataFrame
+    comm_instances: pd.DataFrame
 
 
 def analyze_ranks(
@@ -444,4 +564,5 @@ def analyze_ranks(
         comm_steps=comm_per_step(steps, gpu_activity),
         comm_phases=comm_per_phase(steps, gpu_activity),
         collectives=comm_by_collective(gpu_activity),
+        comm_instances=comm_instances(steps, gpu_activity),
     )

@@ -73,3 +73,43 @@ def test_a_rank_that_cannot_be_analysed_is_a_warning(tp_dir: RunDir) -> None:
 def test_not_multirank_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         analyse_multirank(RunDir.create(tmp_path / "plain"))
+
+
+def test_recorded_h200_tp_traces_split_nccl_into_transfer_and_wait(
+    fixtures_dir: Path, tmp_path: Path
+) -> None:
+    # GIVEN the trimmed per-rank traces of a 2-rank TP run on two H200s (TinyLlama shape,
+    # Transformers tp_plan="auto", NCCL; steps 0..2 = prefill + 2 decode steps of request 0)
+    import shutil
+
+    src = fixtures_dir / "tp_h200"
+    shutil.copytree(src, tmp_path / "tp")
+    run = RunDir.open(tmp_path / "tp")
+    # WHEN the run directory is analysed
+    analyse_multirank(run)
+    # THEN the steps align across both ranks
+    aligned = run.read_df("rank_steps")
+    assert list(aligned["step_id"]) == [0, 1, 2] and (aligned["ranks"] == 2).all()
+    assert list(aligned["kind"]) == ["prefill", "decode", "decode"]
+    # the all-reduces hold the ranks in lock-step: steps end within a few us of each other
+    assert aligned["skew_ns"].max() < 10_000 < aligned["dur_min_ns"].min()
+    # NCCL kernels are found in every step on both ranks, the same number on each
+    # (22 layers x 2 all-reduces + the lm_head all-gather)
+    cs = run.read_df("comm_steps").set_index(["rank", "step_id"])
+    for k in (0, 1):
+        assert list(cs.loc[k, "nccl_kernels"]) == [45, 45, 45]
+    # every instance matched, and the ends of one instance coincide across ranks (the model holds)
+    inst = run.read_df("comm_instances")
+    assert len(inst) == 2 * 3 * 45 and inst["matched"].all()
+    assert inst["end_spread_ns"].max() < 20_000
+    # and per rank and phase, transfer + wait = the NCCL kernel time = the NCCL time of the phase
+    cp = run.read_df("comm_phases").set_index(["rank", "phase"])
+    for key in [(0, "prefill"), (1, "prefill"), (0, "decode"), (1, "decode")]:
+        r = cp.loc[key]
+        assert r["transfer_ns"] + r["wait_ns"] == r["nccl_kernel_ns"] > 0 and r["unmatched_ns"] == 0
+        assert abs(r["nccl_kernel_ns"] - r["comm_ns"]) <= 0.01 * r["comm_ns"]
+        # transfer is the same collective work on both ranks
+        assert r["transfer_ns"] == cp.loc[(1 - key[0], key[1]), "transfer_ns"]
+    # rank 1 started the prefill late: rank 0's NCCL kernels spent nearly all their time waiting
+    assert cp.loc[(0, "prefill"), "wait_ns"] > 0.9 * cp.loc[(0, "prefill"), "nccl_kernel_ns"]
+    assert cp.loc[(1, "prefill"), "last_arrivals"] == 45

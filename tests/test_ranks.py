@@ -202,3 +202,60 @@ def test_gpu_windows_come_from_the_kernels_each_step_launched() -> None:
     assert (w.loc[(0, 1), "gpu_start_ns"], w.loc[(0, 1), "gpu_end_ns"]) == (260, 265)
     assert w.loc[(1, 0), "gpu_end_ns"] == 37
     assert steps.column("gpu_start_ns").null_count == 3  # input untouched
+
+
+def test_nccl_time_splits_into_transfer_and_wait_by_matched_instances() -> None:
+    # GIVEN 2 ranks, one decode step each [0, 1000). Two all-reduces per step.
+    #   instance 0: rank 0 arrives at 100, rank 1 at 400, both end at 450 -> transfer 50,
+    #               rank 0 waited 300 (for rank 1), rank 1 waited 0
+    #   instance 1: rank 1 arrives at 500, rank 0 at 520, both end at 560 -> transfer 40, rank 1 waits 20
+    # and a prefill step 1 [1000, 2000) where rank 1 has one all-reduce fewer: unmatched, not guessed.
+    steps = _steps([(0, 0, "decode", 0, 1000), (1, 0, "decode", 0, 1000),
+                    (0, 1, "prefill", 1000, 2000), (1, 1, "prefill", 1000, 2000)])  # fmt: skip
+    kern = _kernels(
+        [
+            (0, NCCL, 100, 350), (1, NCCL, 400, 50), (0, NCCL, 520, 40), (1, NCCL, 500, 60),
+            (0, "sm90_gemm", 0, 100), (1, "sm90_gemm", 0, 400),
+            (0, NCCL, 1100, 30), (0, NCCL, 1200, 30), (1, NCCL, 1100, 30),
+        ]
+    )  # fmt: skip
+    before = kern.to_pandas()
+    inst = ranks.comm_instances(steps, kern)
+    pd.testing.assert_frame_equal(kern.to_pandas(), before)
+    dec = inst[inst["kind"] == "decode"].set_index(["rank", "seq"])
+    assert dec["matched"].all()
+    assert (dec.loc[(0, 0), "transfer_ns"], dec.loc[(0, 0), "wait_ns"]) == (50, 300)
+    assert (dec.loc[(1, 0), "transfer_ns"], dec.loc[(1, 0), "wait_ns"]) == (50, 0)
+    assert (dec.loc[(1, 1), "transfer_ns"], dec.loc[(1, 1), "wait_ns"]) == (40, 20)
+    assert dec.loc[(1, 0), "last_arrival"] and not dec.loc[(0, 0), "last_arrival"]
+    assert dec.loc[(0, 1), "last_arrival"]
+    assert dec.loc[(0, 0), "end_spread_ns"] == 0
+    pre = inst[inst["kind"] == "prefill"]
+    assert len(pre) == 3 and not pre["matched"].any() and (pre["unmatched_ns"] == 30).all()
+    assert (pre["transfer_ns"] == 0).all() and (pre["wait_ns"] == 0).all()
+    # every kernel is split completely
+    assert ((inst["transfer_ns"] + inst["wait_ns"] + inst["unmatched_ns"]) == inst["dur_ns"]).all()
+
+    ph = ranks.comm_per_phase(steps, kern).set_index(["rank", "phase"])
+    assert ph.loc[(0, "decode"), "wait_ns"] == 300 and ph.loc[(0, "decode"), "transfer_ns"] == 90
+    assert ph.loc[(1, "decode"), "wait_ns"] == 20 and ph.loc[(1, "decode"), "transfer_ns"] == 90
+    assert ph.loc[(1, "decode"), "last_arrivals"] == 1 and ph.loc[(0, "decode"), "last_arrivals"] == 1
+    assert ph.loc[(0, "decode"), "nccl_kernel_ns"] == ph.loc[(0, "decode"), "comm_ns"] == 390
+    assert ph.loc[(0, "prefill"), "unmatched_ns"] == 60 and ph.loc[(0, "prefill"), "wait_ns"] == 0
+    assert abs(ph.loc[(0, "decode"), "wait_share"] - 300 / 390) < 1e-12
+
+
+def test_a_collective_order_that_differs_across_ranks_is_unmatched() -> None:
+    steps = _steps([(0, 0, "decode", 0, 100), (1, 0, "decode", 0, 100)])
+    gather = "ncclDevKernel_AllGather_RING_LL"
+    kern = _kernels([(0, NCCL, 10, 5), (0, gather, 20, 5), (1, gather, 10, 5), (1, NCCL, 20, 5)])
+    inst = ranks.comm_instances(steps, kern)
+    assert not inst["matched"].any() and inst["unmatched_ns"].sum() == 20
+
+
+def test_one_rank_has_nothing_to_match_and_outside_kernels_get_step_minus_one() -> None:
+    steps = _steps([(0, 0, "decode", 0, 100)])
+    inst = ranks.comm_instances(steps, _kernels([(0, NCCL, 10, 5), (0, NCCL, 500, 7)]))
+    assert list(inst["step_id"]) == [0, -1] and list(inst["kind"]) == ["decode", ranks.OUTSIDE]
+    assert not inst["matched"].any() and list(inst["unmatched_ns"]) == [5, 7]
+    assert ranks.comm_instances(steps, schema.empty("gpu_activity")).empty

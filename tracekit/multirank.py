@@ -18,8 +18,10 @@ what ``tracekit analyze`` does on such a directory:
    rank_steps     step_id            align_steps: skew, straggler, missing ranks
    rank_skew      phase              skew_summary (straggler_counts as JSON text)
    comm_steps     (rank, step)       comm_per_step: NCCL, exposed NCCL, compute
-   comm_phases    (rank, phase)      comm_per_phase (+ ``outside`` rows)
+   comm_phases    (rank, phase)      comm_per_phase (+ ``outside`` rows), NCCL
+                                     time split into transfer / wait / unmatched
    comm_collectives (rank, collective) comm_by_collective
+   comm_instances (rank, NCCL kernel) comm_instances: matched across ranks
    ============== ================== ===========================================
 
 The analysis itself is pure (tracekit.analysis.ranks); this module does the I/O.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ from tracekit.errors import UsageError
 from tracekit.rundir import MANIFEST, RunDir
 
 RANKS_DIR = "ranks"
-RANK_TABLES = ("rank_steps", "rank_skew", "comm_steps", "comm_phases", "comm_collectives")
+RANK_TABLES = ("rank_steps", "rank_skew", "comm_steps", "comm_phases", "comm_collectives", "comm_instances")
 
 
 def rank_dirs(path: str | os.PathLike[str]) -> list[Path]:
@@ -142,6 +144,7 @@ def analyse_multirank(
         "comm_steps": res.comm_steps,
         "comm_phases": res.comm_phases,
         "comm_collectives": res.collectives,
+        "comm_instances": res.comm_instances,
     }
     for name, df in frames.items():
         run.write_table(name, _arrow(name, df))
@@ -167,6 +170,7 @@ def summary(result: MultirankResult) -> list[str]:
             f"rank {r['rank']} {r['phase']}: {r['steps']} steps, time {r['time_ns'] / 1e6:.2f} ms, "
             f"NCCL {r['comm_ns'] / 1e6:.2f} ms, exposed {r['exposed_comm_ns'] / 1e6:.2f} ms"
             + ("" if share is None or pd.isna(share) else f" ({100 * share:.1f}% of the phase)")
+            + _split_text(r)
         )
     for r in result.tables["rank_skew"].to_dict("records"):
         lines.append(
@@ -174,6 +178,16 @@ def summary(result: MultirankResult) -> list[str]:
             f"max {r['skew_max_ns'] / 1e3:.1f} us, stragglers {r['straggler_counts']}"
         )
     return lines
+
+
+def _split_text(r: Mapping[Any, Any]) -> str:
+    kernel = r.get("nccl_kernel_ns")
+    if kernel is None or pd.isna(kernel) or not kernel:
+        return ""
+    text = f"; NCCL kernels: transfer {r['transfer_ns'] / 1e6:.2f} ms, wait {r['wait_ns'] / 1e6:.2f} ms"
+    if r.get("unmatched_ns"):
+        text += f", unmatched {r['unmatched_ns'] / 1e6:.2f} ms"
+    return text
 
 
 def analyze_command(target: Path) -> int:

@@ -31,7 +31,8 @@ SUMMARY_COLUMNS = (
     "prefill_compute_share", "prefill_memory_share", "prefill_idle_share",
     "decode_compute_share", "decode_memory_share", "decode_idle_share",
     "kv_formula_bytes_per_token", "kv_cache_bytes_per_token", "kv_allocated_bytes_per_token",
-    "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "compile_s", "cost_usd", "cost_vs_chat",
+    "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "kv_cache_tokens",
+    "prefill_transient_bytes_per_prompt_token", "compile_s", "cost_usd", "cost_vs_chat",
     "status", "reason", "run_dir",
 )  # fmt: skip
 
@@ -87,6 +88,47 @@ def _split(phases: pd.DataFrame | None, phase: str) -> tuple[float | None, float
     return float(rows["compute_bound_ns"].sum()) / t, float(rows["memory_bound_ns"].sum()) / t, idle
 
 
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def prefill_transient_per_prompt_token(kv: Mapping[str, Any], prompt_tokens: int) -> float | None:
+    """Peak allocator growth minus the KV cache at the peak, per prompt token (bytes).
+
+    The peak of a request is reached inside the prefill, when the cache holds the
+    prompt's tokens: peak - prompt tokens x cache bytes per token is what the
+    prefill holds besides the cache. Only for a dynamic cache (its tensors equal
+    the formula; eager mode): a static cache (compiled mode) is allocated for its
+    maximum length up front, before or inside the request.
+    """
+    peak, n = _f(kv.get("peak_growth_bytes_per_token")), _f(kv.get("cache_tokens"))
+    cache, formula = _f(kv.get("cache_tensor_bytes_per_token")), _f(kv.get("formula_bytes_per_token"))
+    if None in (peak, n, cache, formula) or prompt_tokens <= 0:
+        return None
+    assert peak is not None and n is not None and cache is not None and formula is not None
+    if abs(cache - formula) > 0.01 * formula:
+        return None
+    return (peak * n - cache * prompt_tokens) / prompt_tokens
+
+
+def activation_bytes_per_token(config: Mapping[str, Any], dtype: str) -> dict[str, float] | None:
+    """Per-token activations one decoder layer holds at once in the prefill, from the config (bytes).
+
+    MLP: gate, up, act(gate) and their product (4 x intermediate); hidden states
+    and the norm's output (2 x hidden). Logits are not per prompt token: generate
+    computes them for the last position only.
+    """
+    elem = ELEMENT_BYTES.get(dtype)
+    try:
+        inter, hidden = int(config["intermediate_size"]), int(config["hidden_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if elem is None:
+        return None
+    mlp, hid = 4.0 * inter * elem, 2.0 * hidden * elem
+    return {"mlp": mlp, "hidden": hid, "total": mlp + hid, "elem": float(elem),
+            "intermediate_size": float(inter), "hidden_size": float(hidden)}  # fmt: skip
+
+
 def summarize_point(p: PointData, input_price: float, output_price: float) -> dict[str, Any]:
     pt = p.point
     agent = pt.get("agent") or None
@@ -111,6 +153,10 @@ def summarize_point(p: PointData, input_price: float, output_price: float) -> di
         kv_allocated_bytes_per_token=_f(kv.get("allocated_growth_bytes_per_token")),
         kv_peak_bytes_per_token=_f(kv.get("peak_growth_bytes_per_token")),
         logits_fp32_bytes_per_token=_f(kv.get("logits_fp32_bytes_per_token")),
+        kv_cache_tokens=_f(kv.get("cache_tokens")),
+        prefill_transient_bytes_per_prompt_token=None
+        if agent or pt.get("mode") != "eager"
+        else prefill_transient_per_prompt_token(kv, int(pt.get("input_tokens", 0)) * int(pt.get("batch", 1))),
         compile_s=_f((p.manifest.get("compiled") or {}).get("compile_s")),
     )
     req = p.requests

@@ -158,3 +158,43 @@ def test_split_without_ceiling_is_unknown_not_zero():
                             "memory_bound_ns": None, "idle_ns": 90}])  # fmt: skip
     # THEN the compute and memory shares are unknown (None), the idle share is still reported
     assert sa._split(phases, "decode") == (None, None, 0.9)
+
+
+def _kv_point(pid, i, o, peak_total, formula=200.0, logits=4000.0):
+    n = i + o - 1  # cached tokens after the request (batch 1)
+    kv = {"formula_bytes_per_token": formula, "cache_tensor_bytes_per_token": formula, "cache_tokens": n,
+          "allocated_growth_bytes_per_token": formula, "peak_growth_bytes_per_token": peak_total / n,
+          "logits_fp32_bytes_per_token": logits}  # fmt: skip
+    return _point(
+        pid, "prompt", "x", i, o, 10.0, 100.0, manifest={"timings": {"prefilled_tokens": i}, "kv": kv}
+    )
+
+
+def test_kv_text_explains_the_peak_from_the_measured_numbers():
+    from tracekit.sweep_report import kv_text
+
+    cfg = {"intermediate_size": 100, "hidden_size": 50}  # fp16: (4 x 100 + 2 x 50) x 2 = 1,000 B per token
+    # GIVEN a prompt-heavy point whose peak is prompt x (cache 200 + 950) and an answer-heavy one whose
+    # final cache (101 x 200 B) outweighs its prefill, peaking 300 B above the final cache
+    a = _kv_point("a", 10, 5, 10 * 200 + 10 * 950)
+    b = _kv_point("b", 2, 100, 101 * 200 + 300)
+    s = sa.summarize([a, b], input_price=0.15, output_price=0.6)
+    assert s.iloc[0]["prefill_transient_bytes_per_prompt_token"] == pytest.approx(950)
+    text = " ".join(kv_text(s, cfg, "fp16"))
+    # THEN the transient is stated per prompt token from point a only, matched to the activations,
+    # fp32 logits (4,000 B per token) are ruled out, and b's peak is placed at the end of decode
+    assert "950 B per prompt token" in text and "0.95-0.95x" in text
+    assert "activations explain it" in text and "not the cause" in text
+    assert "(b) the peak is at the end of decode" in text and "300 B in all" in text
+    # GIVEN a transient of 5,000 B per prompt token: THEN neither explanation is claimed as matching
+    big = sa.summarize([_kv_point("c", 10, 5, 10 * 200 + 10 * 5000)], input_price=0.15, output_price=0.6)
+    text = " ".join(kv_text(big, cfg, "fp16"))
+    assert "does NOT match" in text and "could account" in text
+    # a compiled (static cache) point gets no transient: its cache is allocated up front
+    c = _kv_point("d", 10, 5, 10 * 200 + 10 * 950)
+    c = sa.PointData({**c.point, "mode": "compiled"}, c.status, c.manifest, c.requests)
+    assert pd.isna(
+        sa.summarize([c], input_price=0.15, output_price=0.6).iloc[0][
+            "prefill_transient_bytes_per_prompt_token"
+        ]
+    )

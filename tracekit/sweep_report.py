@@ -154,20 +154,22 @@ def plot_asymmetry(s: pd.DataFrame, path: Path) -> Path | None:
 
 def plot_kv(s: pd.DataFrame, path: Path) -> Path | None:
     d = s[s["status"] == "complete"]
+    # dynamic cache (eager): its tensors are the formula
+    dyn = d[d["prefill_transient_bytes_per_prompt_token"].notna()]
     cols = [
-        ("kv_formula_bytes_per_token", "formula"),
-        ("kv_cache_bytes_per_token", "cache tensors"),
-        ("kv_allocated_bytes_per_token", "allocator growth"),
-        ("kv_peak_bytes_per_token", "peak growth"),
-        ("logits_fp32_bytes_per_token", "fp32 logits (vocab x 4)"),
+        (d, "kv_formula_bytes_per_token", "formula"),
+        (dyn, "kv_cache_bytes_per_token", "cache tensors"),
+        (dyn, "kv_allocated_bytes_per_token", "allocator growth\n/ cached token"),
+        (dyn, "kv_peak_bytes_per_token", "peak growth\n/ cached token"),
+        (dyn, "prefill_transient_bytes_per_prompt_token", "prefill transient\n/ prompt token"),
     ]
-    vals = [(label, float(d[c].dropna().median())) for c, label in cols if d[c].notna().any()]
+    vals = [(label, float(x[c].dropna().median())) for x, c, label in cols if x[c].notna().any()]
     if not vals:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.bar([v[0] for v in vals], [v[1] / 1e6 for v in vals])
-    ax.set_ylabel("MB per token (median over points)")
+    ax.set_ylabel("MB (median over dynamic-cache points)")
     ax.set_title("KV cache bytes per token: formula vs measured")
     ax.tick_params(axis="x", labelsize=7)
     return _save(fig, path)
@@ -347,6 +349,102 @@ def agent_saving_text(save: dict[str, float]) -> str:
     return text
 
 
+def _b(v: float) -> str:
+    return f"{v:,.0f} B"
+
+
+def _span(x: pd.Series) -> str:
+    lo, hi = float(x.min()), float(x.max())
+    return _b(lo) if round(lo) == round(hi) else f"{lo:,.0f}-{hi:,.0f} B"
+
+
+# A transient within this factor of the config's activation size is explained by it.
+ACTIVATION_MATCH = 1.25
+
+
+def kv_text(summary: pd.DataFrame, config: dict[str, Any], dtype: str) -> list[str]:
+    """What the KV-cache memory measurements say, computed from them and from the model config.
+
+    Peak growth over a request divided by cached tokens is not a per-token cost:
+    the peak is inside the prefill. Peak minus the cache at that moment, per prompt
+    token, is compared with the config's per-token activation size and with
+    full-prompt fp32 logits (vocab x 4 B), so the explanation follows the numbers.
+    """
+    d = summary[summary["status"] == "complete"]
+    f = d["kv_formula_bytes_per_token"].dropna()
+    if f.empty:
+        return []
+    formula = float(f.iloc[0])
+    text = [f"Formula (2 x layers x KV heads x head dim x bytes): {_b(formula)} per token."]
+    dyn = d[d["prefill_transient_bytes_per_prompt_token"].notna()]
+    if dyn.empty:
+        return text
+    text[0] += (
+        f" Points with a dynamic cache ({len(dyn)}): the cache's own tensors {_span(dyn['kv_cache_bytes_per_token'])} "
+        f"per cached token; memory after the request {_span(dyn['kv_allocated_bytes_per_token'].dropna())} per cached "
+        "token above its start."
+    )
+    act = sweep_analysis.activation_bytes_per_token(config, dtype)
+    peak = dyn["kv_peak_bytes_per_token"]
+    para = (
+        f"Peak growth / cached tokens is {_span(peak)} ({float(peak.median()) / 1e6:.4f} MB median): not a per-token "
+        "cost. "
+    )
+    final_cache = dyn["kv_cache_tokens"] * dyn["kv_cache_bytes_per_token"]
+    prompt_tok = dyn["input_tokens"].astype(float) * dyn["batch"].astype(float)
+    late = pd.Series(False, index=dyn.index)
+    if act:
+        # Where the whole cache outweighs the prefill's cache + activations, the peak is at the end of decode.
+        late = final_cache > prompt_tok * (dyn["kv_cache_bytes_per_token"] + act["total"])
+    if late.any():
+        extra = (dyn["kv_peak_bytes_per_token"] - dyn["kv_cache_bytes_per_token"]) * dyn["kv_cache_tokens"]
+        para += (
+            f"Where the final cache outweighs the prefill ({', '.join(dyn.loc[late, 'point_id'].astype(str))}) the "
+            f"peak is at the end of decode: peak minus the final cache is {_span(extra[late])} in all, not per prompt token. "
+        )
+    early = dyn[~late]
+    if early.empty:
+        return [*text, "", para.strip()]
+    tr = early["prefill_transient_bytes_per_prompt_token"]
+    prompts = early["input_tokens"].astype(float)
+    para += (
+        "Elsewhere the peak is inside the prefill: peak minus the cache at that moment (prompt tokens x "
+        f"the cache's bytes per token) is {_span(tr)} per prompt token, for prompts of {prompts.min():,.0f} to "
+        f"{prompts.max():,.0f} tokens and batch up to {int(early['batch'].max())}: a prefill transient proportional "
+        "to the prompt."
+    )
+    if act:
+        lo, hi = float(tr.min()) / act["total"], float(tr.max()) / act["total"]
+        para += (
+            f" The config's activations of one layer per token are {_b(act['total'])}: the MLP's gate, up, act(gate) "
+            f"and product 4 x {act['intermediate_size']:,.0f} x {act['elem']:.0f} B = {_b(act['mlp'])}, plus hidden "
+            f"states and norm output 2 x {act['hidden_size']:,.0f} x {act['elem']:.0f} B = {_b(act['hidden'])}. "
+            f"The measured transient is {lo:.2f}-{hi:.2f}x that: "
+            + ("the prefill's activations explain it."
+               if lo >= 1 / ACTIVATION_MATCH and hi <= ACTIVATION_MATCH
+               else "it does NOT match the activation size; the difference is unexplained here.")
+        )  # fmt: skip
+    lg = early["logits_fp32_bytes_per_token"].dropna()
+    if len(lg):
+        logits = float(lg.iloc[0])
+        if float(tr.max()) < logits:
+            para += (
+                f" fp32 logits over the whole prompt would be {_b(logits)} per prompt token (vocab x 4 B), more than "
+                "the whole measured transient: they are not the cause (generate computes logits for the last "
+                f"position only, {_b(logits)} once)."
+            )
+        else:
+            para += (
+                f" The transient is at least the size of fp32 logits over the prompt ({_b(logits)} per token): "
+                "full-prompt logits could account for it."
+            )
+    para += (
+        f" A total-memory measurement divided by tokens (the seed's ~0.17 MB against a {formula / 1e6:.4f} MB formula) "
+        "therefore counts the prefill's transients beside the cache, and depends on the prompt / answer ratio."
+    )
+    return [*text, "", para]
+
+
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "–"
 
@@ -373,26 +471,11 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         _md_table(seed, SEED_VIEW),
         "",
     ]
-    kvrow = seed[seed["key"] == "kv_measured_vs_formula"]
-    s_ok = summary[summary["status"] == "complete"]
-    if not s_ok.empty and s_ok["kv_formula_bytes_per_token"].notna().any():
-        f = float(s_ok["kv_formula_bytes_per_token"].dropna().iloc[0])
-        lg = s_ok["logits_fp32_bytes_per_token"].dropna()
-        out += [
-            "### KV cache bytes per token",
-            "",
-            f"Formula (2 x layers x KV heads x head dim x bytes): {f / 1e6:.4f} MB per token. "
-            + (f"The cache's own tensors: {float(s_ok['kv_cache_bytes_per_token'].dropna().median()) / 1e6:.4f} MB. "
-               if s_ok["kv_cache_bytes_per_token"].notna().any() else "")
-            + (f"Allocator peak growth over a request: {float(s_ok['kv_peak_bytes_per_token'].dropna().median()) / 1e6:.4f} MB. "
-               if s_ok["kv_peak_bytes_per_token"].notna().any() else "")
-            + (f"fp32 logits alone are {float(lg.iloc[0]) / 1e6:.4f} MB per prompt token (vocab x 4 bytes): a measurement "
-               "of total memory growth counts them, and activations and allocator block rounding, beside the cache. "
-               "That is why the seed measured ~0.17 MB against a 0.022 MB formula."
-               if len(lg) else ""),
-            "",
-        ]  # fmt: skip
-        _ = kvrow
+    kv_lines = kv_text(
+        summary, (meta.get("model_info") or {}).get("config") or {}, str(meta.get("dtype", ""))
+    )
+    if kv_lines:
+        out += ["### KV cache bytes per token", "", *kv_lines, ""]
     save = agent_saving(agent)
     if save:
         out += ["## Agent loop: resend vs kv-reuse (measured)", "", agent_saving_text(save), "",

@@ -88,3 +88,69 @@ def test_cpu_record_with_trace_steps_then_analyze(tmp_path: Path, capsys: pytest
         assert req["tpot_ns"] == pytest.approx(prof["tpot_ns"])
     assert run.has_table("recorded_steps") and len(run.read_df("recorded_steps")) == 6
     assert "3 with kernel capture" in capsys.readouterr().out
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_analyze_keeps_the_recorded_counters_on_the_trace_clock(tmp_path: Path) -> None:
+    # GIVEN the H200 smoke run as `tracekit record` wrote it: steps, requests and 839 NVML/GPM
+    # samples on Kineto's raw ts clock, and a trace whose events ingest puts on ts + baseTimeNanoseconds
+    import shutil
+
+    run_dir = tmp_path / "smoke"
+    shutil.copytree(FIXTURES / "record_gpu_smoke", run_dir)
+    before = pd.read_parquet(run_dir / "tables" / "counters.parquet")
+    base = json.loads(run_dir.joinpath("run.json").read_text())["clock"]["offset_ns"]
+    # WHEN it is analysed (twice: the second run must not shift or duplicate anything)
+    assert main(["analyze", str(run_dir)]) == 0
+    assert main(["analyze", str(run_dir)]) == 0
+    # THEN every recorded sample is still there, beside the trace's own counter events
+    after = pd.read_parquet(run_dir / "tables" / "counters.parquet")
+    src = after["source"].astype(str)
+    mine = after[src != "kineto"].sort_values(["ts_ns", "metric"]).reset_index(drop=True)
+    assert len(mine) == len(before) == 839
+    assert (src == "kineto").sum() > 0
+    assert set(mine["unit"].astype(str)) == set(before["unit"].astype(str))
+    clock = json.loads(run_dir.joinpath("run.json").read_text())["clock"]
+    shift = clock["base_ns"]
+    assert clock["offset_ns"] == base + shift and shift > 10**18
+    old = before.sort_values(["ts_ns", "metric"]).reset_index(drop=True)
+    assert (mine["ts_ns"].to_numpy() == old["ts_ns"].to_numpy() + shift).all()
+    # and counters, steps (captured or not), requests and kernels share one clock: they overlap
+    steps = pd.read_parquet(run_dir / "tables" / "steps.parquet")
+    req = pd.read_parquet(run_dir / "tables" / "requests.parquet")
+    gpu = pd.read_parquet(run_dir / "tables" / "gpu_activity.parquet")
+    lo, hi = int(steps["cpu_start_ns"].min()), int(steps["cpu_end_ns"].max())
+    assert int(mine["ts_ns"].min()) < hi and int(mine["ts_ns"].max()) > lo
+    assert ((mine["ts_ns"] >= lo) & (mine["ts_ns"] < hi)).sum() > 100
+    assert hi - lo < 10 * 10**9  # the run took seconds, not the 1.79e18 ns between the two clocks
+    assert req["start_ns"].min() <= lo and req["start_ns"].max() < hi
+    cap = steps[steps["captured"]]
+    assert len(cap) and gpu["ts_ns"].min() >= cap["cpu_start_ns"].min() - 10**9
+    ph = pd.read_parquet(run_dir / "tables" / "phases.parquet")
+    # the phases see the recorded samples: energy and GPM bandwidth of the captured steps
+    run_rows = ph[ph["request_id"].isna() & ph["phase"].isin(["prefill", "decode"])]
+    assert (run_rows["energy_j"] > 0).all() and run_rows["gpm_dram_bw_util_pct"].notna().all()
+
+
+def test_analyze_on_a_multirank_directory_analyses_every_rank(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a two-rank run directory (top-level run.json, ranks/<k>/ with a trace each)
+    import shutil
+
+    top = RunDir.create(tmp_path / "tp", tp={"world_size": 2})
+    for k in (0, 1):
+        rd = RunDir.create(tmp_path / "tp" / "ranks" / str(k))
+        shutil.copyfile(FIXTURES / "cpu" / "two_requests.json.gz", rd.trace_path)
+    # WHEN `tracekit analyze` is pointed at the top directory
+    assert main(["analyze", str(top.path)]) == 0
+    # THEN each rank was analysed as a run and the cross-rank tables exist at the top
+    for k in (0, 1):
+        steps = RunDir.open(tmp_path / "tp" / "ranks" / str(k)).read_df("steps")
+        assert len(steps) > 0
+    merged = top.read_df("steps")
+    assert sorted(merged["rank"].unique()) == [0, 1]
+    assert top.has_table("rank_skew") and top.has_table("comm_phases")
+    assert not (top.path / "tables" / "kernel_bound.parquet").exists()  # not analysed as a single run
+    capsys.readouterr()

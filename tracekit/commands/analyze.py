@@ -16,6 +16,11 @@ rewritten) before steps/requests are replaced by the analysis' tables, and
 every analysis reads them from there. The ceiling of the bound pass is resolved
 here (measured calibration preferred, tracekit.ceilings.resolve) so that the
 pass itself stays free of I/O.
+
+One clock: ingesting a recorded run's trace shifts the recorder's steps, requests
+and counters onto the ingested trace clock (Kineto ts + baseTimeNanoseconds) and
+keeps its NVML/GPM counters (ingest_into). A multi-rank run directory
+(tracekit.multirank) is analysed rank by rank, then across ranks.
 """
 
 from __future__ import annotations
@@ -49,10 +54,7 @@ def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
         if not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
                 raise UsageError(f"{target}: no raw tables and no {run.trace_path.name} to ingest")
-            from tracekit.ingest import read_trace_tables
-
-            for name, table in read_trace_tables(run.trace_path).items():
-                run.write_table(name, table)
+            ingest_into(run)
         return run
     if not target.is_file():
         raise UsageError(f"{target}: no such file or run directory")
@@ -61,6 +63,55 @@ def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
     dest = out if out is not None else target.parent / f"{_trace_stem(target)}.tracekit"
     run_dir: RunDir = ingest([target], dest, force=force)
     return run_dir
+
+
+# The recorder's tables and their time columns (collectors/session.py writes them on
+# Kineto's raw ``ts`` clock: trace ns without the trace's baseTimeNanoseconds).
+RECORDER_CLOCK = {"steps": ("cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns"),
+                  "requests": ("start_ns", "end_ns"), "counters": ("ts_ns",)}
+
+
+def ingest_into(run: RunDir) -> None:
+    """Read the run's trace into its raw tables, on ONE clock with what the recorder wrote.
+
+    Ingest puts every event on the trace clock including ``baseTimeNanoseconds``
+    (epoch ns); a recorded run's steps, requests and counters are on Kineto's raw
+    ``ts`` clock (run.json ``clock.offset_ns``), so they are shifted by the trace's
+    base first, once (``clock.base_ns`` records it). The recorder's counters
+    (NVML/GPM samples) are kept; the trace's own counter events are added beside
+    them with source ``kineto``, never in their place.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tracekit.ingest import read_file
+    from tracekit.ingest_sql import _offset_ns
+
+    res = read_file(run.trace_path)
+    base = _offset_ns(res.meta)
+    manifest = run.read_manifest()
+    clock = dict(manifest.get("clock") or {})
+    recorded = {name: run.read_table(name) for name in RECORDER_CLOCK if run.has_table(name)}
+    if base and "offset_ns" in clock and "base_ns" not in clock:
+        for name, table in recorded.items():
+            for col in RECORDER_CLOCK[name]:
+                if col in table.column_names:
+                    i = table.schema.get_field_index(col)
+                    table = table.set_column(i, col, pc.add(table.column(col), pa.scalar(base, table.schema.field(col).type)))
+            recorded[name] = table
+            run.write_table(name, table)
+        clock["offset_ns"] = int(clock["offset_ns"]) + base
+        clock["base_ns"] = base
+        clock["trace_clock"] = "Kineto ts + baseTimeNanoseconds, int64 ns (every table; shifted at ingest)"
+        run.update_manifest(clock=clock)
+    for name, table in res.tables.items():
+        if name == "counters" and "counters" in recorded:
+            own = recorded["counters"]
+            if "source" in own.column_names:  # a re-ingest: drop the trace rows added last time
+                own = own.filter(pc.fill_null(pc.not_equal(own.column("source").cast(pa.string()), "kineto"), True))
+            table = pa.concat_tables([schema.conform("counters", own), schema.conform("counters", table)],
+                                     promote_options="permissive")
+        run.write_table(name, table)
 
 
 def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataFrame]:
@@ -205,6 +256,10 @@ def summary(result: dict[str, Any]) -> list[str]:
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory when ingesting.")
 def command(target: Path, out: Path | None, force: bool) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
+    from tracekit.multirank import analyze_command, is_multirank
+
+    if target.is_dir() and is_multirank(target):
+        return analyze_command(target)
     run = open_or_ingest(target, out, force)
     result = analyse_run(run)
     click.echo(f"{run.path}")

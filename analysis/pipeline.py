@@ -110,7 +110,8 @@ def _requests_pass(t: Mapping[str, Any]) -> dict[str, Any]:
         )
     else:
         req, steps, ks, warn = _requests.build(
-            t["steps"], t["kernel_steps"], t["annotations"], t["cpu_ops"], t.get("manifest")
+            t["steps"], t["kernel_steps"], t["annotations"], t["cpu_ops"], t.get("manifest"),
+            runtime=t.get("runtime"), other_events=t.get("other_events"),
         )
     return {"requests": req, "steps": steps, "kernel_steps": ks, "warnings": warn}
 

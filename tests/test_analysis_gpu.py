@@ -18,7 +18,10 @@ import pytest
 
 from tracekit.cli import main
 
-CASES = ("a_batch2", "b_two_requests", "c_profiler_steps")
+CASES = ("a_batch2", "b_two_requests", "c_profiler_steps", "d_compiled")
+# d_compiled: Transformers' compiled path (static cache, CUDA graphs): an eager prefill, then
+# one cudaGraphLaunch per decode step and no aten ops of the layers.
+SOURCES = {"d_compiled": ["model_ops"] + ["cuda_graph"] * 7}
 TOLERANCE = 0.03
 
 
@@ -58,7 +61,7 @@ def test_steps_are_exactly_the_forward_passes_that_ran(analysed: dict[str, Any],
                 for rid, r in enumerate(timings["requests"]) for p in r["expected_forward_passes"]]
     found = list(zip(steps["kind"], steps["batch"], steps["q_len"], steps["request_id"], strict=True))
     assert found == expected
-    assert set(steps["source"]) == {"model_ops"}
+    assert list(steps["source"]) == SOURCES.get(name, ["model_ops"] * len(steps))
     # KV length after each pass: the prompt, then one more per decode step (dynamic cache).
     for rid, r in enumerate(timings["requests"]):
         kv = list(steps.loc[steps["request_id"] == rid, "kv_len"])
@@ -66,10 +69,11 @@ def test_steps_are_exactly_the_forward_passes_that_ran(analysed: dict[str, Any],
     # Every forward pass launched GPU work; every GPU activity is in one step or reported outside.
     assert (steps["gpu_busy_ns"] > 0).all()
     # What falls outside every pass is generate()'s input handling before each prefill
-    # (isin, small copies): a few dozen tiny activities per request, < 1% of GPU time.
+    # (isin, small copies; the compiled path's static cache setup adds a few: 52 there):
+    # a few dozen tiny activities per request, < 1% of GPU time.
     ks = t["kernel_steps"]
     outside = ks[ks["step_id"].isna()]
-    assert len(outside) < 50 * len(timings["requests"])
+    assert len(outside) < 60 * len(timings["requests"])
     assert outside["dur_ns"].sum() < 0.01 * ks["dur_ns"].sum()
 
 

@@ -136,6 +136,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("gpu_end_ns", _i64),
         ("gpu_busy_ns", _i64),
         ("captured", pa.bool_()),  # the trace has this step's kernels (false: outside a --trace-steps window)
+        ("token_ns", _i64),  # GPU end of the step's token copy to the host (null: none seen in its window)
         doc="One row per model forward pass",
     ),
     "requests": _schema(

@@ -35,7 +35,7 @@ from tracekit import schema
 from tracekit.errors import TracekitError, UsageError
 from tracekit.rundir import RunDir
 
-RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters")
+RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 

@@ -338,6 +338,8 @@ class Recording:
             nvml=nvml,
             steps=len(self.tracker.steps),
             requests=len(self.tracker.requests),
+            # Requests per step source: "hooks" (one forward each) or "streamer" (token to token, compiled mode).
+            step_boundaries=dict(self.tracker.step_sources),
             **self.extra_manifest,
         )
 

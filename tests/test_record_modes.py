@@ -32,6 +32,8 @@ def test_compile_uses_a_static_cache_and_says_so(tmp_path: Path, capsys) -> None
     steps = run.read_df("steps")
     assert steps["kind"].tolist() == ["prefill"] + ["decode"] * 3
     assert steps["kv_len"].tolist() == [22, 23, 24, 25]
+    # AND they were taken by the streamer, not by hooks inside the (on a GPU compiled) forward
+    assert m["step_boundaries"] == {"streamer": 1}
     assert "static cache" in capsys.readouterr().err
 
 
@@ -40,6 +42,7 @@ def test_eager_is_the_default_mode(tmp_path: Path) -> None:
     assert rc == 0
     m = RunDir.open(tmp_path / "e").read_manifest()
     assert m["workload"]["mode"] == "eager" and "compiled" not in m
+    assert m["step_boundaries"] == {"hooks": 1}
 
 
 def test_compile_with_a_script_is_a_usage_error(tmp_path: Path, capsys) -> None:

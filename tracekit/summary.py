@@ -44,31 +44,48 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
             f"  mode            compiled: {comp.get('cache_implementation')} cache, {how}, "
             f"warm-up {comp.get('compile_s')} s (untimed)"
         )
-    # The unprofiled numbers are what the workload really costs; the profiled ones
-    # are what the trace shows. Print both where we have both.
-    base = unprof if unprof.get("ttft_ns") is not None else prof
-    label = "host timers, without profiler" if base is unprof else "host timers, profiled"
-    lines += [
-        f"  TTFT            {_ms(base.get('ttft_ns'))}  ({label}; profiled {_ms(prof.get('ttft_ns'))})",
-        f"  TPOT            {_ms(base.get('tpot_ns'))}  ({label}; profiled {_ms(prof.get('tpot_ns'))})",
-        f"  prefill         {_rate(base.get('prefill_tok_s'))}",
-        f"  decode          {_rate(base.get('decode_tok_s'))}",
-        f"  prefill share   {_pct(None if base.get('prefill_share') is None else 100 * base['prefill_share'])}"
-        " of request time",
-    ]
+    # Three clocks, never mixed up on one line: host timers without the profiler (what the
+    # workload really costs), the same requests on CUDA events (a check of those host timers),
+    # and host timers while the profiler ran (the run the trace shows, slower by its overhead).
     events = (t.get("unprofiled") or {}).get("cuda_events") or {}
-    if events.get("aggregate", {}).get("ttft_ns") is not None:
-        ea = events["aggregate"]
+    ea = events.get("aggregate") or {}
+    has_unprof = unprof.get("ttft_ns") is not None
+    base = unprof if has_unprof else prof
+    src = "host timers, no profiler" if has_unprof else "host timers, under the profiler"
+
+    def latency(key: str) -> str:
+        parts = [f"{_ms(base.get(key))} {src}"]
+        if ea.get(key) is not None:
+            parts.append(f"CUDA events {_ms(ea.get(key))}")
+        if has_unprof and prof.get(key) is not None:
+            parts.append(f"profiled {_ms(prof.get(key))}")
+        return " | ".join(parts)
+
+    short = "no profiler" if has_unprof else "under the profiler"
+    share = None if base.get("prefill_share") is None else 100 * base["prefill_share"]
+    lines += [
+        f"  TTFT            {latency('ttft_ns')}",
+        f"  TPOT            {latency('tpot_ns')}",
+        f"  prefill         {_rate(base.get('prefill_tok_s'))}  (host timers, {short})",
+        f"  decode          {_rate(base.get('decode_tok_s'))}  (host timers, {short})",
+        f"  prefill share   {_pct(share)} of request time (host timers, {short})",
+    ]
+    if ea.get("ttft_ns") is not None:
         d = events.get("host_minus_events_pct") or {}
-        # The same unprofiled requests on the device's clock: an independent check of the host timers.
         lines.append(
-            f"  CUDA events     TTFT {_ms(ea.get('ttft_ns'))}, TPOT {_ms(ea.get('tpot_ns'))}  "
-            f"(same requests; host timers {_pct(d.get('ttft_pct'), True)} / {_pct(d.get('tpot_pct'), True)})"
+            f"  host vs events  TTFT {_pct(d.get('ttft_pct'), True)}, TPOT {_pct(d.get('tpot_pct'), True)}  "
+            "(same unprofiled requests: host timers minus CUDA events)"
         )
     if over:
         lines.append(
-            f"  profiler cost   e2e {_pct(over.get('e2e_pct'), True)}, TTFT {_pct(over.get('ttft_pct'), True)}, "
-            f"TPOT {_pct(over.get('tpot_pct'), True)}"
+            f"  profiler cost   TTFT {_pct(over.get('ttft_pct'), True)}, TPOT {_pct(over.get('tpot_pct'), True)}, "
+            f"e2e {_pct(over.get('e2e_pct'), True)}  (profiled vs unprofiled host timers: the traced run is slower)"
+        )
+    sources = manifest.get("step_boundaries") or {}
+    if sources.get("streamer"):
+        lines.append(
+            "  steps           token to token (streamer: no hooks inside the compiled forward), "
+            "not the forward alone"
         )
     nvml = manifest.get("nvml") or {}
     if nvml.get("available"):

@@ -315,3 +315,39 @@ def test_pieces_read_in_parallel_give_the_same_tables(corpus_dir: Path, tmp_path
             assert one[t].num_rows == many[t].num_rows and one[t].schema == many[t].schema, (f, t)
             assert sorted(map(repr, one[t].to_pylist())) == sorted(map(repr, many[t].to_pylist())), (f, t)
     assert "a}, {b" in many["other_events"]["name"].to_pylist()
+
+
+def test_staged_tables_equal_direct_queries_and_drop_the_events_table(tmp_path: Path) -> None:
+    # GIVEN the events of a trace with every table populated (counters and memory added)
+    import tracekit.ingest_sql as sql
+    from tracekit.ingest import Counts, _count
+
+    doc = _trace()
+    doc["traceEvents"] += [
+        {"ph": "C", "name": "mem", "pid": 0, "tid": 0, "ts": 5, "args": {"used": 3}},
+        {"ph": "i", "name": "[memory]", "pid": 0, "tid": 0, "ts": 6, "args": {"Bytes": 8, "Addr": 1}},
+    ]
+    f = _write(tmp_path / "t.json.gz", doc)
+    (tmp_path / "w").mkdir()
+    b, _ = sql.open_events(f, tmp_path / "w")
+    counts = Counts()
+    _count(b, counts)
+    names = [n for n in TABLES_OUT if counts.events_by_table.get(n, 0)]
+    assert {"counters", "memory", "gpu_activity", "cpu_ops"} <= set(names)
+    direct: dict[str, Any] = {n: b.counter_rows() if n == "counters" else b.table(n) for n in names}
+    # WHEN the tables are staged inside DuckDB
+    b.stage(names)
+    # THEN the events table is gone, and each table fetched after it is the same and its copy dropped
+    left = {r[0] for r in b.rows("SELECT table_name FROM duckdb_tables()")}
+    assert "ev" not in left and "flows" not in left and {f"t_{n}" for n in names} == left
+    for n in names:
+        if n == "counters":
+            assert b.counter_rows() == direct[n]
+        else:
+            t = b.table(n)
+            assert sorted(map(repr, t.to_pylist())) == sorted(map(repr, direct[n].to_pylist())), n
+            if "ORDER BY" in sql._TABLE_SQL[n]:  # the time order survives staging
+                ts = t["ts_ns"].to_pylist()
+                assert ts == sorted(ts) and len(ts) > 0, n
+    assert b.rows("SELECT count(*) FROM duckdb_tables()")[0][0] == 0
+    b.close()

@@ -284,6 +284,7 @@ def _count(b: TableBuilder, counts: Counts) -> None:
 
 def _build_tables(b: TableBuilder, rank: int, counts: Counts) -> dict[str, pa.Table]:
     out: dict[str, pa.Table] = {}
+    b.stage([name for name in TABLES_OUT if counts.events_by_table.get(name, 0)])
     for name in TABLES_OUT:
         if counts.events_by_table.get(name, 0) == 0:
             out[name] = _schema.empty(name)

@@ -4,7 +4,11 @@ Request windows, in order of trust (``requests.source``): tracekit's own
 ``tracekit.request`` annotations; a caller-named user annotation (e.g. a
 ``record_function`` around ``generate``) or a ``ProfilerStep#N`` window holding
 exactly one prefill, the innermost such; otherwise each prefill starts a new
-request that lasts until the next one (``prefill_boundary``).
+request that lasts until the next one (``prefill_boundary``). Steps no window
+holds before the first window (all steps of a trace with no prefill and no
+request annotation: it starts mid-generation, or an engine ran decode only) are
+split into requests at long idle gaps (``gap``); a long idle gap inside a
+``prefill_boundary`` request splits it too, and is reported (``_gap_windows``).
 
 Definitions (docs/metrics.md has the sources): the first token is available
 when the GPU work of the request's first prefill step has completed (including
@@ -21,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tracekit.analysis.steps import annotation_rows, as_df, request_labels
+from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, request_labels
 
 REQUEST_COLUMNS = [
     "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns",
@@ -34,6 +38,15 @@ PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 # The profiler's own session annotation: it spans whatever ran under ``with profile()``
 # (the caller's timers, synchronisations, start-up), so it is never a request window.
 PROFILER_SESSION = re.compile(r"^PyTorch Profiler \(\d+\)$")
+
+# Gap rule: a new request starts after an idle gap (previous step's end of work to the
+# next step's start) longer than max(GAP_FACTOR x the trace's median inter-step gap,
+# GAP_FLOOR_NS). Inside one generate() the gaps are the host's sampling and input
+# preparation (sub-millisecond); the floor keeps jitter of very fast steps (compiled
+# decode, median gap ~tens of µs) and the profiler's own stalls (0.4-2.2 ms buffer
+# requests on the H200 traces) from ever splitting a request.
+GAP_FACTOR = 10
+GAP_FLOOR_NS = 20_000_000
 
 
 def _done(steps: pd.DataFrame) -> pd.Series:
@@ -128,17 +141,108 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
     for p in loose:
         later = [b for b in boundaries if b > p]
         start = p
-        if first_op is not None and not any(b < p for b in boundaries) and not any(e <= p for _, e, *_ in chosen):
+        if (first_op is not None and not any(b < p for b in boundaries) and not any(e <= p for _, e, *_ in chosen)
+                and not (starts < p).any()):
             # The first request of a trace without request annotations starts with
             # its first host event (a CPU op or runtime call: generate's input
             # handling, the caller's synchronise), not at its first forward pass:
-            # what the caller's own timer around generate() sees.
+            # what the caller's own timer around generate() sees. Not when steps ran
+            # before it (a trace that starts mid-generation): those are an earlier
+            # request's (_gap_windows).
             start = min(p, first_op)
         end_bound = later[0] if later else None
         in_req = steps[(steps["cpu_start_ns"] >= p) & ((steps["cpu_start_ns"] < end_bound) if end_bound else True)]
         end = int(max(in_req["cpu_end_ns"].max(), _done(in_req).max()))
         chosen.append((start, end, f"request-{len(chosen)}", "prefill_boundary", None))
     return sorted(chosen, key=lambda c: c[0])
+
+
+def _busy_end(steps: pd.DataFrame, cpu_ops: Any) -> np.ndarray:
+    """When each step's own work ended (int64 ns), in the order of ``steps``.
+
+    An annotated step ends with its annotation; a ``model_ops`` / ``cuda_graph``
+    step's window runs to the next pass by construction (steps.py), so there its
+    work ends with its last matmul op (the lm_head) or its GPU work / token copy,
+    whichever is later: the window's tail after that is idle.
+    """
+    gpu = steps["gpu_end_ns"].astype("Float64").fillna(-1).to_numpy(dtype=np.int64)
+    tok = (steps["token_ns"].astype("Float64").fillna(-1).to_numpy(dtype=np.int64)
+           if "token_ns" in steps else np.full(len(steps), -1, dtype=np.int64))
+    start = steps["cpu_start_ns"].to_numpy(dtype=np.int64)
+    cend = steps["cpu_end_ns"].astype("Float64").fillna(-1).to_numpy(dtype=np.int64)
+    windowed = steps["source"].astype(str).isin(["model_ops", "cuda_graph"]).to_numpy()
+    ops = as_df(cpu_ops)
+    mm_s = mm_e = np.empty(0, dtype=np.int64)
+    if not ops.empty and "name" in ops:
+        mm = ops[ops["name"].astype(str).isin(MATMUL_OPS)].dropna(subset=["ts_ns"]).sort_values("ts_ns")
+        mm_s = mm["ts_ns"].to_numpy(dtype=np.int64)
+        mm_e = mm_s + mm["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
+    out = np.maximum(np.maximum(gpu, tok), start)
+    for i in np.flatnonzero(windowed):
+        lo, hi = np.searchsorted(mm_s, start[i]), np.searchsorted(mm_s, cend[i]) if cend[i] >= 0 else len(mm_s)
+        if hi > lo:
+            out[i] = max(out[i], int(mm_e[lo:hi].max()))
+    out[~windowed] = np.maximum(out[~windowed], cend[~windowed])
+    return out
+
+
+def _gap_windows(steps: pd.DataFrame, windows: list[tuple[int, int, str, str, Any]], cpu_ops: Any
+                 ) -> tuple[list[tuple[int, int, str, str, Any]], list[str]]:
+    """Requests from idle gaps (source ``gap``), and the splits they make; pure.
+
+    Gaps are measured between consecutive steps of the whole trace (by start):
+    next start − the previous step's end of work (``_busy_end``); a gap longer
+    than max(GAP_FACTOR × their median, GAP_FLOOR_NS) starts a new request.
+    (b) Steps that start before every window (all of them when there is none)
+    become requests split at such gaps. (a) A ``prefill_boundary`` request holding
+    such a gap is split there: the rest becomes a ``gap`` request, and a warning
+    says so (a request without a prefill, or two requests the trace could not
+    tell apart). Annotated and ProfilerStep windows are never split: the caller
+    said where the request is.
+    """
+    order = steps.sort_values("cpu_start_ns", kind="stable")
+    starts = order["cpu_start_ns"].to_numpy(dtype=np.int64)
+    if starts.size < 2:
+        if windows or starts.size == 0:
+            return windows, []
+        return [(int(starts[0]), int(_busy_end(order, cpu_ops)[0]), "request-0", "gap", None)], []
+    ends = _busy_end(order, cpu_ops)
+    gaps = np.maximum(starts[1:] - ends[:-1], 0)
+    median = float(np.median(gaps))
+    thr = max(GAP_FACTOR * median, float(GAP_FLOOR_NS))
+    new_at = set((np.flatnonzero(gaps > thr) + 1).tolist())  # positions that open a request
+    rule = f"> max({GAP_FACTOR} x median gap {median / 1e6:.3f} ms, {GAP_FLOOR_NS / 1e6:g} ms) = {thr / 1e6:.1f} ms"
+
+    def pieces(pos: np.ndarray) -> list[tuple[int, int]]:
+        """(first, last) positions of each run of ``pos`` between gap cuts."""
+        out: list[tuple[int, int]] = []
+        for p in pos.tolist():
+            if not out or p in new_at:
+                out.append((p, p))
+            else:
+                out[-1] = (out[-1][0], p)
+        return out
+
+    warnings: list[str] = []
+    result: list[tuple[int, int, str, str, Any]] = []
+    first = min((w[0] for w in windows), default=None)
+    lead = np.flatnonzero(starts < first) if first is not None else np.arange(starts.size)
+    for k, (a, b) in enumerate(pieces(lead)):
+        result.append((int(starts[a]), int(ends[b]), f"request-{k}", "gap", None))
+    for w in windows:
+        start, end, name, source, label = w
+        pos = np.flatnonzero((starts >= start) & (starts < end))
+        parts = pieces(pos) if source == "prefill_boundary" else []
+        if len(parts) < 2:
+            result.append(w)
+            continue
+        result.append((start, int(ends[parts[0][1]]), name, source, label))
+        for k, (a, b) in enumerate(parts[1:], 1):
+            result.append((int(starts[a]), max(int(ends[b]), end) if k == len(parts) - 1 else int(ends[b]),
+                           f"{name}.{k}", "gap", None))
+            warnings.append(f"request {name}: idle gap of {gaps[a - 1] / 1e6:.1f} ms before its step at "
+                            f"{int(starts[a])} ns ({rule}): split there; {name}.{k} (source gap) has no prefill")
+    return sorted(result, key=lambda c: c[0]), warnings
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -185,7 +289,8 @@ def build(
     warnings: list[str] = []
     if steps.empty:
         return pd.DataFrame(columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
-    windows = _after_profiler_stall(_windows(steps, annotations, cpu_ops, runtime), cpu_ops, runtime, other_events)
+    windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime), cpu_ops)
+    windows = _after_profiler_stall(windows, cpu_ops, runtime, other_events)
     host = _host_timings(manifest)
     has_tracekit_ids = (steps["source"] == "tracekit").all() and steps["request_id"].notna().all()
     rows = []

@@ -223,6 +223,83 @@ def test_no_steps_still_gives_the_gpu_timeline() -> None:
     assert tl["outside_steps"] == 2 and tl["idle_ns"] == tl["span_ns"] - 70 * US
 
 
+# --- requests from idle gaps (requests.GAP_FACTOR / GAP_FLOOR_NS) ------------------------------
+
+MS = 1000 * US
+
+
+def decode_burst(t: Trace, start: int, n: int, kv0: int, every: int = 1 * MS) -> int:
+    """n decode passes (q_len 1), one every ``every`` ns; returns the time after the last."""
+    for i in range(n):
+        t.forward(start + i * every, 1, 1, kv0 + i)
+    return start + n * every
+
+
+def test_decode_only_bursts_split_at_the_long_gap() -> None:
+    # GIVEN a decode-only trace (no prefill, no annotation): 4 steps, a 200 ms idle gap, 3 steps
+    t = Trace()
+    decode_burst(t, 0, 4, 10)
+    decode_burst(t, 4 * MS + 200 * MS, 3, 50)
+    tables = t.tables()
+    before = {k: v.to_pydict() for k, v in tables.items()}
+    # WHEN analysed
+    out = run_passes(tables, DEFAULT_PASSES)
+    # THEN two requests from gaps, holding 4 and 3 steps; the inputs untouched
+    req, st = out["requests"], out["steps"].sort_values("cpu_start_ns")
+    assert list(req["source"]) == ["gap", "gap"]
+    assert list(st["request_id"]) == [0] * 4 + [1] * 3
+    assert list(req["output_tokens"]) == [4, 3]
+    assert req["end_ns"].iloc[0] < req["start_ns"].iloc[1]
+    assert req["e2e_ns"].iloc[0] < 10 * MS  # the idle gap is in neither request
+    assert {k: v.to_pydict() for k, v in tables.items()} == before
+
+
+def test_evenly_spaced_decode_steps_are_one_request() -> None:
+    t = Trace()
+    decode_burst(t, 0, 12, 10, every=30 * MS)  # slow steps, even gaps (~29.9 ms > the 20 ms floor)
+    out = run_passes(t.tables(), DEFAULT_PASSES)
+    req = out["requests"]
+    assert list(req["source"]) == ["gap"] and int(req["output_tokens"].iloc[0]) == 12
+    assert out["steps"]["request_id"].notna().all()
+
+
+def test_gap_below_the_floor_does_not_split() -> None:
+    # 15 ms is > 10 x the ~0.86 ms median gap but under the 20 ms floor: one request
+    t = Trace()
+    decode_burst(t, 0, 4, 10)
+    decode_burst(t, 4 * MS + 15 * MS, 4, 14)
+    out = run_passes(t.tables(), DEFAULT_PASSES)
+    assert list(out["requests"]["source"]) == ["gap"]
+
+
+def test_long_gap_inside_a_prefill_request_splits_it_and_is_reported() -> None:
+    # GIVEN a prefill + 3 decodes, a 300 ms idle gap, 3 more decodes; no annotations
+    t = Trace()
+    end = generate(t, 0, 1, 6, 4)
+    decode_burst(t, end + 300 * MS, 3, 10)
+    out = run_passes(t.tables(), DEFAULT_PASSES)
+    req, st = out["requests"], out["steps"].sort_values("cpu_start_ns")
+    # THEN the prefill request ends before the gap, the rest is a request of its own
+    assert list(req["source"]) == ["prefill_boundary", "gap"]
+    assert list(st["request_id"]) == [0] * 4 + [1] * 3
+    assert (int(req["input_tokens"].iloc[0]), int(req["output_tokens"].iloc[0])) == (6, 4)
+    assert req["end_ns"].iloc[0] < req["start_ns"].iloc[1]
+    split = [w for w in out["warnings"] if "idle gap" in w]
+    assert len(split) == 1 and "split there" in split[0] and "300" in split[0]
+
+
+def test_trace_starting_mid_generation_keeps_the_leading_decodes_apart() -> None:
+    # GIVEN 3 decode steps of a request whose prefill is not in the trace, 100 ms idle, a new request
+    t = Trace()
+    end = decode_burst(t, 0, 3, 40)
+    generate(t, end + 100 * MS, 1, 5, 3)
+    out = run_passes(t.tables(), DEFAULT_PASSES)
+    req, st = out["requests"], out["steps"].sort_values("cpu_start_ns")
+    assert list(req["source"]) == ["gap", "prefill_boundary"]
+    assert list(st["request_id"]) == [0] * 3 + [1] * 3
+    assert int(req["input_tokens"].iloc[1]) == 5
+
+
 # --- the pipeline -------------------------------------------------------------------------
 
 

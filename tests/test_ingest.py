@@ -351,3 +351,29 @@ def test_staged_tables_equal_direct_queries_and_drop_the_events_table(tmp_path: 
                 assert ts == sorted(ts) and len(ts) > 0, n
     assert b.rows("SELECT count(*) FROM duckdb_tables()")[0][0] == 0
     b.close()
+
+
+def test_large_input_path_stages_and_gives_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a trace read normally (small: no staging)
+    import tracekit.ingest as ti
+    import tracekit.ingest_sql as sql
+
+    f = _write(tmp_path / "t.json.gz", _trace())
+    one = read_trace_tables(f)
+    staged: list[list[str]] = []
+    real = sql.TableBuilder.stage
+
+    def spy(self: Any, names: Any) -> None:
+        staged.append(list(names))
+        real(self, names)
+
+    monkeypatch.setattr(sql.TableBuilder, "stage", spy)
+    assert staged == [] and read_trace_tables(f) and staged == []
+    # WHEN it counts as a large input
+    monkeypatch.setattr(ti, "STAGE_BYTES", 0)
+    two = read_trace_tables(f)
+    # THEN it was staged, and every table is the same
+    assert len(staged) == 1 and "gpu_activity" in staged[0]
+    for t in TABLES_OUT:
+        assert one[t].schema == two[t].schema, t
+        assert sorted(map(repr, one[t].to_pylist())) == sorted(map(repr, two[t].to_pylist())), t

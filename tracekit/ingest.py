@@ -282,9 +282,16 @@ def _count(b: TableBuilder, counts: Counts) -> None:
         counts.warnings["correlations filled from ac2g flow events"] += int(filled)
 
 
-def _build_tables(b: TableBuilder, rank: int, counts: Counts) -> dict[str, pa.Table]:
+# Inputs from this many decompressed bytes up have their tables staged inside DuckDB and the events
+# table dropped first (TableBuilder.stage): on a 2 GB trace peak RSS 3.57 -> 2.49-2.52 GB for
+# +7-13% CPU; below it staging only costs (84 MB trace: +0.4 s wall, +0.25 s CPU, no RSS saved).
+STAGE_BYTES = 1 << 30
+
+
+def _build_tables(b: TableBuilder, rank: int, counts: Counts, stage: bool = False) -> dict[str, pa.Table]:
     out: dict[str, pa.Table] = {}
-    b.stage([name for name in TABLES_OUT if counts.events_by_table.get(name, 0)])
+    if stage:
+        b.stage([name for name in TABLES_OUT if counts.events_by_table.get(name, 0)])
     for name in TABLES_OUT:
         if counts.events_by_table.get(name, 0) == 0:
             out[name] = _schema.empty(name)
@@ -333,7 +340,7 @@ def read_file(
             dist = meta.get("distributedInfo")
             trace_rank = dist.get("rank") if isinstance(dist, dict) else None
             final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
-            tables = _build_tables(b, final_rank, counts)
+            tables = _build_tables(b, final_rank, counts, stage=ex.bytes_in >= STAGE_BYTES)
         finally:
             b.close()
     finally:

@@ -16,6 +16,12 @@ Order of a point, and why:
 4. analysis of that trace into phases (compute / memory / idle), when the
    ingest and analysis passes are installed.
 
+One clock, as for a recorded run: the host tables (perf_counter_ns) are shifted
+onto the trace's raw Kineto clock by the ``tracekit.clock_sync`` markers the
+capture emits, then ``tracekit.commands.analyze.ingest_into`` reads the trace
+(adding its baseTimeNanoseconds to every table, keeping any counters), the
+same code path ``tracekit analyze`` takes for a run ``tracekit record`` made.
+
 A failing point (CUDA out of memory at batch 32, a bad shape) is recorded as
 failed with its one-line reason, and the sweep goes on. A model built from a
 preset (random weights) gets its ``max_position_embeddings`` raised to fit the
@@ -189,8 +195,8 @@ def _empty_cache(ctx: SweepContext) -> None:
         torch.cuda.empty_cache()
 
 
-def _host_tables(point: Point, calls: list[Any]) -> tuple[Any, Any]:
-    """requests and steps tables from host timers (source ``host``)."""
+def _host_tables(point: Point, calls: list[Any], offset_ns: int = 0) -> tuple[Any, Any]:
+    """requests and steps tables from host timers (source ``host``), times + ``offset_ns``."""
     req: dict[str, list[Any]] = {k: [] for k in (
         "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns",
         "ttft_ns", "tpot_ns", "e2e_ns", "prefill_share", "source")}  # fmt: skip
@@ -204,8 +210,8 @@ def _host_tables(point: Point, calls: list[Any]) -> tuple[Any, Any]:
         req["batch"].append(r.batch)
         req["input_tokens"].append(r.prompt_tokens)
         req["output_tokens"].append(r.output_tokens)
-        req["start_ns"].append(r.start_ns)
-        req["end_ns"].append(r.end_ns)
+        req["start_ns"].append(r.start_ns + offset_ns)
+        req["end_ns"].append(r.end_ns + offset_ns)
         req["ttft_ns"].append(r.ttft_ns)
         req["tpot_ns"].append(r.tpot_ns)
         req["e2e_ns"].append(r.e2e_ns)
@@ -220,8 +226,8 @@ def _host_tables(point: Point, calls: list[Any]) -> tuple[Any, Any]:
             st["kv_len"].append(s.kv_len)
             st["tokens"].append(s.q_len * r.batch)
             st["source"].append("host")
-            st["cpu_start_ns"].append(s.start_ns)
-            st["cpu_end_ns"].append(s.end_ns)
+            st["cpu_start_ns"].append(s.start_ns + offset_ns)
+            st["cpu_end_ns"].append(s.end_ns + offset_ns)
             sid += 1
     return schema.from_columns("requests", req), schema.from_columns("steps", st)
 
@@ -229,20 +235,20 @@ def _host_tables(point: Point, calls: list[Any]) -> tuple[Any, Any]:
 def _analyse_trace(run: RunDir, warn: list[str]) -> None:
     """Ingest the captured window and run the analysis passes into the phases table.
 
-    The phases table (three-way split) comes from the trace; the steps and
-    requests the passes derive from it are kept as ``trace_steps`` and
-    ``trace_requests``: the host tables stay the source of the latency numbers,
-    because the window covers only a few tokens.
+    The trace is read by ``ingest_into`` (tracekit analyze's own path for a
+    recorded run): every table on one clock, the host tables shifted by the
+    trace's base once, counters kept. The phases table (three-way split) comes
+    from the trace; the steps and requests the passes derive from it are kept as
+    ``trace_steps`` and ``trace_requests``: the host tables stay the source of
+    the latency numbers, because the window covers only a few tokens.
     """
     import pandas as pd
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
-    from tracekit.ingest import read_trace_tables
+    from tracekit.commands.analyze import RAW, ingest_into
 
-    raw = read_trace_tables(run.trace_path)
-    for name, table in raw.items():
-        run.write_table(name, table)
-    tables: dict[str, Any] = dict(raw)
+    ingest_into(run)
+    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     tables["manifest"] = run.read_manifest()
     result = run_passes(tables, DEFAULT_PASSES)
     for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
@@ -252,6 +258,41 @@ def _analyse_trace(run: RunDir, warn: list[str]) -> None:
         table = schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
         run.write_table(dest, table)
     warn.extend(f"analyze: {w}" for w in result.get("warnings", []))
+
+
+def _clock_sync() -> None:
+    """One ``tracekit.clock_sync`` marker carrying the host tables' clock (perf_counter_ns).
+
+    The host is read just before the annotation opens, so each pair can only
+    overstate the offset; chrome_trace.clock_offset takes the minimum.
+    """
+    import torch
+
+    from tracekit.chrome_trace import CLOCK_SYNC
+
+    t = time.perf_counter_ns()
+    with torch.profiler.record_function(f"{CLOCK_SYNC} host_ns={t}"):
+        pass
+
+
+def _host_clock(run: RunDir, warn: list[str]) -> int | None:
+    """trace ns (raw Kineto ts) − host perf_counter_ns from the capture's markers; run.json ``clock``."""
+    from tracekit import chrome_trace
+
+    syncs = chrome_trace.find_clock_syncs(run.trace_path)
+    offset = chrome_trace.clock_offset(syncs)
+    clock: dict[str, Any] = {"trace_clock": "Kineto ts converted to int64 ns", "host_clock": "time.perf_counter_ns",
+                             "clock_syncs": len(syncs)}  # fmt: skip
+    if offset is None:
+        # Without offset_ns ingest_into shifts nothing: the host tables stay on their own clock.
+        clock["source"] = "none: host tables on perf_counter_ns, not the trace clock"
+        warn.append("no tracekit.clock_sync in the capture: host tables are not on the trace clock")
+    else:
+        clock["source"] = "tracekit.clock_sync (minimum offset)"
+        clock["offset_ns"] = offset  # trace_ns = host_ns + offset_ns
+        clock["sync_excess_ns_max"] = max(c.offset_ns for c in syncs) - offset
+    run.update_manifest(clock=clock)
+    return offset
 
 
 def _capture(
@@ -266,7 +307,10 @@ def _capture(
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     t0 = time.perf_counter()
     with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
+        for _ in range(3):  # several pairs: the first after the profiler starts is often late
+            _clock_sync()
         timed_generate(ctx.model, prompt, new_tokens, request_name=point.id)
+        _clock_sync()
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(raw))
@@ -422,6 +466,11 @@ def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[
         window = max(1, min(point.output_tokens, spec.trace_steps - 1))
         data["trace_window"] = {"forwards": window, "prompt_tokens": point.prompt_lengths()[0]}
         data["trace_s"] = round(_capture(ctx, run, point, first_prompt, window, warn), 3)
+        offset = _host_clock(run, warn)
+        if offset is not None:  # the same rows on the raw trace clock; ingest_into adds the base
+            req, steps = _host_tables(point, calls, offset)
+            run.write_table("requests", req)
+            run.write_table("steps", steps)
     # 4. analysis of the window.
     try:
         _analyse_trace(run, warn)

@@ -72,6 +72,33 @@ def test_quick_sweep_summary(quick_sweep):
         assert (run / "tables" / "phases.parquet").is_file()
 
 
+def test_point_tables_are_on_one_clock(quick_sweep):
+    # The host tables (timed repetitions, perf_counter_ns) and the trace's tables
+    # (capture window, Kineto ts + baseTimeNanoseconds) share one clock: ingest_into's.
+    s = pd.read_parquet(quick_sweep / "summary.parquet")
+    for rd in s["run_dir"]:
+        run = quick_sweep / rd
+        m = json.loads((run / "run.json").read_text())
+        clock = m["clock"]
+        assert clock["clock_syncs"] == 4 and clock["base_ns"] > 0, clock
+        host = pd.read_parquet(run / "tables" / "steps.parquet")
+        trace = pd.read_parquet(run / "tables" / "trace_steps.parquet")
+        ops = pd.read_parquet(run / "tables" / "cpu_ops.parquet")
+        assert len(host) and len(trace) and (trace["source"] == "tracekit").all()
+        # the timed repetitions ran before the capture, seconds (not decades) earlier
+        gap_s = (trace["cpu_start_ns"].min() - host["cpu_end_ns"].max()) / 1e9
+        assert 0 < gap_s < 60, (rd, gap_s)
+        # the trace's steps sit among its own ops, on the epoch clock of run.json's creation
+        assert ops["ts_ns"].min() <= trace["cpu_start_ns"].min() <= ops["ts_ns"].max()
+        created = pd.Timestamp(m["created_at"]).timestamp()
+        assert abs(host["cpu_start_ns"].min() / 1e9 - created) < 600, rd
+        req = pd.read_parquet(run / "tables" / "requests.parquet")
+        assert (req["start_ns"] <= req["end_ns"]).all() and req["end_ns"].max() < trace["cpu_start_ns"].min()
+        # counters (none from NVML on CPU) would be on the same clock: ingest_into keeps and shifts them
+        counters = pd.read_parquet(run / "tables" / "counters.parquet")
+        assert counters.empty or abs(counters["ts_ns"].min() / 1e9 - created) < 600
+
+
 def test_quick_sweep_report_and_plots(quick_sweep):
     md = (quick_sweep / "report.md").read_text()
     html = (quick_sweep / "report.html").read_text()

@@ -79,7 +79,8 @@ def ingest_into(run: RunDir) -> None:
     ``ts`` clock (run.json ``clock.offset_ns``), so they are shifted by the trace's
     base first, once (``clock.base_ns`` records it). The recorder's counters
     (NVML/GPM samples) are kept; the trace's own counter events are added beside
-    them with source ``kineto``, never in their place.
+    them with source ``kineto``, never in their place. A sweep point takes the same
+    path (collectors/sweep_runner.py): its host tables carry ``clock.offset_ns`` too.
     """
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -110,6 +110,12 @@ def ingest_into(run: RunDir) -> None:
             own = recorded["counters"]
             if "source" in own.column_names:  # a re-ingest: drop the trace rows added last time
                 own = own.filter(pc.fill_null(pc.not_equal(own.column("source").cast(pa.string()), "kineto"), True))
+            # The merged trace carries tracekit's own counter tracks (pid >= TRACEKIT_PID): the same
+            # samples the recorder wrote, so keep only the trace's other counters beside them.
+            from tracekit.tracks import TRACEKIT_PID
+
+            dev = table.column("device")
+            table = table.filter(pc.fill_null(pc.less(dev, pa.scalar(TRACEKIT_PID, dev.type)), True))
             table = pa.concat_tables([schema.conform("counters", own), schema.conform("counters", table)],
                                      promote_options="permissive")
         run.write_table(name, table)

@@ -185,8 +185,9 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
 def _cuda(device: str) -> bool:
     if device == "cpu":
         return False
-    try:
-        import torch
+    from tracekit.collectors.workload import cuda_available
+
+    try:  # torch is touched only in collectors/ (and may be absent on an analysis-only install)
+        return cuda_available()
     except ImportError:
         return False
-    return bool(torch.cuda.is_available())

@@ -314,9 +314,7 @@ class GenerationTracker:
         rec = self._open_step
         if rec is None:
             return
-        if self._step_rf is not None:
-            self._step_rf.__exit__(None, None, None)
-            self._step_rf = None
+        self._exit_step_annotation()
         self._open_step = None
         if self.steps and self.steps[-1] is rec:
             self.steps.pop()
@@ -334,6 +332,11 @@ class GenerationTracker:
             )
             self._step_rf.__enter__()
 
+    def _exit_step_annotation(self) -> None:
+        if self._step_rf is not None:
+            self._step_rf.__exit__(None, None, None)
+            self._step_rf = None
+
     def _post_forward(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         self._close_step()
 
@@ -341,9 +344,7 @@ class GenerationTracker:
         rec = self._open_step
         if rec is None:
             return
-        if self._step_rf is not None:
-            self._step_rf.__exit__(None, None, None)
-            self._step_rf = None
+        self._exit_step_annotation()
         rec.cpu_end_ns = self.clock()
         self._open_step = None
         if self.on_step_end is not None:

@@ -1,35 +1,52 @@
 """Does sampling NVML at 100 Hz slow generation down? Interleaved blocks, pooled token times, bootstrap CI.
 
-    python3 benchmarks/overhead.py [--out DIR] [--compiled]   # GPU: TinyLlama-1.1B shape, fp16
-    python3 benchmarks/overhead.py --tiny                     # CPU smoke run, a few-MB Llama
+    python3 benchmarks/overhead.py [--out DIR] [--compiled] [--no-eager]   # GPU: TinyLlama-1.1B shape, fp16
+    python3 benchmarks/overhead.py --arms off_a,on,null,off_b --pin-main 0-5 --pin-sampler 15
+    python3 benchmarks/overhead.py --tiny                                # CPU smoke run, a few-MB Llama
 
 Why this design: the first version (7 ABBA runs per arm, median TPOT per run)
 could not resolve 1% on the H200: eager decode there varied 46-56% between
 runs of one arm (2026-11-29). So this one:
 
-* three arms, ``off_a`` (no sampler), ``on`` (tracekit's NvmlSampler at 100 Hz)
-  and ``off_b`` (no sampler again), in many short blocks (default 24 per arm of
-  32 tokens each), interleaved in a rotating order (off_a, on, off_b / on,
-  off_b, off_a / ...), so slow drift and position effects hit every arm alike;
+* arms in many short blocks (default 24 per arm of 32 tokens each), one block
+  of every arm per round, the order rotated round by round (a Latin square),
+  so slow drift and position effects hit every arm alike. The default arms are
+  ``off_a`` (no sampler), ``on`` (tracekit's NvmlSampler at 100 Hz, as
+  ``tracekit record`` starts it) and ``off_b`` (no sampler again). Optional
+  control arms: ``null`` (the same sampler process and loops with an NVML
+  stand-in that never calls the driver: is a cost the process's or NVML's?)
+  and ``fast`` (the sampler without GPM, energy and PCIe: the cheap reads only);
 * the statistic is the median of every inter-token time of an arm, pooled over
   its blocks (a block's first token, which includes prefill, is left out);
-* a 95% CI of the ratio of medians on/off_a by a cluster bootstrap (resample
-  whole blocks, since tokens of one block are correlated);
+* a 95% CI of the ratio of medians arm/off_a by a cluster bootstrap that
+  resamples whole rounds (the blocks of one round ran within a second or two of
+  each other, so drift between rounds cancels in the ratio; resampling each
+  arm's blocks independently, as the first version did and the JSON still
+  reports as ``unpaired``, counts that drift as noise);
 * an A/A comparison, off_b/off_a, with the same method: the noise floor. If
   the A/A interval is wider than the limit, the benchmark cannot resolve it on
   this machine, and the verdict says so instead of claiming a result.
 
 Verdict (limit L, default 1%): "within" if the on/off_a CI lies inside
-[1 - L, 1 + L]; "exceeded" if it lies wholly above 1 + L; otherwise "not
-resolved". ``--compiled`` adds the same experiment on decode with a static KV
-cache and torch.compile (reduce-overhead: CUDA graphs), as
-``tracekit.collectors.compiled`` sets it up, where host noise is lower.
+[1 - L, 1 + L]; "exceeded" if it lies wholly above 1 + L and above the A/A
+CI; otherwise "not resolved". ``--compiled`` adds the same experiment on
+decode with a static KV cache and torch.compile (reduce-overhead: CUDA
+graphs), as ``tracekit.collectors.compiled`` sets it up, where host noise is
+lower; ``--no-eager`` runs only that one.
+
+Host noise: ``--pin-main CPUS`` pins this process (before torch starts any
+thread, so all inherit it) and ``--pin-sampler CPUS`` the sampler's child
+process, e.g. ``--pin-main 0-5 --pin-sampler 15``. For each block the main
+thread's CPU time, its run-queue wait (/proc/thread-self/schedstat) and its
+context switches and page faults are recorded, per token, so a slowdown can be
+told apart: more CPU per token (the thread itself does more or waits spinning),
+more run-queue wait (it lost its core), more faults (memory).
 
 The sampler runs in its own process (tracekit.collectors.nvml), started before
-and stopped after each "on" block; the token clock is a streamer noting when
+and stopped after each sampled block; the token clock is a streamer noting when
 Transformers hands each token to the host (after its device-to-host copy).
-On the H200 the default run should take about 1 minute eager, plus about a
-minute with --compiled (estimates). --out DIR writes DIR/overhead.json.
+``--max-seconds`` ends an experiment after the round that passes it (the
+result says how many rounds ran). --out DIR writes DIR/overhead.json.
 """
 
 from __future__ import annotations
@@ -37,6 +54,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -44,7 +62,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-ARMS = ("off_a", "on", "off_b")
+ARMS = ("off_a", "on", "off_b")  # the default arms
+# arm -> how its sampler is made (None: no sampler). "on" is what `tracekit record` starts.
+ARM_SAMPLERS: dict[str, dict[str, Any] | None] = {
+    "off_a": None,
+    "off_b": None,
+    "on": {},
+    "null": {"nvml": "tracekit.collectors.nvml_sampling:NullNvml", "gpm": False},
+    "fast": {"exclude": ("energy", "pcie_tx", "pcie_rx"), "gpm": False},
+}
 
 TINYLLAMA: dict[str, Any] = dict(
     hidden_size=2048,
@@ -113,11 +139,57 @@ def build_model(tiny: bool, device: str, dtype_name: str) -> Any:
     return model.eval()
 
 
+class HostStats:
+    """The main thread's CPU time, run-queue wait, context switches and page faults, as a snapshot."""
+
+    FIELDS = ("cpu_ns", "runq_wait_ns", "invol_switches", "vol_switches", "minor_faults")
+
+    @staticmethod
+    def snapshot() -> dict[str, int | None]:
+        import resource
+
+        out: dict[str, int | None] = {"cpu_ns": time.thread_time_ns(), "runq_wait_ns": None}
+        try:  # "time on CPU, time waiting on a run queue, timeslices" in ns (Linux, schedstats)
+            with open("/proc/thread-self/schedstat") as f:
+                out["runq_wait_ns"] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+        who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+        ru = resource.getrusage(who)
+        out.update(invol_switches=ru.ru_nivcsw, vol_switches=ru.ru_nvcsw, minor_faults=ru.ru_minflt)
+        return out
+
+    @staticmethod
+    def delta(a: dict[str, int | None], b: dict[str, int | None]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for k in HostStats.FIELDS:
+            x, y = a.get(k), b.get(k)
+            out[k] = None if x is None or y is None else y - x
+        return out
+
+
 def generate_block(model: Any, input_ids: Any, new_tokens: int) -> list[float]:
     """One forced-length generation; the inter-token times in seconds (first token excluded)."""
+    return generate_block_stats(model, input_ids, new_tokens)[0]
+
+
+def generate_block_stats(
+    model: Any, input_ids: Any, new_tokens: int
+) -> tuple[list[float], dict[str, int | None]]:
+    """``generate_block`` plus the main thread's host statistics over the decode tokens."""
     import torch
 
     clock = TokenClock()
+    # The statistics cover the same span as the inter-token times: first token to last.
+    marks: list[dict[str, int | None]] = []
+    put = clock.put
+
+    def put_and_mark(value: Any) -> None:
+        put(value)
+        if len(clock.times) == 1 and not marks:
+            marks.append(HostStats.snapshot())
+
+    clock.put = put_and_mark  # type: ignore[method-assign]
     with torch.inference_mode():
         model.generate(
             input_ids=input_ids,
@@ -128,27 +200,35 @@ def generate_block(model: Any, input_ids: Any, new_tokens: int) -> list[float]:
             pad_token_id=0,
             streamer=clock,
         )
+    end = HostStats.snapshot()
     if len(clock.times) != new_tokens:
         raise RuntimeError(f"expected {new_tokens} tokens, streamer saw {len(clock.times)}")
     t = clock.times
-    return [(b - a) / 1e9 for a, b in itertools.pairwise(t)]
+    return [(b - a) / 1e9 for a, b in itertools.pairwise(t)], HostStats.delta(marks[0], end)
 
 
-def block_order(rounds: int) -> list[str]:
+def block_order(rounds: int, arms: tuple[str, ...] = ARMS) -> list[str]:
     """Each round runs every arm once, the order rotated round by round (a Latin square)."""
     out: list[str] = []
     for r in range(rounds):
-        k = r % len(ARMS)
-        out.extend(ARMS[k:] + ARMS[:k])
+        k = r % len(arms)
+        out.extend(arms[k:] + arms[:k])
     return out
 
 
 def bootstrap_ratio(
-    num: list[list[float]], den: list[list[float]], reps: int, seed: int
+    num: list[list[float]], den: list[list[float]], reps: int, seed: int, *, paired: bool = False
 ) -> tuple[float, float, float]:
-    """Ratio of pooled medians num/den and its 95% cluster-bootstrap CI (blocks resampled)."""
+    """Ratio of pooled medians num/den and its 95% cluster-bootstrap CI.
+
+    ``paired=False`` resamples each side's blocks independently; ``paired=True`` resamples rounds:
+    block i of ``num`` and block i of ``den`` (same round) stay together, so drift between rounds,
+    which both share, does not widen the interval.
+    """
     import numpy as np
 
+    if paired and len(num) != len(den):
+        raise ValueError(f"paired bootstrap needs one block per round on each side: {len(num)} vs {len(den)}")
     rng = np.random.default_rng(seed)
     a = [np.asarray(b, dtype=float) for b in num]
     b = [np.asarray(x, dtype=float) for x in den]
@@ -156,7 +236,7 @@ def bootstrap_ratio(
     ratios = np.empty(reps)
     for i in range(reps):
         ia = rng.integers(0, len(a), len(a))
-        ib = rng.integers(0, len(b), len(b))
+        ib = ia if paired else rng.integers(0, len(b), len(b))
         ratios[i] = np.median(np.concatenate([a[j] for j in ia])) / np.median(
             np.concatenate([b[j] for j in ib])
         )
@@ -187,39 +267,90 @@ def final_verdict(on_ci: tuple[float, float], aa_ci: tuple[float, float], limit_
     return v
 
 
+def parse_cpus(text: str) -> tuple[int, ...]:
+    """'0-5,8' -> (0, 1, 2, 3, 4, 5, 8)."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    if not cpus:
+        raise ValueError(f"no CPUs in {text!r}")
+    return tuple(sorted(cpus))
+
+
+def make_sampler(arm: str, args: argparse.Namespace, device_index: int) -> Any:
+    from tracekit.collectors.nvml import NvmlSampler
+
+    spec = dict(ARM_SAMPLERS[arm] or {})
+    if arm == "on":  # --no-gpm / --exclude shape the main arm only; the controls are fixed
+        spec = {"gpm": not args.no_gpm, "exclude": tuple(args.exclude)}
+    # for_torch_device: the NVML index of torch's device, through CUDA_VISIBLE_DEVICES.
+    return NvmlSampler.for_torch_device(
+        device_index, interval_s=args.interval, cpu_affinity=args.pin_sampler, **spec
+    )
+
+
+def _per_token(stats: list[dict[str, int | None]], tokens: int) -> dict[str, float | None]:
+    """Median over blocks of each host statistic per inter-token interval."""
+    out: dict[str, float | None] = {}
+    for k in HostStats.FIELDS:
+        vals = [s[k] for s in stats if s.get(k) is not None]
+        out[k] = statistics.median(v / tokens for v in vals if v is not None) if vals else None
+    return out
+
+
 def run_experiment(
     model: Any, input_ids: Any, args: argparse.Namespace, device_index: int, label: str
 ) -> dict[str, Any]:
-    from tracekit.collectors.nvml import NvmlSampler
-
-    blocks: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
-    statuses: list[dict[str, Any]] = []
+    arms: tuple[str, ...] = tuple(args.arms)
+    blocks: dict[str, list[list[float]]] = {arm: [] for arm in arms}
+    host: dict[str, list[dict[str, int | None]]] = {arm: [] for arm in arms}
+    statuses: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms if ARM_SAMPLERS[arm] is not None}
+    order: list[str] = []
     t0 = time.perf_counter()
-    for arm in block_order(args.blocks):
-        if arm != "on":
-            blocks[arm].append(generate_block(model, input_ids, args.new_tokens))
-            continue
-        # for_torch_device: the NVML index of torch's device, through CUDA_VISIBLE_DEVICES.
-        sampler = NvmlSampler.for_torch_device(
-            device_index, interval_s=args.interval, gpm=not args.no_gpm, exclude=tuple(args.exclude)
-        )
-        sampler.start()  # returns once the child samples: its start-up is outside the block
-        try:
-            blocks["on"].append(generate_block(model, input_ids, args.new_tokens))
-        finally:
-            sampler.stop()
-        statuses.append(sampler.status())
+    rounds = 0
+    for rnd in range(args.blocks):
+        if args.max_seconds is not None and time.perf_counter() - t0 > args.max_seconds and rounds >= 2:
+            break
+        for arm in block_order(rnd + 1, arms)[rnd * len(arms) :]:
+            order.append(arm)
+            if ARM_SAMPLERS[arm] is None:
+                times, hs = generate_block_stats(model, input_ids, args.new_tokens)
+            else:
+                sampler = make_sampler(arm, args, device_index)
+                sampler.start()  # returns once the child samples: its start-up is outside the block
+                try:
+                    times, hs = generate_block_stats(model, input_ids, args.new_tokens)
+                finally:
+                    sampler.stop()
+                statuses[arm].append(sampler.status())
+            blocks[arm].append(times)
+            host[arm].append(hs)
+        rounds += 1
     seconds = time.perf_counter() - t0
 
-    med = {arm: statistics.median([x for b in blocks[arm] for x in b]) for arm in ARMS}
-    r_on, lo_on, hi_on = bootstrap_ratio(blocks["on"], blocks["off_a"], args.bootstrap, 1)
-    r_aa, lo_aa, hi_aa = bootstrap_ratio(blocks["off_b"], blocks["off_a"], args.bootstrap, 2)
-    v_aa = verdict(lo_aa, hi_aa, args.limit_pct)
-    v_on = final_verdict((lo_on, hi_on), (lo_aa, hi_aa), args.limit_pct)
+    med = {arm: statistics.median([x for b in blocks[arm] for x in b]) for arm in arms}
+    ratios: dict[str, dict[str, Any]] = {}
+    for i, arm in enumerate(a for a in arms if a != "off_a"):
+        p, lo, hi = bootstrap_ratio(blocks[arm], blocks["off_a"], args.bootstrap, 1 + i, paired=True)
+        _, ulo, uhi = bootstrap_ratio(blocks[arm], blocks["off_a"], args.bootstrap, 101 + i)
+        ratios[arm] = {"point": p, "ci95": [lo, hi], "ci95_unpaired": [ulo, uhi]}
+    r_on, (lo_on, hi_on) = ratios["on"]["point"], ratios["on"]["ci95"]
+    aa = ratios.get("off_b")
+    lo_aa, hi_aa = aa["ci95"] if aa else (float("nan"), float("nan"))
+    v_aa = verdict(lo_aa, hi_aa, args.limit_pct) if aa else "no A/A arm"
+    v_on = final_verdict((lo_on, hi_on), (lo_aa, hi_aa), args.limit_pct) if aa else "not resolved"
+    for arm, r in ratios.items():
+        r["verdict"] = v_on if arm == "on" else verdict(r["ci95"][0], r["ci95"][1], args.limit_pct)
     if v_on == "within":
         text = f"sampling moves TPOT by at most {args.limit_pct}% (95% CI inside the limit)"
     elif v_on == "exceeded":
-        text = f"sampling slows TPOT by more than {args.limit_pct}% (95% CI above the limit)"
+        text = f"sampling slows TPOT by more than {args.limit_pct}% (95% CI above the limit and the A/A CI)"
+    elif not aa:
+        text = "not resolved: no A/A arm (off_b) to tell the noise floor"
     elif lo_on > 1 + args.limit_pct / 100:
         text = (
             f"not resolved: the on/off CI is above +{args.limit_pct}% but overlaps the A/A noise floor "
@@ -229,33 +360,48 @@ def run_experiment(
         text = f"not resolved: the A/A noise floor (off_b/off_a CI) is wider than ±{args.limit_pct}% here"
     else:
         text = f"not resolved: the on/off CI straddles ±{args.limit_pct}% although A/A is within it"
-    st = statuses[-1] if statuses else {}
+    on_status = statuses.get("on", [])
+    st = on_status[-1] if on_status else {}
 
-    def mean_of(key: str) -> float | None:
-        vals = [s[key] for s in statuses if s.get(key) is not None]
+    def mean_of(key: str, arm: str = "on") -> float | None:
+        vals = [s[key] for s in statuses.get(arm, []) if s.get(key) is not None]
         return statistics.fmean(vals) if vals else None
 
+    tokens = args.new_tokens - 1
     return {
         "label": label,
-        "blocks_per_arm": args.blocks,
+        "arms": list(arms),
+        "blocks_per_arm": rounds,
+        "blocks_requested": args.blocks,
         "tokens_per_block": args.new_tokens,
         "seconds": seconds,
+        "pin_main": sorted(os.sched_getaffinity(0)) if args.pin_main else None,
+        "pin_sampler": list(args.pin_sampler) if args.pin_sampler else None,
+        "order": order,
         "median_token_s": med,
-        "per_block_median_s": {arm: [statistics.median(b) for b in blocks[arm]] for arm in ARMS},
+        "per_block_median_s": {arm: [statistics.median(b) for b in blocks[arm]] for arm in arms},
+        "host_per_token": {arm: _per_token(host[arm], tokens) for arm in arms},
+        "host_per_block": host,
+        "ratios": ratios,
         "ratio_on_off": {"point": r_on, "ci95": [lo_on, hi_on], "verdict": v_on},
-        "ratio_aa": {"point": r_aa, "ci95": [lo_aa, hi_aa], "verdict": v_aa},
+        "ratio_aa": (
+            {"point": aa["point"], "ci95": [lo_aa, hi_aa], "verdict": v_aa} if aa else {"verdict": v_aa}
+        ),
+        "ci_method": "cluster bootstrap over rounds (paired), 95% percentile interval",
         "verdict": v_on,
         "verdict_text": text,
         "nvml_available": st.get("available"),
         "nvml_reason": st.get("reason"),
         "sampler_mode": st.get("mode"),
         "gpm_supported": st.get("gpm_supported"),
+        "sampler_cpu_affinity": st.get("cpu_affinity"),
         "sampler_rate_hz_mean": mean_of("rate_hz"),
         "sampler_tick_us_mean": mean_of("tick_us_mean"),
         "sampler_tick_cpu_us_mean": mean_of("tick_cpu_us_mean"),
         "sampler_slow_tick_us_mean": mean_of("slow_tick_us_mean"),
         "sampler_process_start_ms_mean": mean_of("process_start_ms"),
         "sampler_status_last": st,
+        "control_status_last": {arm: sts[-1] for arm, sts in statuses.items() if arm != "on" and sts},
     }
 
 
@@ -265,24 +411,40 @@ def _num(value: Any, fmt: str) -> str:
 
 def print_experiment(res: dict[str, Any], limit_pct: float) -> None:
     med = res["median_token_s"]
+    arms = res.get("arms", list(ARMS))
+    pins = f", main on CPUs {res['pin_main']}" if res.get("pin_main") else ""
+    pins += f", sampler on CPUs {res['pin_sampler']}" if res.get("pin_sampler") else ""
     print(
         f"[{res['label']}] {res['blocks_per_arm']} blocks x {res['tokens_per_block']} tokens per arm, "
-        f"{res['seconds']:.1f} s"
+        f"{res['seconds']:.1f} s{pins}"
     )
-    print("  median time per token: " + "  ".join(f"{arm} {med[arm] * 1e3:.3f} ms" for arm in ARMS))
-    for key, name in (("ratio_on_off", "on/off_a"), ("ratio_aa", "A/A off_b/off_a")):
-        r = res[key]
+    print("  median time per token: " + "  ".join(f"{arm} {med[arm] * 1e3:.3f} ms" for arm in arms))
+    for arm, r in res["ratios"].items():
         lo, hi = r["ci95"]
+        name = "A/A off_b/off_a" if arm == "off_b" else f"{arm}/off_a"
         print(
-            f"  {name:16s} {r['point']:.4f}  95% CI [{lo:.4f}, {hi:.4f}]  "
+            f"  {name:16s} {r['point']:.4f}  95% CI [{lo:.4f}, {hi:.4f}] "
+            f"(unpaired [{r['ci95_unpaired'][0]:.4f}, {r['ci95_unpaired'][1]:.4f}])  "
             f"({(r['point'] - 1) * 100:+.2f}%; ±{limit_pct}%: {r['verdict']})"
         )
     print(f"  verdict: {res['verdict_text']}")
+    hp = res["host_per_token"]
+    print(
+        "  main thread per token (median over blocks): CPU µs / run-queue wait µs / invol. switches / faults"
+    )
+    for arm in arms:
+        h = hp[arm]
+        print(
+            f"    {arm:6s} {_num(h['cpu_ns'] and h['cpu_ns'] / 1e3, '.0f')} / "
+            f"{_num(h['runq_wait_ns'] and h['runq_wait_ns'] / 1e3, '.1f')} / "
+            f"{_num(h['invol_switches'], '.3f')} / {_num(h['minor_faults'], '.2f')}"
+        )
     if res["nvml_available"]:
         print(
-            f"  sampler ({res['sampler_mode']}): {res['sampler_rate_hz_mean']:.1f} Hz, fast tick "
-            f"{res['sampler_tick_us_mean']:.1f} µs wall / {res['sampler_tick_cpu_us_mean']:.1f} µs CPU, "
-            f"slow tick {_num(res['sampler_slow_tick_us_mean'], '.0f')} µs (none: no slow loop), "
+            f"  sampler ({res['sampler_mode']}, CPUs {res['sampler_cpu_affinity']}): "
+            f"{_num(res['sampler_rate_hz_mean'], '.1f')} Hz, fast tick "
+            f"{_num(res['sampler_tick_us_mean'], '.1f')} µs wall / {_num(res['sampler_tick_cpu_us_mean'], '.1f')} µs CPU, "
+            f"slow tick {_num(res['sampler_slow_tick_us_mean'], '.0f')} µs (-: no slow loop), "
             f"start {_num(res['sampler_process_start_ms_mean'], '.0f')} ms"
         )
     else:
@@ -296,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dtype", default=None, choices=["fp16", "bf16", "fp32"], help="default: fp16 on GPU, fp32 on CPU"
     )
-    ap.add_argument("--blocks", type=int, default=24, help="blocks per arm")
+    ap.add_argument("--blocks", type=int, default=24, help="blocks per arm (rounds)")
+    ap.add_argument("--max-seconds", type=float, default=None, help="end an experiment after this much")
     ap.add_argument("--warmup", type=int, default=2, help="untimed blocks before each experiment")
     ap.add_argument("--new-tokens", type=int, default=32, help="tokens per block")
     ap.add_argument("--prompt-tokens", type=int, default=32)
@@ -304,19 +467,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-pct", type=float, default=1.0, help="the claim: TPOT moves by at most this much")
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("--compiled", action="store_true", help="also run on static cache + torch.compile decode")
+    ap.add_argument("--no-eager", action="store_true", help="skip the eager experiment (with --compiled)")
+    ap.add_argument(
+        "--arms",
+        type=lambda s: [a for a in s.split(",") if a],
+        default=list(ARMS),
+        help=f"comma-separated arms among {', '.join(ARM_SAMPLERS)}; off_a and on are required",
+    )
+    ap.add_argument("--pin-main", type=parse_cpus, default=None, help="CPUs for this process, e.g. 0-5")
+    ap.add_argument("--pin-sampler", type=parse_cpus, default=None, help="CPUs for the sampler process")
     ap.add_argument("--out", type=Path, default=None, help="directory for overhead.json")
-    ap.add_argument("--no-gpm", action="store_true", help="sampler without GPM (isolates its cost)")
+    ap.add_argument("--no-gpm", action="store_true", help="'on' arm without GPM (isolates its cost)")
     ap.add_argument(
         "--exclude",
         type=lambda s: [m for m in s.split(",") if m],
         default=[],
-        help="comma-separated metrics the sampler leaves out, e.g. pcie_tx,pcie_rx,energy",
+        help="comma-separated metrics the 'on' arm leaves out, e.g. pcie_tx,pcie_rx,energy",
     )
     args = ap.parse_args(argv)
     if args.new_tokens < 3:
         ap.error("--new-tokens must be at least 3 (two inter-token times per block)")
     if args.blocks < 2:
         ap.error("--blocks must be at least 2 (the bootstrap resamples blocks)")
+    unknown = [a for a in args.arms if a not in ARM_SAMPLERS]
+    if unknown or "off_a" not in args.arms or "on" not in args.arms or len(set(args.arms)) != len(args.arms):
+        ap.error(f"--arms: each of {', '.join(ARM_SAMPLERS)} at most once, off_a and on required")
+    if args.no_eager and not args.compiled:
+        ap.error("--no-eager leaves nothing to run without --compiled")
+    if args.pin_main:
+        # Before torch starts its threads: every thread created later inherits the mask.
+        os.sched_setaffinity(0, args.pin_main)
 
     import torch
     import transformers
@@ -333,10 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     device_index = torch.device(device).index or 0
 
     experiments: list[dict[str, Any]] = []
-    for _ in range(args.warmup):
-        generate_block(model, input_ids, args.new_tokens)
-    experiments.append(run_experiment(model, input_ids, args, device_index, "eager"))
-    print_experiment(experiments[-1], args.limit_pct)
+    if not args.no_eager:
+        for _ in range(args.warmup):
+            generate_block(model, input_ids, args.new_tokens)
+        experiments.append(run_experiment(model, input_ids, args, device_index, "eager"))
+        print_experiment(experiments[-1], args.limit_pct)
 
     compiled: dict[str, Any] = {"requested": args.compiled}
     if args.compiled:
@@ -356,9 +537,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[compiled] FAILED: {compiled['error']}")
 
     result = {
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "started": time.strftime(
+            "%Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() - (time.perf_counter() - t_start))
+        ),
         "device": torch.cuda.get_device_name(device_index) if device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "cpus": os.cpu_count(),
         "model": "tiny" if args.tiny else "tinyllama-1.1b-shape",
         "dtype": dtype,
         "prompt_tokens": args.prompt_tokens,

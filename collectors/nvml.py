@@ -106,6 +106,7 @@ class NvmlSampler:
         nvml: Any = None,
         mode: str | None = None,
         exclude: tuple[str, ...] = (),
+        cpu_affinity: tuple[int, ...] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
@@ -125,6 +126,10 @@ class NvmlSampler:
         self.mode = mode
         self._want_gpm = gpm
         self._exclude = tuple(exclude)  # metric names never read (e.g. the 20 ms PCIe calls)
+        if cpu_affinity is not None and mode != "process":
+            raise ValueError("cpu_affinity pins the sampler process: it needs mode='process'")
+        # CPUs the child runs on (None: the parent's, which it inherits).
+        self.cpu_affinity = None if cpu_affinity is None else tuple(sorted(set(cpu_affinity)))
         self._nvml_spec = nvml
         self._state = "new"  # new -> running -> stopped
         self._lock = threading.Lock()
@@ -302,6 +307,7 @@ class NvmlSampler:
             "gpm": self._want_gpm,
             "exclude": list(self._exclude),
             "data_path": self._data_path,
+            "cpu_affinity": None if self.cpu_affinity is None else list(self.cpu_affinity),
         }
         t0 = time.perf_counter()
         stderr_path = os.path.join(self._tmpdir, "stderr.txt")

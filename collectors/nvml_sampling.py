@@ -439,6 +439,79 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class NullNvml:
+    """An NVML stand-in that never calls the driver: every reading is a constant, GPM unsupported.
+
+    For the overhead benchmark's control arm: a sampler child running this
+    (``NvmlSampler(nvml="tracekit.collectors.nvml_sampling:NullNvml")``) has the
+    same process, threads, wake-ups and sample file as the real one, without a
+    single NVML call. A slowdown it shares with the real sampler comes from the
+    process; one it does not, from NVML.
+    """
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+    NVML_TEMPERATURE_GPU = 0
+    NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "none (NullNvml)"
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        return "none (NullNvml)"
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        return "NullNvml (no driver calls)"
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        return _NULL_UTIL
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
+        return _NULL_MEM
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        return 0
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:
+        return 0
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        return 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        return 0
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        return 0
+
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
+        return 0
+
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        return _NULL_NO_GPM
+
+
+class _Values:
+    def __init__(self, **kw: int) -> None:
+        self.__dict__.update(kw)
+
+
+_NULL_UTIL = _Values(gpu=0, memory=0)
+_NULL_MEM = _Values(used=0, total=0, free=0)
+_NULL_NO_GPM = _Values(isSupportedDevice=0)
+
+
 def resolve_nvml(spec: str | None) -> Any:
     """``None``: None (the core imports pynvml). ``"module:attr"``: that object, called if it is a
     class or function (a fake NVML for tests, importable in the child)."""
@@ -456,6 +529,19 @@ def resolve_nvml(spec: str | None) -> Any:
 # --- the child process -----------------------------------------------------------
 
 
+def _set_affinity(cpus: list[int] | None) -> dict[str, Any]:
+    """Pin this process to ``cpus`` (None: leave it); what it runs on, and any error, for status()."""
+    out: dict[str, Any] = {}
+    if cpus is not None:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except (OSError, ValueError) as exc:  # a CPU this machine lacks: sample anyway, say why
+            out["cpu_affinity_error"] = f"sched_setaffinity({sorted(cpus)}): {exc}"
+    with contextlib.suppress(OSError, AttributeError):
+        out["cpu_affinity"] = sorted(os.sched_getaffinity(0))
+    return out
+
+
 def _send(msg: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(msg, default=str) + "\n")
     sys.stdout.flush()
@@ -471,6 +557,9 @@ def child_main(config: dict[str, Any]) -> int:
     # after it has handled the interrupt, so samples up to that point are kept.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
+    # Before any thread starts, so the loops inherit it. A child inherits its parent's CPUs;
+    # pinning it elsewhere keeps its wake-ups off the workload's cores.
+    affinity = _set_affinity(config.get("cpu_affinity"))
     try:
         nvml = resolve_nvml(config.get("nvml"))
     except Exception as exc:
@@ -487,6 +576,7 @@ def child_main(config: dict[str, Any]) -> int:
         exclude=tuple(config.get("exclude", ())),
     )
     core.start()
+    core.info.update(affinity)
     _send({"event": "ready", "status": core.status(), "pid": os.getpid()})
     pending = b""
     try:

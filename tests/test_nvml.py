@@ -596,3 +596,112 @@ def test_for_torch_device_that_cannot_be_mapped_samples_nothing_and_says_why(
     st = sampler.status()
     assert st["available"] is False and "cannot map torch cuda:1" in st["reason"]
     assert table.num_rows == 0
+
+
+# --- pinning the child, and the driver-free control -------------------------------
+
+
+def _allowed_cpus(pid: int) -> set[int]:
+    """The kernel's own record of where a process may run (not what the sampler reports)."""
+    with open(f"/proc/{pid}/status") as f:
+        line = next(x for x in f if x.startswith("Cpus_allowed_list:"))
+    cpus: set[int] = set()
+    for part in line.split(":", 1)[1].strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_cpu_affinity_pins_the_child_and_not_the_parent() -> None:
+    mine = os.sched_getaffinity(0)
+    cpu = max(mine)
+    sampler = NvmlSampler(nvml=FAKE, interval_s=0.01, cpu_affinity=(cpu,))
+    sampler.start()
+    try:
+        proc = sampler._proc
+        assert proc is not None
+        assert _allowed_cpus(proc.pid) == {cpu}
+        time.sleep(0.2)
+    finally:
+        sampler.stop()
+    st = sampler.status()
+    assert st["cpu_affinity"] == [cpu] and "cpu_affinity_error" not in st
+    assert os.sched_getaffinity(0) == mine
+    assert by_metric(sampler.counters())["gpu_util"]  # it sampled while pinned
+    # Unpinned, the child inherits the parent's CPUs.
+    with NvmlSampler(nvml=FAKE, gpm=False) as unpinned:
+        pass
+    assert set(unpinned.status()["cpu_affinity"]) == mine
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_a_cpu_that_does_not_exist_is_reported_and_sampling_goes_on() -> None:
+    with NvmlSampler(nvml=FAKE, interval_s=0.01, cpu_affinity=(100_000,)) as sampler:
+        time.sleep(0.2)
+    st = sampler.status()
+    assert "100000" in st["cpu_affinity_error"]
+    assert set(st["cpu_affinity"]) == os.sched_getaffinity(0)
+    assert by_metric(sampler.counters())["gpu_util"]
+
+
+def test_cpu_affinity_needs_the_process_mode() -> None:
+    with pytest.raises(ValueError, match="mode='process'"):
+        NvmlSampler(nvml=fk.FakeNvml(), cpu_affinity=(0,))
+
+
+def test_null_nvml_runs_the_same_loops_without_a_driver() -> None:
+    spec = "tracekit.collectors.nvml_sampling:NullNvml"
+    with NvmlSampler(nvml=spec, interval_s=0.01) as sampler:
+        time.sleep(0.4)
+    st = sampler.status()
+    assert st["available"] is True and st["mode"] == "process"
+    assert st["device_name"] == "NullNvml (no driver calls)"
+    assert st["gpm_supported"] is False and st["metrics_failed"] == {}
+    rows = by_metric(sampler.counters())
+    assert set(rows) == set(BASIC + PCIE)
+    assert all(v == 0.0 for r in rows.values() for _, v in r)
+    assert st["ticks"] >= 20 and st["slow_ticks"] >= 2 and len(rows["gpu_util"]) == st["ticks"]
+
+
+def test_overhead_paired_bootstrap_cancels_drift_the_arms_share() -> None:
+    import numpy as np
+
+    ov = _load_script("benchmarks/overhead.py")
+    rng = np.random.default_rng(3)
+    # Each round drifts by up to ±30% (a noisy host), the same for both arms of that round;
+    # the "on" arm is 2% slower in every round.
+    drift = 1 + 0.3 * rng.uniform(-1, 1, 40)
+    off = [list(0.014 * d * (1 + 0.01 * rng.standard_normal(31))) for d in drift]
+    on = [list(0.014 * d * 1.02 * (1 + 0.01 * rng.standard_normal(31))) for d in drift]
+    _, plo, phi = ov.bootstrap_ratio(on, off, 500, 0, paired=True)
+    _, ulo, uhi = ov.bootstrap_ratio(on, off, 500, 0)
+    assert 1.01 < plo < 1.02 < phi < 1.03  # the 2% is found, narrowly
+    assert ulo < 1.0 < uhi and (uhi - ulo) > 5 * (phi - plo)  # independent resampling cannot see it
+    with pytest.raises(ValueError, match="one block per round"):
+        ov.bootstrap_ratio(on, off[:-1], 10, 0, paired=True)
+
+
+def test_overhead_control_arms_and_pinning_on_cpu(tmp_path: Path) -> None:
+    ov = _load_script("benchmarks/overhead.py")
+    cpu = max(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    argv = ["--tiny", "--device", "cpu", "--blocks", "3", "--warmup", "0", "--new-tokens", "4"]
+    argv += ["--arms", "off_a,on,null,fast,off_b", "--pin-sampler", str(cpu), "--bootstrap", "100"]
+    try:
+        assert ov.main([*argv, "--out", str(tmp_path)]) == 0
+    finally:
+        os.sched_setaffinity(0, before)
+    (exp,) = json.loads((tmp_path / "overhead.json").read_text())["experiments"]
+    assert exp["arms"] == ["off_a", "on", "null", "fast", "off_b"]
+    assert sorted(exp["order"][:5]) == sorted(exp["arms"]) and len(exp["order"]) == 15
+    assert set(exp["ratios"]) == {"on", "null", "fast", "off_b"}
+    for arm in exp["arms"]:
+        assert len(exp["per_block_median_s"][arm]) == 3
+        assert exp["host_per_token"][arm]["cpu_ns"] > 0
+    null = exp["control_status_last"]["null"]
+    assert null["device_name"] == "NullNvml (no driver calls)" and null["cpu_affinity"] == [cpu]
+    assert exp["pin_sampler"] == [cpu]
+    with pytest.raises(SystemExit):
+        ov.main(["--tiny", "--arms", "off_a,off_b"])  # no "on" arm: nothing to judge
+    assert ov.parse_cpus("0-2,5") == (0, 1, 2, 5)

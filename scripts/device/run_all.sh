@@ -95,6 +95,17 @@ overhead_compiled)
 tp)
   run tp 400 python3 scripts/device/tp_record.py "$W/tp"
   ;;
+gpu2)  # issue 2's open parts: record --compile on the GPU; sampler overhead, pinned / unpinned / compiled
+  export CUDA_VISIBLE_DEVICES=0
+  { nproc; lscpu; grep -H . /sys/devices/system/cpu/cpu*/topology/thread_siblings_list; uptime; } > "$W/logs/cpu.txt" 2>&1
+  run validate_record 190 python3 scripts/device/validate_record.py "$W/validate"
+  # Main process on CPUs 0-5, sampler child on 15 (disjoint; 15 is no SMT sibling of 0-5 whether
+  # siblings are n/n+8 or 2k/2k+1). Arms: null = same child without NVML calls, fast = cheap reads only.
+  PIN="--pin-main 0-5 --pin-sampler 15"
+  run ov_eager_pinned 140 python3 benchmarks/overhead.py --out "$W/ov_eager_pinned" --blocks 300 --max-seconds 105 --arms off_a,on,null,fast,off_b $PIN
+  run ov_eager_unpinned 90 python3 benchmarks/overhead.py --out "$W/ov_eager_unpinned" --blocks 300 --max-seconds 60 --arms off_a,on,null,off_b
+  run ov_compiled 150 python3 benchmarks/overhead.py --out "$W/ov_compiled" --compiled --no-eager --blocks 300 --max-seconds 90 $PIN
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

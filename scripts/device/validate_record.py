@@ -17,7 +17,10 @@ For shapes smoke and chat with the tinyllama-1.1b preset in fp16 it
      (1 new token for TTFT, N for e2e). Medians over rounds, with min/max, so
      the run-to-run spread of eager decode (14-23 ms/token seen on an H200) is
      visible next to the difference.
-  3. a `tracekit record --compile` smoke run (static cache + torch.compile).
+  3. a `tracekit record --compile` smoke run (static cache + torch.compile, 3 requests):
+     host timers vs CUDA events (the same 5% check A), the steps rows per
+     request (1 prefill + N-1 decode), cudaGraphLaunch calls per recorded
+     request in the trace, and dynamo's graph-break counter over the run.
   4. writes OUT_DIR/validate_record.json and OUT_DIR/runs/<shape>/ (run.json,
      tables/, smoke trace trimmed to <= 2 MB for tests/fixtures/).
 About 2 minutes on an H200.
@@ -38,6 +41,7 @@ SHAPES = {"smoke": 3, "chat": 1}  # shape -> recorded requests (a chat trace is 
 REPS = 5
 TARGET_PCT = 5.0
 FIXTURE_LIMIT = 2 * 1024 * 1024
+COMPILED_REQUESTS = 3
 
 
 def _spread(xs: list[float]) -> dict[str, float]:
@@ -92,6 +96,52 @@ def separate_runs(cfg: Any, model: Any, prompts: list[Any]) -> dict[str, Any]:
         s = out[f"independent_{key}_ns"]
         out[f"spread_{key}_pct"] = 100.0 * (s["max"] - s["min"]) / s["median"]
     return out
+
+
+def _ms(ns: Any) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+def graph_breaks(before: dict[str, int] | None = None) -> dict[str, int]:
+    """Dynamo's graph-break counter (reason -> count), minus ``before``."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    now = {str(k): int(v) for k, v in counters["graph_break"].items()}
+    if before is None:
+        return now
+    return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0)}
+
+
+def compiled_checks(run: Path, output_tokens: int) -> dict[str, Any]:
+    """Steps rows per request (1 prefill + N-1 decode expected) and CUDA-graph launches per recorded request."""
+    from tracekit import chrome_trace, stepnames
+    from tracekit.rundir import RunDir
+
+    steps = RunDir.open(run).read_df("steps")
+    per_req: dict[str, dict[str, int]] = {}
+    for (rid, kind), n in steps.groupby(["request_id", "kind"]).size().items():
+        per_req.setdefault(str(rid), {})[str(kind)] = int(n)
+    want = {"prefill": 1, "decode": output_tokens - 1}
+    rows_ok = bool(per_req) and all(v == want for v in per_req.values())
+    data = chrome_trace.load(run / "trace.json.gz")
+    spans = []
+    launches = []
+    for e in data.get("traceEvents", []):
+        name = e.get("name", "")
+        if e.get("ph") == "X" and stepnames.parse_request(name) is not None:
+            spans.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+        elif name == "cudaGraphLaunch":
+            launches.append(float(e["ts"]))
+    per_span = [sum(1 for t in launches if a <= t <= b) for a, b in sorted(spans)]
+    return {
+        "steps_per_request": per_req,
+        "steps_expected_per_request": want,
+        "steps_rows_ok": rows_ok,
+        "graph_launches_per_request": per_span,
+        "graph_launches_total": len(launches),
+    }
 
 
 def trim_run(src: Path, dst: Path, with_trace: bool) -> dict[str, Any]:
@@ -200,27 +250,45 @@ def main(out_dir: str) -> int:
     # static cache + torch.compile through the CLI
     c_path = work / "compiled"
     argv = ["record", "--model", "tinyllama-1.1b", "--dtype", "fp16", "--shape", "smoke", "--compile"]
-    argv += ["--out", str(c_path), "--force", "-q"]
+    argv += ["--requests", str(COMPILED_REQUESTS), "--out", str(c_path), "--force", "-q"]
     t0 = time.perf_counter()
+    breaks_before = graph_breaks()
     try:
         rc = cli_main(argv)
     except Exception as exc:  # report, do not lose the rest
         rc = -1
         report["compiled_error"] = f"{type(exc).__name__}: {exc}"
     entry = {"command": "tracekit " + " ".join(argv), "rc": rc, "wall_s": round(time.perf_counter() - t0, 1)}
+    entry["dynamo_graph_breaks"] = graph_breaks(breaks_before)
     if rc == 0:
         m = RunDir.open(c_path).read_manifest()
+        ev = m["timings"]["unprofiled"].get("cuda_events") or {}
         entry.update(
             compiled=m.get("compiled"),
+            step_boundaries=m.get("step_boundaries"),
             unprofiled=m["timings"]["unprofiled"]["aggregate"],
-            cuda_events=(m["timings"]["unprofiled"].get("cuda_events") or {}).get("aggregate"),
+            cuda_events=ev.get("aggregate"),
+            host_minus_events_pct=ev.get("host_minus_events_pct"),
             profiled=m["timings"]["profiled"]["aggregate"],
+            profiler_overhead=m["timings"].get("profiler_overhead"),
             warnings=m.get("warnings"),
         )
-        ua = entry["unprofiled"]
+        entry.update(compiled_checks(c_path, presets.SHAPES["smoke"].output_tokens))
+        diff = entry["host_minus_events_pct"] or {}
+        entry["host_vs_events_pass"] = bool(diff) and all(
+            diff.get(k) is not None and abs(diff[k]) <= TARGET_PCT for k in ("ttft_pct", "tpot_pct")
+        )
+        ok = ok and entry["host_vs_events_pass"] and entry["steps_rows_ok"]
+        trim_run(c_path, out / "runs" / "compiled", with_trace=True)
+        ua, ce = entry["unprofiled"], entry["cuda_events"] or {}
         summary.append(
-            f"compiled smoke: TTFT {ua['ttft_ns'] / 1e6:.2f} ms TPOT {ua['tpot_ns'] / 1e6:.2f} ms, "
-            f"compile {(m.get('compiled') or {}).get('compile_s')} s"
+            f"compiled smoke x{COMPILED_REQUESTS}: host TTFT {ua['ttft_ns'] / 1e6:.2f} ms TPOT "
+            f"{ua['tpot_ns'] / 1e6:.2f} ms | CUDA events TTFT {_ms(ce.get('ttft_ns'))} TPOT "
+            f"{_ms(ce.get('tpot_ns'))}, host - events {diff} "
+            f"{'PASS' if entry['host_vs_events_pass'] else 'FAIL'} | steps rows per request "
+            f"{entry['steps_per_request']} {'OK' if entry['steps_rows_ok'] else 'WRONG'} | "
+            f"cudaGraphLaunch per request {entry['graph_launches_per_request']} | dynamo graph breaks "
+            f"{entry['dynamo_graph_breaks']} | compile {(m.get('compiled') or {}).get('compile_s')} s"
         )
     else:
         summary.append(f"compiled smoke: rc={rc} {report.get('compiled_error', '')}")

@@ -16,6 +16,11 @@ runs of one arm (2026-11-29). So this one:
   control arms: ``null`` (the same sampler process and loops with an NVML
   stand-in that never calls the driver: is a cost the process's or NVML's?)
   and ``fast`` (the sampler without GPM, energy and PCIe: the cheap reads only);
+* every block starts ``--settle`` seconds (default 0.3) after the previous one
+  ended, in every arm: the sampler's start (~0.2 s on the H200, GPU idle)
+  falls inside that pause, so the sampled blocks do not alone follow an idle
+  gap (the first GPU runs, 2026-11-29, started the sampled blocks right after
+  the child's start-up and the others at once);
 * the statistic is the median of every inter-token time of an arm, pooled over
   its blocks (a block's first token, which includes prefill, is left out);
 * a 95% CI of the ratio of medians arm/off_a by a cluster bootstrap that
@@ -310,6 +315,7 @@ def run_experiment(
     host: dict[str, list[dict[str, int | None]]] = {arm: [] for arm in arms}
     statuses: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms if ARM_SAMPLERS[arm] is not None}
     order: list[str] = []
+    settle_late: dict[str, int] = {}  # blocks whose sampler took longer to start than --settle
     t0 = time.perf_counter()
     rounds = 0
     for rnd in range(args.blocks):
@@ -317,15 +323,25 @@ def run_experiment(
             break
         for arm in block_order(rnd + 1, arms)[rnd * len(arms) :]:
             order.append(arm)
-            if ARM_SAMPLERS[arm] is None:
-                times, hs = generate_block_stats(model, input_ids, args.new_tokens)
-            else:
+            # Every block starts the same time after the previous one ended, sampler or not: starting
+            # the child takes ~0.2 s with the GPU idle, and an idle gap before only the sampled
+            # blocks would be a difference between arms that is not the sampler's running cost.
+            t_ready = time.perf_counter() + args.settle
+            sampler = None
+            if ARM_SAMPLERS[arm] is not None:
                 sampler = make_sampler(arm, args, device_index)
                 sampler.start()  # returns once the child samples: its start-up is outside the block
-                try:
-                    times, hs = generate_block_stats(model, input_ids, args.new_tokens)
-                finally:
+            late = time.perf_counter() - t_ready
+            if late < 0:
+                time.sleep(-late)
+            elif args.settle > 0:
+                settle_late[arm] = settle_late.get(arm, 0) + 1
+            try:
+                times, hs = generate_block_stats(model, input_ids, args.new_tokens)
+            finally:
+                if sampler is not None:
                     sampler.stop()
+            if sampler is not None:
                 statuses[arm].append(sampler.status())
             blocks[arm].append(times)
             host[arm].append(hs)
@@ -375,6 +391,8 @@ def run_experiment(
         "blocks_requested": args.blocks,
         "tokens_per_block": args.new_tokens,
         "seconds": seconds,
+        "settle_s": args.settle,
+        "settle_exceeded_blocks": settle_late,
         "pin_main": sorted(os.sched_getaffinity(0)) if args.pin_main else None,
         "pin_sampler": list(args.pin_sampler) if args.pin_sampler else None,
         "order": order,
@@ -461,6 +479,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=24, help="blocks per arm (rounds)")
     ap.add_argument("--max-seconds", type=float, default=None, help="end an experiment after this much")
     ap.add_argument("--warmup", type=int, default=2, help="untimed blocks before each experiment")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0.3,
+        help="seconds from one block's end to the next block's start, in every arm (covers the sampler's start)",
+    )
     ap.add_argument("--new-tokens", type=int, default=32, help="tokens per block")
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--interval", type=float, default=0.01, help="sampler interval, s (0.01 = 100 Hz)")

@@ -382,7 +382,19 @@ def test_gpm_validate_keeps_only_samples_that_describe_the_phase() -> None:
 
 def test_overhead_benchmark_runs_all_three_arms_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
-    argv = ["--tiny", "--device", "cpu", "--blocks", "3", "--warmup", "0", "--new-tokens", "4"]
+    argv = [
+        "--tiny",
+        "--device",
+        "cpu",
+        "--blocks",
+        "3",
+        "--warmup",
+        "0",
+        "--new-tokens",
+        "4",
+        "--settle",
+        "0",
+    ]
     rc = ov.main([*argv, "--bootstrap", "200", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "overhead.json").read_text())
@@ -686,7 +698,19 @@ def test_overhead_control_arms_and_pinning_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
     cpu = max(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
-    argv = ["--tiny", "--device", "cpu", "--blocks", "3", "--warmup", "0", "--new-tokens", "4"]
+    argv = [
+        "--tiny",
+        "--device",
+        "cpu",
+        "--blocks",
+        "3",
+        "--warmup",
+        "0",
+        "--new-tokens",
+        "4",
+        "--settle",
+        "0",
+    ]
     argv += ["--arms", "off_a,on,null,fast,off_b", "--pin-sampler", str(cpu), "--bootstrap", "100"]
     try:
         assert ov.main([*argv, "--out", str(tmp_path)]) == 0

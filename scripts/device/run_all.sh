@@ -106,6 +106,12 @@ gpu2)  # issue 2's open parts: record --compile on the GPU; sampler overhead, pi
   run ov_eager_unpinned 90 python3 benchmarks/overhead.py --out "$W/ov_eager_unpinned" --blocks 300 --max-seconds 60 --arms off_a,on,null,off_b
   run ov_compiled 150 python3 benchmarks/overhead.py --out "$W/ov_compiled" --compiled --no-eager --blocks 300 --max-seconds 90 $PIN
   ;;
+gpu2b)  # second pass: every block after the same 0.3 s pause (the sampler's start inside it), longer compiled blocks
+  export CUDA_VISIBLE_DEVICES=0
+  PIN="--pin-main 0-5 --pin-sampler 15"
+  run ov_compiled 300 python3 benchmarks/overhead.py --out "$W/ov_compiled" --compiled --no-eager --new-tokens 128 --blocks 400 --max-seconds 240 $PIN
+  run ov_eager_pinned 230 python3 benchmarks/overhead.py --out "$W/ov_eager_pinned" --blocks 300 --max-seconds 190 --arms off_a,on,null,off_b $PIN
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

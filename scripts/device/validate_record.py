@@ -130,7 +130,8 @@ def compiled_checks(run: Path, output_tokens: int) -> dict[str, Any]:
     launches = []
     for e in data.get("traceEvents", []):
         name = e.get("name", "")
-        if e.get("ph") == "X" and stepnames.parse_request(name) is not None:
+        # The host annotation only: the profiler mirrors it on the GPU timeline (gpu_user_annotation).
+        if e.get("ph") == "X" and e.get("cat") == "user_annotation" and stepnames.parse_request(name):
             spans.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
         elif name == "cudaGraphLaunch":
             launches.append(float(e["ts"]))

@@ -307,15 +307,23 @@ def _per_token(stats: list[dict[str, int | None]], tokens: int) -> dict[str, flo
     return out
 
 
-def run_experiment(
-    model: Any, input_ids: Any, args: argparse.Namespace, device_index: int, label: str
-) -> dict[str, Any]:
-    arms: tuple[str, ...] = tuple(args.arms)
-    blocks: dict[str, list[list[float]]] = {arm: [] for arm in arms}
-    host: dict[str, list[dict[str, int | None]]] = {arm: [] for arm in arms}
-    statuses: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms if ARM_SAMPLERS[arm] is not None}
-    order: list[str] = []
-    settle_late: dict[str, int] = {}  # blocks whose sampler took longer to start than --settle
+def _run_rounds(
+    model: Any,
+    input_ids: Any,
+    args: argparse.Namespace,
+    device_index: int,
+    arms: tuple[str, ...],
+    res: dict[str, Any],
+    kept: dict[str, Any],
+) -> int:
+    """Rounds until --blocks or --max-seconds, filling ``res``'s lists; returns the rounds run."""
+    blocks, host, statuses, order, settle_late = (
+        res["blocks"],
+        res["host"],
+        res["statuses"],
+        res["order"],
+        res["settle_late"],
+    )
     t0 = time.perf_counter()
     rounds = 0
     for rnd in range(args.blocks):
@@ -323,12 +331,12 @@ def run_experiment(
             break
         for arm in block_order(rnd + 1, arms)[rnd * len(arms) :]:
             order.append(arm)
-            # Every block starts the same time after the previous one ended, sampler or not: starting
-            # the child takes ~0.2 s with the GPU idle, and an idle gap before only the sampled
-            # blocks would be a difference between arms that is not the sampler's running cost.
+            # --settle: every block starts the same time after the previous one ended, sampler or not.
             t_ready = time.perf_counter() + args.settle
             sampler = None
-            if ARM_SAMPLERS[arm] is not None:
+            if ARM_SAMPLERS[arm] is not None and arm in kept:
+                kept[arm].resume()  # a pipe round trip (~0.1 ms); the first tick runs at once
+            elif ARM_SAMPLERS[arm] is not None:
                 sampler = make_sampler(arm, args, device_index)
                 sampler.start()  # returns once the child samples: its start-up is outside the block
             late = time.perf_counter() - t_ready
@@ -341,11 +349,41 @@ def run_experiment(
             finally:
                 if sampler is not None:
                     sampler.stop()
+                elif arm in kept:
+                    kept[arm].pause()  # returns once no tick runs: nothing spills into the next block
             if sampler is not None:
                 statuses[arm].append(sampler.status())
             blocks[arm].append(times)
             host[arm].append(hs)
         rounds += 1
+        if rounds % 50 == 0:  # progress, so a run cut by a time limit still shows how far it got
+            print(f"  ... {rounds} rounds, {time.perf_counter() - t0:.0f} s", flush=True)
+    return rounds
+
+
+def run_experiment(
+    model: Any, input_ids: Any, args: argparse.Namespace, device_index: int, label: str
+) -> dict[str, Any]:
+    arms: tuple[str, ...] = tuple(args.arms)
+    blocks: dict[str, list[list[float]]] = {arm: [] for arm in arms}
+    host: dict[str, list[dict[str, int | None]]] = {arm: [] for arm in arms}
+    statuses: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms if ARM_SAMPLERS[arm] is not None}
+    order: list[str] = []
+    settle_late: dict[str, int] = {}  # blocks whose sampler took longer to start than --settle
+    res = {"blocks": blocks, "host": host, "statuses": statuses, "order": order, "settle_late": settle_late}
+    kept: dict[str, Any] = {}  # --sampler-mode pause: one sampler per arm, paused outside its blocks
+    if args.sampler_mode == "pause":
+        for arm in statuses:
+            kept[arm] = make_sampler(arm, args, device_index)
+            kept[arm].start()
+            kept[arm].pause()
+    t0 = time.perf_counter()
+    try:
+        rounds = _run_rounds(model, input_ids, args, device_index, arms, res, kept)
+    finally:
+        for arm, smp in kept.items():
+            smp.stop()
+            statuses[arm].append(smp.status())
     seconds = time.perf_counter() - t0
 
     med = {arm: statistics.median([x for b in blocks[arm] for x in b]) for arm in arms}
@@ -391,6 +429,7 @@ def run_experiment(
         "blocks_requested": args.blocks,
         "tokens_per_block": args.new_tokens,
         "seconds": seconds,
+        "sampler_lifecycle": args.sampler_mode,
         "settle_s": args.settle,
         "settle_exceeded_blocks": settle_late,
         "pin_main": sorted(os.sched_getaffinity(0)) if args.pin_main else None,
@@ -480,9 +519,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None, help="end an experiment after this much")
     ap.add_argument("--warmup", type=int, default=2, help="untimed blocks before each experiment")
     ap.add_argument(
+        "--sampler-mode",
+        choices=["pause", "restart"],
+        default="pause",
+        help="pause: one sampler per arm for the whole experiment, resumed for its blocks only (no gap "
+        "between blocks); restart: a new sampler process before each of its blocks (~0.2 s start)",
+    )
+    ap.add_argument(
         "--settle",
         type=float,
-        default=0.3,
+        default=0.0,
         help="seconds from one block's end to the next block's start, in every arm (covers the sampler's start)",
     )
     ap.add_argument("--new-tokens", type=int, default=32, help="tokens per block")

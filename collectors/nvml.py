@@ -201,6 +201,40 @@ class NvmlSampler:
             if was_running and self._proc is not None and self._data is None:
                 self._stop_process()
 
+    def pause(self) -> None:
+        """Stop sampling until ``resume()``: no NVML call and no wake-up; returns once no tick runs.
+
+        For measurements that compare work with and without sampling back to back, without the
+        child's ~0.2 s start between them. No-op when nothing samples.
+        """
+        self._control("pause", "paused")
+
+    def resume(self) -> None:
+        """Sample again after ``pause()``."""
+        self._control("resume", "resumed")
+
+    def _control(self, command: str, reply: str) -> None:
+        with self._lock:
+            if self._state != "running":
+                raise RuntimeError(f"NvmlSampler.{command}() on a {self._state} sampler")
+            if self._core is not None:
+                if command == "pause":
+                    self._core.pause()
+                else:
+                    self._core.resume()
+                return
+            proc = self._proc
+            if proc is None or proc.poll() is not None or proc.stdin is None:
+                return
+            with self._io_lock:
+                try:
+                    proc.stdin.write(command.encode() + b"\n")
+                    proc.stdin.flush()
+                except (OSError, ValueError):
+                    return
+            if self._read_message(reply, _STOP_TIMEOUT_S) is None:
+                raise RuntimeError(f"the sampler process did not answer {command!r}")
+
     # --- results ---------------------------------------------------------
     def counters(self) -> pa.Table:
         """All samples so far, schema "counters" (callable while running)."""

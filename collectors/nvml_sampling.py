@@ -183,10 +183,21 @@ class FileSink:
 class _Loop:
     """A periodic loop that sleeps to the next deadline and times each tick."""
 
-    def __init__(self, name: str, interval_s: float, tick: Callable[[], None], stop: threading.Event) -> None:
+    def __init__(
+        self,
+        name: str,
+        interval_s: float,
+        tick: Callable[[], None],
+        stop: threading.Event,
+        active: threading.Event | None = None,
+    ) -> None:
         self.interval_s = interval_s
         self._tick = tick
         self._stop = stop
+        self._active = active  # cleared: paused (no tick, no wake-up) until set again
+        self.idle = threading.Event()  # set while not inside a tick
+        self.idle.set()
+        self.paused_ns = 0  # time spent paused, left out of the achieved rate
         self.wall_ns: list[int] = []
         self.cpu_ns: list[int] = []
         self.starts_ns: list[int] = []  # perf_counter_ns at each tick start, for the achieved rate
@@ -197,10 +208,30 @@ class _Loop:
     def _run(self) -> None:
         interval = self.interval_s
         deadline = time.perf_counter()
+        pending_pause = 0
         try:
             while not self._stop.is_set():
+                active = self._active
+                if active is not None and not active.is_set():
+                    p0 = time.perf_counter_ns()
+                    active.wait()  # stop() sets it too, so a paused loop still ends
+                    # Counted once a tick follows: the rate spans first to last tick, and a pause
+                    # before the first or after the last lies outside that span.
+                    if self.starts_ns:
+                        pending_pause += time.perf_counter_ns() - p0
+                    deadline = time.perf_counter()
+                    continue
+                self.idle.clear()
+                if active is not None and not active.is_set():  # paused between the check and here
+                    self.idle.set()
+                    continue
                 t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-                self._tick()
+                self.paused_ns += pending_pause
+                pending_pause = 0
+                try:
+                    self._tick()
+                finally:
+                    self.idle.set()
                 self.wall_ns.append(time.perf_counter_ns() - t0)
                 self.cpu_ns.append(time.thread_time_ns() - c0)
                 self.starts_ns.append(t0)
@@ -220,7 +251,7 @@ class _Loop:
         wall = sorted(self.wall_ns)
         n = len(wall)
         starts = self.starts_ns
-        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
+        span = (starts[-1] - starts[0] - self.paused_ns) / 1e9 if len(starts) > 1 else 0.0
         return {
             f"{prefix}ticks": n,
             f"{prefix}tick_us_mean": round(sum(wall) / n / 1e3, 2) if n else None,
@@ -269,22 +300,50 @@ class SamplingCore:
         self._gpm_reason: str | None = "not started" if gpm else "disabled by the caller"
         self._gpm_last_ts: int | None = None  # time of the last GPM snapshot
         self._stop_event = threading.Event()
+        self._active = threading.Event()  # cleared by pause()
+        self._active.set()
         self._loops: list[_Loop] = []
 
     def start(self) -> None:
         self._open()
         if not self.available:
             return
-        self._loops.append(_Loop(self._prefix, self.interval_s, self._fast_tick, self._stop_event))
+        self._loops.append(
+            _Loop(self._prefix, self.interval_s, self._fast_tick, self._stop_event, self._active)
+        )
         if self._slow or (self._gpm is not None and self._gpm.supported):
             self._loops.append(
-                _Loop(f"{self._prefix}-slow", self.gpm_interval_s, self._slow_tick, self._stop_event)
+                _Loop(
+                    f"{self._prefix}-slow",
+                    self.gpm_interval_s,
+                    self._slow_tick,
+                    self._stop_event,
+                    self._active,
+                )
             )
         for loop in self._loops:
             loop.thread.start()
 
+    def pause(self, timeout_s: float = 5.0) -> bool:
+        """Stop ticking (no NVML call, no wake-up) until ``resume``; returns once no tick is running.
+
+        A tick in flight finishes first (a slow tick reads PCIe for 40 ms): after ``pause`` returns,
+        nothing of the sampler runs. False if a tick did not finish within ``timeout_s``.
+        """
+        self._active.clear()
+        return all(loop.idle.wait(timeout_s) for loop in self._loops)
+
+    def resume(self) -> None:
+        """Tick again from now (the missed time is not counted as missed deadlines)."""
+        self._active.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._active.is_set()
+
     def stop(self) -> None:
         self._stop_event.set()
+        self._active.set()  # wake paused loops so they see the stop
         for loop in self._loops:
             loop.thread.join()
         if self._gpm is not None:
@@ -551,7 +610,8 @@ def child_main(config: dict[str, Any]) -> int:
     """Entry point of the sampler process: sample until told to stop, stdin closes, or the parent goes.
 
     Protocol: one JSON line out at start (``ready``) and at the end (``stopped``), each with the
-    status; lines in: ``status`` (reply ``status``), ``stop``. Samples go to ``config["data_path"]``.
+    status; lines in: ``status`` (reply ``status``), ``pause`` (reply ``paused`` once no tick
+    runs), ``resume`` (reply ``resumed``), ``stop``. Samples go to ``config["data_path"]``.
     """
     # Ctrl-C in a terminal reaches the whole process group: the parent decides when to stop,
     # after it has handled the interrupt, so samples up to that point are kept.
@@ -593,8 +653,14 @@ def child_main(config: dict[str, Any]) -> int:
             lines = pending.split(b"\n")
             pending = lines.pop()
             commands = [c.strip() for c in lines]
-            if b"status" in commands:
-                _send({"event": "status", "status": core.status(), "samples": sink.count})
+            for c in commands:
+                if c == b"status":
+                    _send({"event": "status", "status": core.status(), "samples": sink.count})
+                elif c == b"pause":
+                    _send({"event": "paused", "ok": core.pause()})
+                elif c == b"resume":
+                    core.resume()
+                    _send({"event": "resumed"})
             if b"stop" in commands:
                 break
     finally:

@@ -729,3 +729,42 @@ def test_overhead_control_arms_and_pinning_on_cpu(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         ov.main(["--tiny", "--arms", "off_a,off_b"])  # no "on" arm: nothing to judge
     assert ov.parse_cpus("0-2,5") == (0, 1, 2, 5)
+
+
+@pytest.mark.parametrize("spec", [None, FAKE], ids=["thread", "process"])
+def test_pause_stops_every_read_until_resume(spec: str | None) -> None:
+    fake = fk.FakeNvml() if spec is None else None
+    sampler = NvmlSampler(nvml=fake if spec is None else spec, interval_s=0.01, gpm_interval_s=0.1)
+    sampler.start()
+    try:
+        time.sleep(0.3)
+        sampler.pause()
+        paused_at = time.time_ns()
+        time.sleep(0.5)
+        sampler.resume()
+        resumed_at = time.time_ns()
+        time.sleep(0.3)
+    finally:
+        sampler.stop()
+    ts = sampler.counters().column("ts_ns").to_pylist()
+    # pause() returns once no tick runs: nothing is stamped inside the paused half second.
+    assert not [t for t in ts if paused_at <= t < resumed_at]
+    assert [t for t in ts if t < paused_at] and [t for t in ts if t >= resumed_at]
+    if fake is not None:
+        calls = fake.calls["nvmlDeviceGetPowerUsage"]
+        assert calls >= 40  # ~60 ticks: 0.6 s sampled of 1.1 s
+    st = sampler.status()
+    # The achieved rate leaves the pause out: 100 Hz, not 100 * 0.6 / 1.1.
+    assert 80 <= st["rate_hz"] <= 110 and st["missed_deadlines"] <= 3
+    with pytest.raises(RuntimeError, match="stopped"):
+        sampler.resume()
+
+
+def test_a_paused_sampler_still_stops() -> None:
+    sampler = NvmlSampler(nvml=FAKE, interval_s=0.01)
+    sampler.start()
+    sampler.pause()
+    t0 = time.perf_counter()
+    sampler.stop()
+    assert time.perf_counter() - t0 < 2 and sampler.status()["state"] == "stopped"
+    assert "thread_errors" not in sampler.status()

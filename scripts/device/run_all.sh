@@ -112,6 +112,12 @@ gpu2b)  # second pass: every block after the same 0.3 s pause (the sampler's sta
   run ov_compiled 300 python3 benchmarks/overhead.py --out "$W/ov_compiled" --compiled --no-eager --new-tokens 128 --blocks 400 --max-seconds 240 $PIN
   run ov_eager_pinned 230 python3 benchmarks/overhead.py --out "$W/ov_eager_pinned" --blocks 300 --max-seconds 190 --arms off_a,on,null,off_b $PIN
   ;;
+gpu2c)  # third pass: samplers kept alive and paused between their blocks (no start gap, no pause for anyone)
+  export CUDA_VISIBLE_DEVICES=0
+  PIN="--pin-main 0-5 --pin-sampler 15"
+  run ov_compiled 200 python3 benchmarks/overhead.py --out "$W/ov_compiled" --compiled --no-eager --blocks 1000 --max-seconds 140 --sampler-mode pause $PIN
+  run ov_eager_pinned 65 python3 benchmarks/overhead.py --out "$W/ov_eager_pinned" --blocks 300 --max-seconds 40 --sampler-mode pause $PIN
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

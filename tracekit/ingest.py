@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracekit import ingest_native
 from tracekit import schema as _schema
 from tracekit.errors import TraceFormatError, UsageError
 from tracekit.ingest_sql import (  # noqa: F401 - the routing sets are part of this module's interface
@@ -328,6 +329,8 @@ def read_file(
     Safe to call from a worker process (process pool, Ray task): it shares no state.
     """
     t0 = time.perf_counter()
+    if ingest_native.available():
+        return _read_native(path, rank, file_index, t0)
     tmp = Path(tempfile.mkdtemp(prefix="tracekit-ingest-", dir=work_dir))
     try:
         b, ex = open_events(path, tmp, EngineConfig(threads=threads or 0))
@@ -348,6 +351,31 @@ def read_file(
     tables = _link(tables, file_index, counts)
     _device_warnings(tables, counts)
     return FileResult(str(path), final_rank, tables, meta, counts, ex.bytes_in, time.perf_counter() - t0, ex.truncated)
+
+
+def _read_native(path: str | Path, rank: int | None, file_index: int, t0: float) -> FileResult:
+    """read_file through the native scanner (tracekit.ingest_native)."""
+    sc = ingest_native.scan(path)
+    counts = Counts()
+    ingest_native.count(sc, counts)
+    meta = sc.meta
+    dist = meta.get("distributedInfo")
+    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
+    final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
+    raw = ingest_native.tables(sc, counts)
+    bytes_in, truncated = sc.bytes_in, sc.truncated
+    del sc  # the scanner's columns: the tables below hold what is needed
+    tables: dict[str, pa.Table] = {}
+    for name in TABLES_OUT:
+        t = raw.pop(name, None)
+        if t is None or t.num_rows == 0:
+            tables[name] = _schema.empty(name)
+            continue
+        t = t.append_column("rank", pa.array(np.full(t.num_rows, final_rank, dtype=np.int32)))
+        tables[name] = _schema.conform(name, t)
+    tables = _link(tables, file_index, counts)
+    _device_warnings(tables, counts)
+    return FileResult(str(path), final_rank, tables, meta, counts, bytes_in, time.perf_counter() - t0, truncated)
 
 
 def _set_rank(t: pa.Table, rank: int) -> pa.Table:

@@ -24,15 +24,41 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ growable buffers */
+/* Large buffers live in their own anonymous mappings and grow with mremap: no copy, no 2x peak
+ * while growing, and only the pages written count in RSS. Small ones use malloc. */
+#ifdef __linux__
+#include <sys/mman.h>
+#define BIG_BUF ((size_t)1 << 20)
+#endif
+
 typedef struct {
     char *p;
     size_t n, cap;
+    int mapped;
 } Buf;
 
 static int buf_reserve(Buf *b, size_t extra) {
     if (b->n + extra <= b->cap) return 0;
     size_t c = b->cap ? b->cap : 1024;
     while (c < b->n + extra) c *= 2;
+#ifdef __linux__
+    if (c >= BIG_BUF) {
+        char *q;
+        if (b->mapped) {
+            q = (char *)mremap(b->p, b->cap, c, MREMAP_MAYMOVE);
+            if (q == MAP_FAILED) return -1;
+        } else {
+            q = (char *)mmap(NULL, c, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (q == MAP_FAILED) return -1;
+            if (b->n) memcpy(q, b->p, b->n);
+            free(b->p);
+            b->mapped = 1;
+        }
+        b->p = q;
+        b->cap = c;
+        return 0;
+    }
+#endif
     char *q = (char *)realloc(b->p, c);
     if (!q) return -1;
     b->p = q;
@@ -40,9 +66,15 @@ static int buf_reserve(Buf *b, size_t extra) {
     return 0;
 }
 static void buf_free(Buf *b) {
-    free(b->p);
+#ifdef __linux__
+    if (b->mapped) {
+        munmap(b->p, b->cap);
+    } else
+#endif
+        free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
+    b->mapped = 0;
 }
 
 /* ------------------------------------------------------------------ constants */
@@ -1109,10 +1141,35 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *args) {
     return Py_BuildValue("(ni)", consumed, status);
 }
 
+/* A column handed to Python without a copy: owns the buffer, exposes it read-only. */
+typedef struct {
+    PyObject_HEAD
+    Buf buf;
+} Column;
+
+static int Column_getbuffer(Column *c, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)c, c->buf.p ? c->buf.p : (char *)"", (Py_ssize_t)c->buf.n, 1, flags);
+}
+static void Column_dealloc(Column *c) {
+    buf_free(&c->buf);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+static PyBufferProcs Column_as_buffer = {(getbufferproc)Column_getbuffer, NULL};
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit._kscan.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A scanned column (read-only buffer)",
+    .tp_dealloc = (destructor)Column_dealloc,
+    .tp_as_buffer = &Column_as_buffer,
+};
+
 static PyObject *take_buf(Buf *b) {
-    PyObject *o = PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->n);
-    buf_free(b);
-    return o;
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (!c) return NULL;
+    c->buf = *b; /* ownership moves to the column */
+    memset(b, 0, sizeof *b);
+    return (PyObject *)c;
 }
 
 static int set_item(PyObject *d, const char *k, PyObject *v) {
@@ -1140,7 +1197,7 @@ static int put_interner(Scanner *s, PyObject *d, const char *name, Interner *in)
     return 0;
 }
 
-/* Hand every column and store to Python as bytes (each C buffer is freed as it is copied). */
+/* Hand every column and store to Python, without copying (each becomes a Column). */
 static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
     (void)noargs;
     PyObject *d = PyDict_New();
@@ -1212,7 +1269,7 @@ static PyObject *Scanner_get_rows(Scanner *s, void *closure) {
 static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
      "feed(buffer) -> (consumed, status): scan whole elements; status 0 need more, 1 array end, 2 error"},
-    {"result", (PyCFunction)Scanner_result, METH_NOARGS, "result() -> dict of bytes: columns, stores, dictionaries"},
+    {"result", (PyCFunction)Scanner_result, METH_NOARGS, "result() -> dict of read-only buffers (columns, stores, dictionaries), moved out of the scanner"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Scanner_getset[] = {
@@ -1236,7 +1293,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_kscan", "Native sca
                                     NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kscan(void) {
-    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     Py_INCREF(&ScannerType);

@@ -33,9 +33,9 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from tracekit import arrays as A
 from tracekit.errors import TraceFormatError
 from tracekit.ingest_sql import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, _Body
-from tracekit.kineto import BLOCK_BYTES
 
 try:  # built by setup.py where a C compiler is present
     from tracekit import _kscan  # type: ignore[attr-defined]
@@ -59,6 +59,10 @@ CAT_CLASSES: dict[str, int] = {
     **{c: 4 for c in ANNOTATION_CATS},
     "ac2g": 5,
 }
+# Inflated bytes per block handed to the scanner. Small, because up to ~5 blocks are alive at once
+# (the inflater's queue, the one scanned, the carry joined to the next); larger blocks were not
+# faster (docs/ingest.md).
+SCAN_BLOCK = 1 << 20
 _MAX_CARRY = 256 << 20  # one event larger than this is not a trace event
 _MAX_TRAILER = 64 << 20
 _MEMCPY_RE = re.compile(r"Memcpy ([A-Za-z]+)")
@@ -72,7 +76,7 @@ def available() -> bool:
 
 @dataclass
 class Scanned:
-    cols: dict[str, Any]  # the scanner's result (bytes), see _kscan.c Scanner_result
+    cols: dict[str, Any]  # the scanner's result (read-only buffers), see _kscan.c Scanner_result
     meta: dict[str, Any]  # every top-level key except traceEvents
     bytes_in: int
     truncated: str | None  # why the input ended early (the events before it are in cols)
@@ -90,7 +94,7 @@ class Scanned:
         return pa.StringArray.from_buffers(len(offs) // 4 - 1, pa.py_buffer(offs), pa.py_buffer(self.cols[f"{key}.data"]))
 
 
-def scan(path: str | Path, *, block: int = BLOCK_BYTES) -> Scanned:
+def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     """Scan one trace file. Raises TraceFormatError when no traceEvents array is found."""
     if _kscan is None:
         raise RuntimeError("tracekit._kscan is not built")
@@ -143,7 +147,8 @@ def scan(path: str | Path, *, block: int = BLOCK_BYTES) -> Scanned:
                 meta.update(extra)
     elif truncated is None:
         truncated = body.truncated or f"{p}: JSON ends early (the last event is incomplete); events before it kept"
-    cols = sc.result()
+    # The scanner's buffers, moved out without a copy (read-only views).
+    cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
     base = meta.get("baseTimeNanoseconds")
     offset = int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
     if cols["rows"] == 0:
@@ -208,7 +213,7 @@ class _Rows:
     def ts(self) -> pa.Array:
         f = self.s.arr("flags", np.uint8)[self.idx]
         v = self.s.arr("ts", np.int64)[self.idx] + self.s.offset_ns
-        return pa.array(v, mask=(f & F_TS_OK) == 0)
+        return A.from_numpy(v, (f & F_TS_OK) != 0)
 
     def ts_np(self) -> tuple[np.ndarray, np.ndarray]:
         f = self.s.arr("flags", np.uint8)[self.idx]
@@ -220,7 +225,7 @@ class _Rows:
         bad = (f & F_DUR_OK) == 0
         if drop_negative:
             bad |= v < 0
-        return pa.array(v, mask=bad)
+        return A.from_numpy(v, ~bad)
 
     def ints(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, present) of an int arg store."""
@@ -248,17 +253,17 @@ class _Rows:
         take = np.full(self.n, -1, dtype=np.int64)
         pos, which = self._pos(rows)
         take[pos] = which
-        return store.take(pa.array(take, mask=take < 0))
+        return store.take(A.from_numpy(take, take >= 0))
 
     def lists(self, key: str) -> pa.Array:
         rows = self.s.arr(f"l.{key}.rows", np.int32)
         offs = self.s.arr(f"l.{key}.offsets", np.int32)
         vals = self.s.arr(f"l.{key}.values", np.int32)
-        store = pa.ListArray.from_arrays(pa.array(offs), pa.array(vals))
+        store = pa.ListArray.from_arrays(A.from_numpy(offs), A.from_numpy(vals))
         take = np.full(self.n, -1, dtype=np.int64)
         pos, which = self._pos(rows)
         take[pos] = which
-        return store.take(pa.array(take, mask=take < 0))
+        return store.take(A.from_numpy(take, take >= 0))
 
     def codes(self, key: str) -> np.ndarray:
         return self.s.arr(key, np.int32)[self.idx]
@@ -270,8 +275,8 @@ class _Rows:
 def _int_array(v: np.ndarray, has: np.ndarray, i32: bool = False) -> pa.Array:
     if i32:
         has = has & (v >= _I32[0]) & (v <= _I32[1])  # TRY_CAST semantics: out of range -> null
-        return pa.array(np.where(has, v, 0).astype(np.int32), mask=~has)
-    return pa.array(v, mask=~has)
+        return A.from_numpy(np.where(has, v, 0).astype(np.int32), has)
+    return A.from_numpy(v, has)
 
 
 def _compact(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
@@ -282,14 +287,14 @@ def _compact(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
     keep = np.flatnonzero(used)
     remap = np.concatenate([np.cumsum(used, dtype=np.int64) - 1, [0]])  # [0]: an empty dictionary
     new = np.where(valid, remap[np.maximum(codes, 0)], 0).astype(np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(new, mask=~valid), dictionary.take(pa.array(keep)))
+    return pa.DictionaryArray.from_arrays(A.from_numpy(new, valid), dictionary.take(A.from_numpy(keep)))
 
 
 def _mapped(codes: np.ndarray, values: Sequence[str | None]) -> pa.DictionaryArray:
     """Codes (-1: null) through a code -> string mapping that may repeat strings or give None."""
     uniq: dict[str, int] = {}
     lut = np.array([uniq.setdefault(v, len(uniq)) if v is not None else -1 for v in values] + [-1], dtype=np.int64)
-    return _compact(lut[codes], pa.array(list(uniq), type=pa.string()))
+    return _compact(lut[codes], A.strings(list(uniq)))
 
 
 def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
@@ -298,7 +303,7 @@ def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
     order = np.argsort(key, kind="stable")
     if len(order) and (order[1:] > order[:-1]).all():
         return t
-    return t.take(pa.array(order))
+    return t.take(A.from_numpy(order))
 
 
 def _flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:
@@ -378,7 +383,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
         memcpy_kind = _mapped(mk_codes, mk)
         ts, ok = t.ts_np()
         tab = pa.table({
-            "ts_ns": pa.array(ts, mask=~ok), "dur_ns": t.dur(), "kind": kind, "name": t.dict_col("name"),
+            "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "kind": kind, "name": t.dict_col("name"),
             "device": _int_array(*_coalesce(t.ints("device"), t.pid_tid("pid")), i32=True),
             "stream": _int_array(*_coalesce(t.ints("stream"), t.pid_tid("tid")), i32=True),
             "correlation": _int_array(cv, ch), "external_id": t.int_col("External id"),
@@ -396,7 +401,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
         filled += _fill_from_flows(t, cv, ch, "s")
         ts, ok = t.ts_np()
         tab = pa.table({
-            "ts_ns": pa.array(ts, mask=~ok), "dur_ns": t.dur(), "name": t.dict_col("name"),
+            "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "name": t.dict_col("name"),
             "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
             "correlation": _int_array(cv, ch), "external_id": t.int_col("External id"),
         })
@@ -419,7 +424,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
         sv, sh = _coalesce(t.ints("stream"), t.pid_tid("tid"))
         ts, ok = t.ts_np()
         tab = pa.table({
-            "ts_ns": pa.array(ts, mask=~ok), "dur_ns": t.dur(), "name": t.dict_col("name"), "cat": t.dict_col("cat"),
+            "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "name": t.dict_col("name"), "cat": t.dict_col("cat"),
             "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
             "device": _int_array(dv, dh & gpu_ann, i32=True), "stream": _int_array(sv, sh & gpu_ann, i32=True),
         })
@@ -429,7 +434,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
     if t.n:
         ts, ok = t.ts_np()
         tab = pa.table({
-            "ts_ns": pa.array(ts, mask=~ok), "device_type": t.int_col("Device Type", i32=True),
+            "ts_ns": A.from_numpy(ts, ok), "device_type": t.int_col("Device Type", i32=True),
             "device": t.int_col("Device Id", i32=True), "addr": t.int_col("Addr"), "bytes": t.int_col("Bytes"),
             "total_allocated_bytes": t.int_col("Total Allocated"), "total_reserved_bytes": t.int_col("Total Reserved"),
         })
@@ -473,10 +478,9 @@ def _counters(s: Scanned, t: _Rows, counts: Any) -> pa.Table:
     pid = s.arr("pid", np.int64)[rows]
     pok = (s.arr("flags", np.uint8)[rows] & F_PID_OK) != 0
     tab = pa.table({
-        "ts_ns": pa.array(ts, mask=~ok), "device": _int_array(pid, pok, i32=True),
-        "metric": pa.DictionaryArray.from_arrays(pa.array(inv.astype(np.int32)), pa.array(metrics, type=pa.string())),
-        "value": pa.array(vals), "source": pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(len(rows), dtype=np.int32)), pa.array(["kineto"])),
+        "ts_ns": A.from_numpy(ts, ok), "device": _int_array(pid, pok, i32=True),
+        "metric": A.dictionary(inv.astype(np.int32), A.strings(metrics)),
+        "value": A.from_numpy(vals), "source": A.dictionary(np.zeros(len(rows), dtype=np.int32), A.strings(["kineto"])),
     })
     return _by_ts(tab, ts, ok)
 

@@ -39,7 +39,6 @@ from typing import Any, cast
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tracekit.errors import TraceFormatError
 
@@ -153,7 +152,10 @@ def _inflate(path: str | Path, block: int) -> Iterator[bytes]:
         out: list[bytes] = []
         size = 0
         while True:
-            comp = fh.read(1 << 20)
+            # Compressed input in small reads: one decompress call inflates all it is given (a
+            # 1 MB read of an 18x trace made 18 MB at once), so the block size bounds memory only
+            # if the reads are a small fraction of it.
+            comp = fh.read(max(16 << 10, min(1 << 20, block // 32)))
             if not comp:
                 break
             while comp:
@@ -485,6 +487,8 @@ def text_us_to_ns(arr: pa.Array, *, offset_ns: int = 0) -> pa.Array:
     Digits beyond the ns are truncated. Exponent notation falls back to float.
     Null or unparseable text gives null.
     """
+    import pyarrow.compute as pc  # lazily: ingest does not need it (+11 MB RSS at import)
+
     if len(arr) == 0:
         return pa.array([], _i64)
     m = pc.extract_regex(arr, _NUM_RE)
@@ -508,6 +512,8 @@ def text_us_to_ns(arr: pa.Array, *, offset_ns: int = 0) -> pa.Array:
 
 def text_to_int(arr: pa.Array) -> pa.Array:
     """int64 from integer text; null where the text is not an integer (e.g. "Spans")."""
+    import pyarrow.compute as pc  # lazily: ingest does not need it (+11 MB RSS at import)
+
     if len(arr) == 0:
         return pa.array([], _i64)
     ok = pc.match_substring_regex(arr, r"^-?[0-9]{1,18}$")
@@ -532,6 +538,8 @@ def exact_ns(values: pa.Array, text: bytes, pattern: re.Pattern[bytes], *, offse
     (the key also used inside args, say) the doubles are used, rounded to the
     ns, and False says the column may be inexact.
     """
+    import pyarrow.compute as pc  # lazily: ingest does not need it (+11 MB RSS at import)
+
     n_valid = len(values) - values.null_count
     texts = pattern.findall(text) if n_valid else []
     if len(texts) == n_valid:

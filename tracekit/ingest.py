@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+# Table.take imports pyarrow.compute: load it with the module, not inside a timed ingest.
 import pyarrow.compute
 import pyarrow.parquet as pq
 

@@ -35,7 +35,8 @@ import pyarrow as pa
 
 from tracekit import arrays as A
 from tracekit.errors import TraceFormatError
-from tracekit.ingest_sql import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, _Body
+from tracekit.ingest_sql import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS
+from tracekit.kineto import Body
 
 try:  # built by setup.py where a C compiler is present
     from tracekit import _kscan  # type: ignore[attr-defined]
@@ -104,7 +105,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     if _kscan is None:
         raise RuntimeError("tracekit._kscan is not built")
     p = Path(path)
-    body = _Body(p, block)
+    body = Body(p, block)
     sc = _kscan.Scanner(CAT_CLASSES)
     carry = b""
     done = 0  # body bytes before ``carry``

@@ -197,3 +197,112 @@ class Chunk:
 
     events: list[Any]
     text: bytes
+
+
+# --------------------------------------------------------------------------- the array
+_WS_RE = re.compile(rb"\s*")
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except FileNotFoundError:
+        raise TraceFormatError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(f"{path}: is a directory") from None
+
+
+def _bare_list_in_place(path: Path) -> bool:
+    """An uncompressed file that starts with ``[`` and ends with ``]``: readable in place (the DuckDB reader does)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip()
+        fh.seek(max(0, size - 4096))
+        tail = fh.read().rstrip()
+    return head[:1] == b"[" and tail[-1:] == b"]" and size > 2
+
+
+def _find_events_key(buf: bytes) -> int | None:
+    """Offset just after ``"traceEvents": [`` in a header buffer, or None."""
+    m = _EVENTS_KEY_RE.search(buf)
+    return m.end() if m else None
+
+
+def _header_meta(path: Path, prefix: bytes) -> dict[str, Any]:
+    try:
+        pre = orjson.loads(prefix + b"]}")
+    except orjson.JSONDecodeError:
+        raise TraceFormatError(f"{path}: invalid JSON before traceEvents") from None
+    if not isinstance(pre, dict):
+        raise TraceFormatError(f"{path}: not a JSON trace")
+    pre.pop("traceEvents", None)
+    return pre
+
+
+def _no_array(path: Path, buf: bytes) -> TraceFormatError:
+    """No traceEvents array was found: say precisely why."""
+    s = buf.strip()
+    if not s:
+        return TraceFormatError(f"{path}: empty file")
+    if s[:1] not in (b"{", b"["):
+        return TraceFormatError(f"{path}: not a JSON trace (starts with {s[:20]!r})")
+    try:
+        obj = orjson.loads(s)
+    except orjson.JSONDecodeError:
+        return TraceFormatError(f"{path}: invalid JSON (no traceEvents array found)")
+    if isinstance(obj, dict) and "traceEvents" not in obj:
+        return TraceFormatError(f"{path}: no traceEvents in the trace")
+    return TraceFormatError(f"{path}: traceEvents is not an array")
+
+
+class Body:
+    """The bytes after the array's ``[`` (array, then whatever follows it), as blocks; what the
+    header said (``meta``, ``bare``) and whether the input ended early (``truncated``)."""
+
+    def __init__(self, p: Path, block: int) -> None:
+        self.p, self.block = p, block
+        self.meta: dict[str, Any] = {}
+        self.bytes_in = 0
+        self.truncated: str | None = None
+        self.bare = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        p = self.p
+        started = False
+        head = b""
+        try:
+            for data in _blocks(p, self.block):
+                self.bytes_in += len(data)
+                if not started:
+                    head += data
+                    # Leading whitespace is skipped, not stripped: lstrip would copy a whole block.
+                    n_ws = _WS_RE.match(head).end()  # type: ignore[union-attr]
+                    s = head[n_ws : n_ws + 64]
+                    if not s:
+                        continue
+                    if s[:1] == b"[":
+                        self.bare, started = True, True
+                        data = head[n_ws + 1 :]
+                    elif s[:1] != b"{":
+                        raise TraceFormatError(f"{p}: not a JSON trace (starts with {s[:20]!r})")
+                    else:
+                        at = _find_events_key(head)
+                        if at is None:
+                            continue
+                        self.meta = _header_meta(p, head[:at])
+                        started = True
+                        data = head[at:]
+                    head = b""
+                yield data
+        except TruncatedTrace as exc:
+            self.truncated = exc.message
+            if not started:
+                at = _find_events_key(head)
+                if at is None:
+                    raise
+                self.meta = _header_meta(p, head[:at])
+                started = True
+                yield head[at:]
+        if not started:
+            raise _no_array(p, head)

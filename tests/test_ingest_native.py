@@ -181,3 +181,45 @@ def test_escaped_keys_unicode_and_exponent_numbers(tmp_path: Path) -> None:
     # AND a counter keeps only its numeric args
     c = t["counters"].to_pylist()
     assert [(r["metric"], r["value"]) for r in c] == [("c.v", -150.0)]
+
+
+_BASE = json.dumps({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "k\u00e9\\\"", "pid": 1, "tid": 2, "ts": 1712195495519689.047, "dur": 1.5,
+     "args": {"External id": 3, "grid": [1, 2, 3], "Input Dims": [[1, 2]], "x": [{"a": None}, True, -1e5]}},
+    {"ph": "C", "name": "c", "pid": 0, "ts": 5, "args": {"v": 1, "w": "s"}},
+    {"ph": "i", "name": "[memory]", "ts": 6, "args": {"Bytes": -5, "Addr": 12}},
+    {"ph": "s", "cat": "ac2g", "id": 7, "pid": 1, "tid": 1, "ts": 1, "name": "x"}, 5, "str", None], "k": 1}, indent=1).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(list(b'{}[]",:\\u0123456789.eE+-tfnl \n\xc3\xa9\xff\x00')),
+                                st.sampled_from(["set", "insert", "delete"])), min_size=1, max_size=6),
+       block=st.sampled_from([1, 5, 64, 1 << 20]))
+def test_mutated_bytes_never_crash_and_never_pass_silently(tmp_path: Path, edits: list[Any], block: int) -> None:
+    # GIVEN a valid trace with a few bytes replaced, inserted or deleted
+    b = bytearray(_BASE)
+    for where, byte, op in edits:
+        i = int(where * len(b))
+        if op == "set":
+            b[i] = byte
+        elif op == "insert":
+            b.insert(i, byte)
+        elif len(b) > 1:
+            del b[i]
+    p = tmp_path / "m.json"
+    p.write_bytes(bytes(b))
+    # WHEN it is scanned THEN it is a one-line TraceFormatError, or rows with every element counted;
+    # a file that is not exactly valid JSON is never reported complete
+    try:
+        s = ingest_native.scan(p, block=block)
+    except TraceFormatError as exc:
+        assert "\n" not in exc.message
+        return
+    try:
+        json.loads(bytes(b))
+        valid = True
+    except (ValueError, UnicodeDecodeError):
+        valid = False
+    if not valid:
+        assert s.truncated is not None
+    assert len(s.arr("route", np.uint8)) == s.rows > 0

@@ -178,6 +178,7 @@ struct Scanner {
 };
 
 static void put(Scanner *s, Buf *b, const void *src, size_t k) {
+    if (k == 0) return;
     if (buf_reserve(b, k)) {
         s->oom = 1;
         return;

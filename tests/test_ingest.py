@@ -287,6 +287,7 @@ def test_truncated_json_closes_after_the_last_complete_event(tmp_path: Path) -> 
 
 def test_pieces_read_in_parallel_give_the_same_tables(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tracekit.ingest_sql as sql
+    monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", "duckdb")  # the DuckDB reader (the fallback) is under test
 
     # GIVEN a corpus trace with flows and ns fractions, and the fixture (a trailer, a string pid,
     # a nested list in args), read as one file and as pieces of ~64 KB (many splits)
@@ -355,6 +356,7 @@ def test_staged_tables_equal_direct_queries_and_drop_the_events_table(tmp_path: 
 
 def test_large_input_path_stages_and_gives_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a trace read normally (small: no staging)
+    monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", "duckdb")  # the DuckDB reader (the fallback) is under test
     import tracekit.ingest as ti
     import tracekit.ingest_sql as sql
 

@@ -1,4 +1,4 @@
-"""The streaming decoder: chunk boundaries, exact timestamps, metadata, bad input."""
+"""Reading a trace file: inflate, event boundaries, metadata around the array, bad input."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import orjson
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracekit.errors import TraceFormatError
-from tracekit.kineto import TraceReader, read_events, split_point, text_us_to_ns
+from tracekit.ingest_native import scan
+from tracekit.kineto import split_point
 
 # Strings that look like event boundaries must never be split on.
 _tricky = st.sampled_from(["}, {", "},{", '"}, {"', "[{", "}]", "\\", "ts", '"ts": 1'])
@@ -51,34 +52,12 @@ def test_split_point_never_splits_inside_an_event(events: list[dict], cut: int, 
     assert buf[i:].lstrip().startswith(b",") or i == len(buf.rstrip())
 
 
-@pytest.mark.parametrize("block", [64, 1000, 1 << 20])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(events=st.lists(_event, min_size=1, max_size=30), bare=st.booleans(), gz=st.booleans())
-def test_reader_returns_every_event_for_any_block_size(tmp_path: Path, block: int, events: list[dict], bare: bool, gz: bool) -> None:
-    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "distributedInfo": {"rank": 3, "x": [{"a": 1}, {"b": 2}]}}
-    data = json.dumps(doc, indent=2).encode()
-    p = tmp_path / ("t.json.gz" if gz else "t.json")
-    p.write_bytes(gzip.compress(data) if gz else data)
-    reader = TraceReader(p, block=block)
-    got = [e for c in reader for e in c.events]
-    assert len(got) == len(events)
-    assert [e["name"] for e in got] == [e["name"] for e in events]
-    if not bare:
-        assert reader.meta["distributedInfo"]["rank"] == 3
-
-
-def test_text_to_ns_is_exact_beyond_double_precision() -> None:
-    arr = pa.array(["1712195495519689.047", "1669783687464181", "0.5", "-3.25", "12.3456789", "1.5e3", None, "x"])
-    assert text_us_to_ns(arr).to_pylist() == [1712195495519689047, 1669783687464181000, 500, -3250, 12345, 1500000, None, None]
-    # a double cannot hold the first value: the point of parsing text
-    assert int(float("1712195495519689.047") * 1000) != 1712195495519689047
-
-
 def test_meta_before_and_after_events(tmp_path: Path) -> None:
     p = tmp_path / "t.json"
     p.write_bytes(b'{"schemaVersion": 1, "baseTimeNanoseconds": 5, "traceEvents": [{"ph":"X","name":"a","ts":1,"dur":2}], "traceName": "n", "INFO": ["}, {"]}')
-    events, meta = read_events(p)
-    assert len(events) == 1 and meta == {"schemaVersion": 1, "baseTimeNanoseconds": 5, "traceName": "n", "INFO": ["}, {"]}
+    s = scan(p)
+    assert s.rows == 1 and s.meta == {"schemaVersion": 1, "baseTimeNanoseconds": 5, "traceName": "n", "INFO": ["}, {"]}
+    assert s.offset_ns == 5 and s.truncated is None
 
 
 @pytest.mark.parametrize(
@@ -94,7 +73,7 @@ def test_bad_input_is_a_one_line_error(tmp_path: Path, content: bytes, needle: s
     p = tmp_path / "bad.json"
     p.write_bytes(content)
     with pytest.raises(TraceFormatError) as ei:
-        read_events(p)
+        scan(p)
     assert needle in ei.value.message and "\n" not in ei.value.message
 
 
@@ -103,13 +82,11 @@ def test_truncated_gzip_keeps_events_before_the_cut(tmp_path: Path) -> None:
     data = gzip.compress(orjson.dumps({"traceEvents": events}))
     p = tmp_path / "t.json.gz"
     p.write_bytes(data[: len(data) // 2])
-    reader = TraceReader(p, block=1 << 16)
-    got: list = []
-    with pytest.raises(TraceFormatError, match="truncated"):
-        for c in reader:
-            got.extend(c.events)
-    assert 0 < len(got) < 20000
-    assert [e["name"] for e in got] == [f"op{i}" for i in range(len(got))]
+    s = scan(p, block=1 << 16)
+    assert s.truncated is not None and "truncated" in s.truncated
+    assert 0 < s.rows < 20000
+    names = s.dictionary("name").to_pylist()
+    assert [names[c] for c in s.arr("name", np.int32)] == [f"op{i}" for i in range(s.rows)]
 
 
 @pytest.mark.parametrize("block", [64, 4096])

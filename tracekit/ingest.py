@@ -28,9 +28,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+# Table.take imports pyarrow.compute: load it with the module, not inside a timed ingest.
+import pyarrow.compute
 import pyarrow.parquet as pq
 
+from tracekit import arrays as A
+from tracekit import ingest_native
 from tracekit import schema as _schema
 from tracekit.errors import TraceFormatError, UsageError
 from tracekit.ingest_sql import (  # noqa: F401 - the routing sets are part of this module's interface
@@ -136,7 +140,7 @@ def _innermost_enclosing(key: np.ndarray, start: np.ndarray, end: np.ndarray, pa
 
 
 def _np(col: Any, fill: int) -> np.ndarray:
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return A.to_numpy(col, fill).astype(np.int64, copy=False)
 
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, qpid: np.ndarray, qtid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,15 +178,15 @@ def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[
         ts = _np(cpu["ts_ns"], 0)
         end = ts + _np(cpu["dur_ns"], 0)
         order = np.lexsort((-end, ts, tid, pid))
-        cpu = cpu.take(pa.array(order))
+        cpu = cpu.take(A.from_numpy(order))
         pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
         thread_key = _thread_codes(pid, tid, pid[:0], tid[:0])[0]
         parent = _nest_parents(thread_key, ts, end)
         op_id = np.arange(cpu.num_rows, dtype=np.int64) + file_index * OP_ID_STRIDE
         parent_id = np.where(parent >= 0, op_id[np.maximum(parent, 0)], -1)
-        cpu = cpu.set_column(cpu.schema.get_field_index("op_id"), "op_id", pa.array(op_id))
+        cpu = cpu.set_column(cpu.schema.get_field_index("op_id"), "op_id", A.from_numpy(op_id))
         cpu = cpu.set_column(cpu.schema.get_field_index("parent_id"), "parent_id",
-                             pa.array(parent_id, mask=parent < 0))
+                             A.from_numpy(parent_id, parent >= 0))
     tables["cpu_ops"] = cpu
 
     gpu, rt = tables["gpu_activity"], tables["runtime"]
@@ -190,26 +194,30 @@ def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[
         return tables
     # Kernel -> runtime call with the same correlation (the first such call: a cudaGraphLaunch
     # has one correlation for many kernels, a many-to-one join).
-    gcorr_valid = pc.is_valid(gpu["correlation"]).to_numpy(zero_copy_only=False)
-    rcorr_valid = pc.is_valid(rt["correlation"]).to_numpy(zero_copy_only=False)
+    gcorr_valid = A.valid(gpu["correlation"])
+    rcorr_valid = A.valid(rt["correlation"])
     rix = _first_match(_np(rt["correlation"], 0), rcorr_valid, _np(gpu["correlation"], 0), gcorr_valid)
     has_rt = rix >= 0
-    take_rt = pa.array(np.maximum(rix, 0), mask=~has_rt)
+    take_rt = A.from_numpy(np.maximum(rix, 0), has_rt)
     launch_name = rt["name"].take(take_rt) if rt.num_rows else pa.nulls(gpu.num_rows, pa.string())
-    ext = pc.coalesce(gpu["external_id"], rt["external_id"].take(take_rt)) if rt.num_rows else gpu["external_id"]
+    ext_v, ext_ok = _np(gpu["external_id"], 0), A.valid(gpu["external_id"])
+    if rt.num_rows:  # the kernel's own External id, else its runtime call's
+        rt_ext = rt["external_id"].take(take_rt)
+        ext_v = np.where(ext_ok, ext_v, _np(rt_ext, 0))
+        ext_ok = ext_ok | A.valid(rt_ext)
     # External id -> the innermost cpu_op with it (latest start wins).
     op_id = np.full(gpu.num_rows, -1, dtype=np.int64)
     if cpu.num_rows:
-        cext_valid = pc.is_valid(cpu["external_id"]).to_numpy(zero_copy_only=False)
+        cext_valid = A.valid(cpu["external_id"])
         cext, cts = _np(cpu["external_id"], 0), _np(cpu["ts_ns"], 0)
         order = np.lexsort((-cts, cext))  # per External id, latest start first
-        cix = _first_match(cext[order], cext_valid[order], _np(ext, 0), pc.is_valid(ext).to_numpy(zero_copy_only=False))
-        ids = cpu["op_id"].to_numpy()
+        cix = _first_match(cext[order], cext_valid[order], ext_v, ext_ok)
+        ids = A.to_numpy(cpu["op_id"])
         op_id = np.where(cix >= 0, ids[order[np.maximum(cix, 0)]], -1)
     # Fallback: the innermost CPU op on the launching thread enclosing the runtime call.
     missing = (op_id < 0) & has_rt
     if rt.num_rows:
-        missing &= pc.is_valid(rt["ts_ns"].take(take_rt)).to_numpy(zero_copy_only=False)
+        missing &= A.valid(rt["ts_ns"].take(take_rt))
     if missing.any() and cpu.num_rows:
         cpid, ctid = _np(cpu["pid"], -1), _np(cpu["tid"], -1)
         cts = _np(cpu["ts_ns"], 0)
@@ -218,13 +226,13 @@ def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[
         tkey, qkey = _thread_codes(cpid, ctid, _np(rt["pid"], -1)[r], _np(rt["tid"], -1)[r])
         parent_idx = _parents_as_index(cpu)
         hit = _innermost_enclosing(tkey, cts, cend, parent_idx, qkey, _np(rt["ts_ns"], 0)[r])
-        ids = cpu["op_id"].to_numpy()
+        ids = A.to_numpy(cpu["op_id"])
         found = hit >= 0
         op_id[np.flatnonzero(missing)[found]] = ids[hit[found]]
         n_found = int(found.sum())
         if n_found:
             counts.warnings["kernels linked to CPU ops by time nesting"] += n_found
-    op_arr = pa.array(op_id, mask=op_id < 0)
+    op_arr = A.from_numpy(op_id, op_id >= 0)
     unlinked = op_arr.null_count
     if unlinked:
         counts.warnings["GPU activity without a launching CPU op"] += unlinked
@@ -237,8 +245,8 @@ def _link(tables: dict[str, pa.Table], file_index: int, counts: Counts) -> dict[
 
 
 def _parents_as_index(cpu: pa.Table) -> np.ndarray:
-    ids = cpu["op_id"].to_numpy()
-    par = pc.fill_null(cpu["parent_id"], -1).to_numpy()
+    ids = A.to_numpy(cpu["op_id"])
+    par = A.to_numpy(cpu["parent_id"], -1)
     base = ids[0] if len(ids) else 0
     return np.where(par >= 0, par - base, -1)
 
@@ -308,7 +316,7 @@ def _build_tables(b: TableBuilder, rank: int, counts: Counts, stage: bool = Fals
             })
             continue
         t = b.table(name)
-        t = t.append_column("rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32)))
+        t = t.append_column("rank", A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32)))
         out[name] = _schema.conform(name, t)
     return out
 
@@ -328,6 +336,8 @@ def read_file(
     Safe to call from a worker process (process pool, Ray task): it shares no state.
     """
     t0 = time.perf_counter()
+    if ingest_native.available():
+        return _read_native(path, rank, file_index, t0)
     tmp = Path(tempfile.mkdtemp(prefix="tracekit-ingest-", dir=work_dir))
     try:
         b, ex = open_events(path, tmp, EngineConfig(threads=threads or 0))
@@ -350,15 +360,42 @@ def read_file(
     return FileResult(str(path), final_rank, tables, meta, counts, ex.bytes_in, time.perf_counter() - t0, ex.truncated)
 
 
+def _read_native(path: str | Path, rank: int | None, file_index: int, t0: float) -> FileResult:
+    """read_file through the native scanner (tracekit.ingest_native)."""
+    sc = ingest_native.scan(path)
+    counts = Counts()
+    ingest_native.count(sc, counts)
+    meta = sc.meta
+    dist = meta.get("distributedInfo")
+    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
+    final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
+    raw = ingest_native.tables(sc, counts)
+    bytes_in, truncated = sc.bytes_in, sc.truncated
+    del sc  # the scanner's columns: the tables below hold what is needed
+    tables: dict[str, pa.Table] = {}
+    for name in TABLES_OUT:
+        t = raw.pop(name, None)
+        if t is None or t.num_rows == 0:
+            tables[name] = _schema.empty(name)
+            continue
+        t = t.append_column("rank", A.from_numpy(np.full(t.num_rows, final_rank, dtype=np.int32)))
+        tables[name] = _schema.conform(name, t)
+    tables = _link(tables, file_index, counts)
+    _device_warnings(tables, counts)
+    return FileResult(str(path), final_rank, tables, meta, counts, bytes_in, time.perf_counter() - t0, truncated)
+
+
 def _set_rank(t: pa.Table, rank: int) -> pa.Table:
     i = t.schema.get_field_index("rank")
-    return t.set_column(i, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32)))
+    return t.set_column(i, "rank", A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32)))
 
 
 def _device_warnings(tables: dict[str, pa.Table], counts: Counts) -> None:
     if tables["gpu_activity"].num_rows == 0:
         other = tables["other_events"]
-        cats = set(pc.unique(pc.fill_null(other["cat"].cast(pa.string()), "")).to_pylist()) if other.num_rows else set()
+        cat = other["cat"].combine_chunks()
+        used = np.unique(A.to_numpy(cat.indices, -1)) if other.num_rows else np.zeros(0, dtype=np.int64)
+        cats = {c or "" for c in cat.dictionary.take(A.from_numpy(used[used >= 0].astype(np.int64))).to_pylist()} if other.num_rows else set()
         dev = sorted(c for c in cats if c.lower() in NON_CUDA_DEVICE_CATS)
         if dev:
             counts.warnings[f"non-CUDA device trace: device events ({', '.join(dev)}) kept in other_events"] += 1
@@ -412,7 +449,6 @@ def ingest(
     run.json stays "incomplete" until every table is written.
     """
     from tracekit import ingest_cache
-    from tracekit.rundir import RunDir
 
     files = _expand(paths)
     key = ingest_cache.cache_key(files)
@@ -420,6 +456,12 @@ def ingest(
         hit = ingest_cache.lookup(out, key)
         if hit is not None:
             return hit
+    return _ingest_files(files, key, out, force=force, jobs=jobs)
+
+
+def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None) -> Any:
+    from tracekit.rundir import RunDir
+
     t0 = time.perf_counter()
     run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
     multi = len(files) > 1

@@ -29,8 +29,7 @@ timestamps that are not numbers) goes through doubles, and says so in a warning.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,9 @@ import orjson
 import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
-from tracekit.kineto import _BOUNDARY_RE, _EVENTS_KEY_RE, BLOCK_BYTES, TruncatedTrace, _blocks, split_point
+from tracekit.kineto import _BOUNDARY_RE, BLOCK_BYTES, Body, _bare_list_in_place, _is_gzip, split_point
 
 _TAIL_SEARCH = 2 << 20  # where to look for an event start near the end of the array
-_WS_RE = re.compile(rb"\s*")
 _MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
 # Largest single event DuckDB accepts. Its reader allocates buffers of this size per thread,
 # so it is a memory cost: 16 MB (DuckDB's default) is far beyond any real event.
@@ -69,59 +67,6 @@ class Extracted:
     @property
     def files(self) -> tuple[Path, ...]:
         return self.pieces or (self.array,)
-
-
-def _is_gzip(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(2) == b"\x1f\x8b"
-    except FileNotFoundError:
-        raise TraceFormatError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"{path}: is a directory") from None
-
-
-def _bare_list_in_place(path: Path) -> bool:
-    """An uncompressed file that starts with ``[`` and ends with ``]``: DuckDB can read it as it is."""
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        head = fh.read(4096).lstrip()
-        fh.seek(max(0, size - 4096))
-        tail = fh.read().rstrip()
-    return head[:1] == b"[" and tail[-1:] == b"]" and size > 2
-
-
-def _find_events_key(buf: bytes) -> int | None:
-    """Offset just after ``"traceEvents": [`` in a header buffer, or None."""
-    m = _EVENTS_KEY_RE.search(buf)
-    return m.end() if m else None
-
-
-def _header_meta(path: Path, prefix: bytes) -> dict[str, Any]:
-    try:
-        pre = orjson.loads(prefix + b"]}")
-    except orjson.JSONDecodeError:
-        raise TraceFormatError(f"{path}: invalid JSON before traceEvents") from None
-    if not isinstance(pre, dict):
-        raise TraceFormatError(f"{path}: not a JSON trace")
-    pre.pop("traceEvents", None)
-    return pre
-
-
-def _no_array(path: Path, buf: bytes) -> TraceFormatError:
-    """No traceEvents array was found: say precisely why."""
-    s = buf.strip()
-    if not s:
-        return TraceFormatError(f"{path}: empty file")
-    if s[:1] not in (b"{", b"["):
-        return TraceFormatError(f"{path}: not a JSON trace (starts with {s[:20]!r})")
-    try:
-        obj = orjson.loads(s)
-    except orjson.JSONDecodeError:
-        return TraceFormatError(f"{path}: invalid JSON (no traceEvents array found)")
-    if isinstance(obj, dict) and "traceEvents" not in obj:
-        return TraceFormatError(f"{path}: no traceEvents in the trace")
-    return TraceFormatError(f"{path}: traceEvents is not an array")
 
 
 def _event_starts(tail: bytes, from_start: bool) -> list[int]:
@@ -170,83 +115,32 @@ def extract_array(path: str | Path, dest_dir: str | Path, *, block: int = BLOCK_
     return _extract(p, Path(dest_dir), block)
 
 
-class _Body:
-    """The bytes after the array's ``[`` (array, then whatever follows it), as blocks; what the
-    header said (``meta``, ``bare``) and whether the input ended early (``truncated``)."""
-
-    def __init__(self, p: Path, block: int) -> None:
-        self.p, self.block = p, block
-        self.meta: dict[str, Any] = {}
-        self.bytes_in = 0
-        self.truncated: str | None = None
-        self.bare = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        p = self.p
-        started = False
-        head = b""
-        try:
-            for data in _blocks(p, self.block):
-                self.bytes_in += len(data)
-                if not started:
-                    head += data
-                    # Leading whitespace is skipped, not stripped: lstrip would copy a whole block.
-                    n_ws = _WS_RE.match(head).end()  # type: ignore[union-attr]
-                    s = head[n_ws : n_ws + 64]
-                    if not s:
-                        continue
-                    if s[:1] == b"[":
-                        self.bare, started = True, True
-                        data = head[n_ws + 1 :]
-                    elif s[:1] != b"{":
-                        raise TraceFormatError(f"{p}: not a JSON trace (starts with {s[:20]!r})")
-                    else:
-                        at = _find_events_key(head)
-                        if at is None:
-                            continue
-                        self.meta = _header_meta(p, head[:at])
-                        started = True
-                        data = head[at:]
-                    head = b""
-                yield data
-        except TruncatedTrace as exc:
-            self.truncated = exc.message
-            if not started:
-                at = _find_events_key(head)
-                if at is None:
-                    raise
-                self.meta = _header_meta(p, head[:at])
-                started = True
-                yield head[at:]
-        if not started:
-            raise _no_array(p, head)
-
-    def end(self, read: Any, body_len: int, *, whole: bool = True) -> int | None:
-        """Offset in the body of the array's closing bracket (the trailer's keys go to ``meta``;
-        a truncated input is cut after its last complete event). Raises TraceFormatError when
-        no complete event is found. ``whole=False``: ``read`` holds only the last piece of the
-        body; None when the answer is not in it (the caller then searches the whole body)."""
-        p = self.p
-        if self.truncated is None:
-            found = _search_end(read, body_len, self.block, lambda w, st: _array_end(w, st, self.bare))
-            if found is not None:
-                self.meta.update(found[1])
-                return int(found[0])
-            if not whole:
-                return None
-            self.truncated = f"{p}: JSON ends early or is invalid after the last complete event"
-        cut = _search_end(read, body_len, self.block, _last_boundary)
-        if cut is None:
-            if not whole:
-                return None
-            t = self.truncated
-            raise TraceFormatError(t if body_len < self.block else f"{p}: invalid JSON in traceEvents ({t})")
-        return int(cut[0])
+def _body_end(body: Body, read: Any, body_len: int, *, whole: bool = True) -> int | None:
+    """Offset in the body of the array's closing bracket (the trailer's keys go to ``meta``;
+    a truncated input is cut after its last complete event). Raises TraceFormatError when
+    no complete event is found. ``whole=False``: ``read`` holds only the last piece of the
+    body; None when the answer is not in it (the caller then searches the whole body)."""
+    p = body.p
+    if body.truncated is None:
+        found = _search_end(read, body_len, body.block, lambda w, st: _array_end(w, st, body.bare))
+        if found is not None:
+            body.meta.update(found[1])
+            return int(found[0])
+        if not whole:
+            return None
+        body.truncated = f"{p}: JSON ends early or is invalid after the last complete event"
+    cut = _search_end(read, body_len, body.block, _last_boundary)
+    if cut is None:
+        if not whole:
+            return None
+        t = body.truncated
+        raise TraceFormatError(t if body_len < body.block else f"{p}: invalid JSON in traceEvents ({t})")
+    return int(cut[0])
 
 
 def _extract(p: Path, tmp: Path, block: int) -> Extracted:
     out_path = tmp / "events.json"
-    body = _Body(p, block)
+    body = Body(p, block)
     with open(out_path, "w+b") as out:
         out.write(b"[")
         for data in body:
@@ -259,7 +153,7 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
             out.seek(1 + lo)
             return bytes(out.read(hi - lo))
 
-        end = body.end(read, body_len)
+        end = _body_end(body, read, body_len)
         assert end is not None  # the whole body was searched: an answer or an error
         out.seek(1 + end)
         out.truncate()
@@ -282,7 +176,7 @@ def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, pie
     piece = piece or PIECE_BYTES
     if not _is_gzip(p) and _bare_list_in_place(p):
         return Extracted(p, {}, p.stat().st_size, None)
-    body = _Body(p, block)
+    body = Body(p, block)
     paths: list[Path] = []
     seps: list[bytes] = []
     out: Any = None
@@ -321,7 +215,7 @@ def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, pie
             f.seek(1 + lo)
             return bytes(f.read(hi - lo))
 
-        end = body.end(read, body_len, whole=len(paths) == 1)
+        end = _body_end(body, read, body_len, whole=len(paths) == 1)
         if end is not None:
             out.seek(1 + end)
             out.truncate()
@@ -343,7 +237,7 @@ def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, pie
             fm.seek(1 + lo)
             return bytes(fm.read(hi - lo))
 
-        end = body.end(read_m, body_len)
+        end = _body_end(body, read_m, body_len)
         assert end is not None
         fm.seek(1 + end)
         fm.truncate()

@@ -1,0 +1,525 @@
+"""One trace file -> per-table Arrow tables through tracekit's native scanner (tracekit/_kscan.c).
+
+The scanner reads the ``traceEvents`` array in one pass as the inflater thread hands over blocks
+(tracekit.kineto, ISA-L), with the GIL released, and returns columns: per element its route (the
+table it goes to, or why it is skipped), interned ph/cat/name codes, exact int64 ns ts/dur
+(from the number's text, never through a double), pid, tid; and per arg tracekit reads a sparse
+store (the rows that have it and the values). This module turns those into the tables of
+tracekit.schema with numpy and pyarrow only: no per-event Python, no DOM, no SQL engine.
+
+Semantics are those of the DuckDB reader (tracekit/ingest_sql.py), which stays as the fallback
+where the extension is not built and as the reference in tests (tests/test_ingest_native.py
+compares both on every corpus trace):
+
+- routing by ph and the lower-cased cat, ``[memory]`` instants, counters, everything else to
+  other_events with its args and the Chrome-trace extras (id, bp, s, scope, ...) as JSON text;
+- a timeline event without a usable ts is skipped and counted (``no ts``), an element that is not
+  an object likewise (``not a JSON object``); a ts beyond int64 ns stays, with ts null (counted);
+- a ts/dur/pid/tid given as a string is parsed as a number when it is one (counted as coerced);
+- invalid JSON: the events before it are kept and the file is marked incomplete with the byte
+  offset (the DuckDB reader rejected the whole file).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from tracekit import arrays as A
+from tracekit.errors import TraceFormatError
+from tracekit.ingest_sql import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS
+from tracekit.kineto import Body
+
+try:  # built by setup.py where a C compiler is present
+    from tracekit import _kscan  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised where the extension is absent
+    _kscan = None
+
+# Routes (tracekit/_kscan.c, enum R_*): the table of each element, or why it is skipped.
+R_SKIP_NOTOBJ, R_SKIP_NOTS, R_GPU, R_RUNTIME, R_CPU, R_ANNOT, R_MEMORY, R_COUNTERS, R_OTHER = range(9)
+ROUTE_TABLE = {R_GPU: "gpu_activity", R_RUNTIME: "runtime", R_CPU: "cpu_ops", R_ANNOT: "annotations",
+               R_MEMORY: "memory", R_COUNTERS: "counters", R_OTHER: "other_events"}
+SKIP_REASON = {R_SKIP_NOTOBJ: "not a JSON object", R_SKIP_NOTS: "no ts"}
+TIMED_ROUTES = (R_GPU, R_RUNTIME, R_CPU, R_ANNOT)
+# Row flags (F_*)
+F_TS_OK, F_TS_OVF, F_DUR_OK, F_DUR_OVF, F_PID_OK, F_TID_OK, F_COERCED = 1, 2, 4, 8, 16, 32, 64
+
+# Category classes the scanner routes by (lower-cased cat -> class; _kscan.c enum C_*).
+CAT_CLASSES: dict[str, int] = {
+    **{c: 1 for c in GPU_CATS},
+    **{c: 2 for c in RUNTIME_CATS},
+    **{c: 3 for c in CPU_CATS},
+    **{c: 4 for c in ANNOTATION_CATS},
+    "ac2g": 5,
+}
+# Inflated bytes per block handed to the scanner. Small, because up to ~5 blocks are alive at once
+# (the inflater's queue, the one scanned, the carry joined to the next); larger blocks were not
+# faster (docs/ingest.md).
+SCAN_BLOCK = 1 << 20
+_MAX_CARRY = 256 << 20  # one event larger than this is not a trace event
+_MAX_TRAILER = 64 << 20
+_MEMCPY_RE = re.compile(r"Memcpy ([A-Za-z]+)")
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def available() -> bool:
+    """True when the native scanner is built and not switched off (TRACEKIT_INGEST_ENGINE=duckdb)."""
+    return _kscan is not None and os.environ.get("TRACEKIT_INGEST_ENGINE", "").lower() != "duckdb"
+
+
+@dataclass
+class Scanned:
+    cols: dict[str, Any]  # the scanner's result (read-only buffers), see _kscan.c Scanner_result
+    meta: dict[str, Any]  # every top-level key except traceEvents
+    bytes_in: int
+    truncated: str | None  # why the input ended early (the events before it are in cols)
+    offset_ns: int  # baseTimeNanoseconds, added to every ts
+
+    @property
+    def rows(self) -> int:
+        return int(self.cols["rows"])
+
+    def arr(self, key: str, dtype: Any) -> np.ndarray:
+        return np.frombuffer(self.cols[key], dtype=dtype)
+
+    def release(self, *prefixes: str) -> None:
+        """Drop the buffers whose key starts with one of ``prefixes`` (freed unless a table uses them)."""
+        for k in [k for k in self.cols if k.startswith(prefixes)]:
+            del self.cols[k]
+
+    def dictionary(self, key: str) -> pa.Array:
+        offs = self.cols[f"{key}.offsets"]
+        return pa.StringArray.from_buffers(len(offs) // 4 - 1, pa.py_buffer(offs), pa.py_buffer(self.cols[f"{key}.data"]))
+
+
+def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
+    """Scan one trace file. Raises TraceFormatError when no traceEvents array is found."""
+    if _kscan is None:
+        raise RuntimeError("tracekit._kscan is not built")
+    p = Path(path)
+    body = Body(p, block)
+    sc = _kscan.Scanner(CAT_CLASSES)
+    carry = b""
+    done = 0  # body bytes before ``carry``
+    truncated: str | None = None
+    trailer: list[bytes] = []
+    ended = False
+    it = iter(body)
+    for data in it:
+        buf = carry + data if carry else data
+        consumed, status = sc.feed(buf)
+        if status == _kscan.END:
+            ended = True
+            size = len(buf) - consumed
+            trailer.append(buf[consumed:])
+            for rest in it:  # the keys after the array (traceName, baseTimeNanoseconds, ...)
+                size += len(rest)
+                if size > _MAX_TRAILER:
+                    break
+                trailer.append(rest)
+            break
+        if status == _kscan.ERROR:
+            msg, pos = sc.error
+            truncated = f"{p}: invalid JSON in traceEvents at byte {done + pos} of the array ({msg})"
+            break
+        carry = buf[consumed:]
+        done += consumed
+        if len(carry) > _MAX_CARRY:
+            truncated = f"{p}: an event larger than {_MAX_CARRY >> 20} MB at byte {done} of the array"
+            break
+    meta = dict(body.meta)
+    if ended:
+        tail = b"".join(trailer).strip()
+        if body.bare:
+            if tail:
+                truncated = f"{p}: unexpected data after the traceEvents array"
+        else:
+            try:
+                extra = orjson.loads(b'{"traceEvents":[]' + tail)
+            except orjson.JSONDecodeError:
+                extra = None
+            if not isinstance(extra, dict):
+                truncated = body.truncated or f"{p}: JSON ends early or is invalid after the traceEvents array"
+            else:
+                extra.pop("traceEvents", None)
+                meta.update(extra)
+    elif truncated is None:
+        truncated = body.truncated or f"{p}: JSON ends early (the last event is incomplete); events before it kept"
+    # The scanner's buffers, moved out without a copy (read-only views).
+    cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
+    del sc, carry, trailer
+    _trim_heap()
+    base = meta.get("baseTimeNanoseconds")
+    offset = int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
+    if cols["rows"] == 0:
+        raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
+    return Scanned(cols, meta, body.bytes_in, truncated, offset)
+
+
+def _trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc only; elsewhere a no-op).
+
+    The inflated blocks (~1 MB each, hundreds of them) leave the heap fragmented: on the 54 MB
+    corpus trace 10 MB stayed resident after the scan and counted in every later peak.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+# --------------------------------------------------------------------------- counts
+def count(s: Scanned, counts: Any) -> None:
+    """events_read, by_ph, events_by_table, skipped and warnings (a tracekit.ingest.Counts)."""
+    route = s.arr("route", np.uint8)
+    flags = s.arr("flags", np.uint8)
+    counts.events_read += s.rows
+    ph = s.arr("ph", np.int32)
+    phd = s.dictionary("ph").to_pylist()
+    for code, n in enumerate(np.bincount(ph + 1, minlength=1)):
+        if n:
+            key = phd[code - 1] if code else None
+            counts.by_ph[key if key else "(none)"] += int(n)
+    for r, n in enumerate(np.bincount(route, minlength=9)):
+        if not n:
+            continue
+        if r in SKIP_REASON:
+            counts.skipped[SKIP_REASON[r]] += int(n)
+        else:
+            counts.events_by_table[ROUTE_TABLE[r]] += int(n)
+    timed = np.isin(route, TIMED_ROUTES)
+    dur_ok = (flags & F_DUR_OK) != 0
+    neg = int((timed & dur_ok & (s.arr("dur", np.int64) < 0)).sum())
+    nodur = int((timed & ~dur_ok).sum())
+    noname = int((timed & (s.arr("name", np.int32) < 0)).sum())
+    over = int(((flags & F_TS_OVF) != 0).sum())
+    if neg:
+        counts.warnings["negative dur (set to null)"] += neg
+    if nodur:
+        counts.warnings["complete events without dur"] += nodur
+    if noname:
+        counts.warnings["events without name"] += noname
+    if over:
+        counts.warnings["timestamps beyond the int64 ns range (set to null)"] += over
+    if s.cols["coerced"]:
+        counts.warnings["events with unexpected field types (coerced)"] += int(s.cols["coerced"])
+
+
+# --------------------------------------------------------------------------- table building
+class _Rows:
+    """The events of one table: their row numbers (ascending) and column helpers."""
+
+    def __init__(self, s: Scanned, idx: np.ndarray) -> None:
+        self.s, self.idx, self.n = s, idx, len(idx)
+        self.flags = s.arr("flags", np.uint8)[idx]
+
+    def _exact(self, rows: np.ndarray) -> bool:
+        """The store has one entry per row of this table, in order: use it as it is (no copy)."""
+        return len(rows) == self.n and bool(np.array_equal(rows, self.idx))
+
+    def _pos(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in this table, which store entries) of the store rows that belong here."""
+        if self.n == 0 or len(rows) == 0:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e
+        pos = np.searchsorted(self.idx, rows)
+        ok = pos < self.n
+        ok[ok] = self.idx[pos[ok]] == rows[ok]
+        return pos[ok], np.flatnonzero(ok)
+
+    def ts(self) -> pa.Array:
+        return A.from_numpy(*self.ts_np())
+
+    def ts_np(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.s.arr("ts", np.int64)[self.idx] + self.s.offset_ns, (self.flags & F_TS_OK) != 0
+
+    def dur(self, drop_negative: bool = True) -> pa.Array:
+        f = self.flags
+        v = self.s.arr("dur", np.int64)[self.idx]
+        bad = (f & F_DUR_OK) == 0
+        if drop_negative:
+            bad |= v < 0
+        return A.from_numpy(v, ~bad)
+
+    def ints(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(values, present) of an int arg store."""
+        rows = self.s.arr(f"i.{key}.rows", np.int32)
+        vals = self.s.arr(f"i.{key}.values", np.int64)
+        if self._exact(rows):
+            return vals, np.ones(self.n, dtype=bool)
+        out = np.zeros(self.n, dtype=np.int64)
+        has = np.zeros(self.n, dtype=bool)
+        pos, which = self._pos(rows)
+        out[pos] = vals[which]
+        has[pos] = True
+        return out, has
+
+    def int_col(self, key: str, i32: bool = False) -> pa.Array:
+        v, has = self.ints(key)
+        return _int_array(v, has, i32)
+
+    def pid_tid(self, which: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.s.arr(which, np.int64)[self.idx], (self.flags & (F_PID_OK if which == "pid" else F_TID_OK)) != 0
+
+    def text(self, key: str) -> pa.Array:
+        rows = self.s.arr(f"t.{key}.rows", np.int32)
+        offs = self.s.cols[f"t.{key}.offsets"]
+        store = pa.StringArray.from_buffers(len(rows), pa.py_buffer(offs), pa.py_buffer(self.s.cols[f"t.{key}.data"]))
+        if self._exact(rows):
+            return store
+        take = np.full(self.n, -1, dtype=np.int64)
+        pos, which = self._pos(rows)
+        take[pos] = which
+        return store.take(A.from_numpy(take, take >= 0))
+
+    def lists(self, key: str) -> pa.Array:
+        rows = self.s.arr(f"l.{key}.rows", np.int32)
+        offs = self.s.arr(f"l.{key}.offsets", np.int32)
+        vals = self.s.arr(f"l.{key}.values", np.int32)
+        store = pa.ListArray.from_arrays(A.from_numpy(offs), A.from_numpy(vals))
+        if self._exact(rows):
+            return store
+        take = np.full(self.n, -1, dtype=np.int64)
+        pos, which = self._pos(rows)
+        take[pos] = which
+        return store.take(A.from_numpy(take, take >= 0))
+
+    def codes(self, key: str) -> np.ndarray:
+        return self.s.arr(key, np.int32)[self.idx]
+
+    def dict_col(self, key: str) -> pa.DictionaryArray:
+        return _compact(self.codes(key), self.s.dictionary(key))
+
+
+def _int_array(v: np.ndarray, has: np.ndarray, i32: bool = False) -> pa.Array:
+    if i32:
+        has = has & (v >= _I32[0]) & (v <= _I32[1])  # TRY_CAST semantics: out of range -> null
+        return A.from_numpy(np.where(has, v, 0).astype(np.int32), has)
+    return A.from_numpy(v, has)
+
+
+def _compact(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
+    """A dictionary array holding only the entries these codes use (-1: null)."""
+    valid = codes >= 0
+    used = np.zeros(len(dictionary), dtype=bool)
+    used[codes[valid]] = True
+    keep = np.flatnonzero(used)
+    remap = np.concatenate([np.cumsum(used, dtype=np.int64) - 1, [0]])  # [0]: an empty dictionary
+    new = np.where(valid, remap[np.maximum(codes, 0)], 0).astype(np.int32)
+    return pa.DictionaryArray.from_arrays(A.from_numpy(new, valid), dictionary.take(A.from_numpy(keep)))
+
+
+def _mapped(codes: np.ndarray, values: Sequence[str | None]) -> pa.DictionaryArray:
+    """Codes (-1: null) through a code -> string mapping that may repeat strings or give None."""
+    uniq: dict[str, int] = {}
+    lut = np.array([uniq.setdefault(v, len(uniq)) if v is not None else -1 for v in values] + [-1], dtype=np.int64)
+    return _compact(lut[codes], A.strings(list(uniq)))
+
+
+def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
+    """Rows ordered by ts (stable; null ts last, as SQL's ORDER BY)."""
+    key = np.where(ok, ts, np.iinfo(np.int64).max)
+    order = np.argsort(key, kind="stable")
+    if len(order) and (order[1:] > order[:-1]).all():
+        return t
+    return t.take(A.from_numpy(order))
+
+
+def _flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:
+    """(pid, tid, ts_ns) -> the smallest ac2g flow id of that ph ('s' start, 'f' end)."""
+    rows = s.arr("i.flow id.rows", np.int32)
+    if len(rows) == 0:
+        return {}
+    ids = s.arr("i.flow id.values", np.int64)
+    phd = s.dictionary("ph").to_pylist()
+    ph = s.arr("ph", np.int32)[rows]
+    want = [i for i, v in enumerate(phd) if v == ph_char]
+    sel = np.isin(ph, want)
+    flags = s.arr("flags", np.uint8)[rows]
+    sel &= ((flags & F_PID_OK) != 0) & ((flags & F_TID_OK) != 0) & ((flags & F_TS_OK) != 0)
+    r, fid = rows[sel], ids[sel]
+    pid, tid = s.arr("pid", np.int64)[r], s.arr("tid", np.int64)[r]
+    ts = s.arr("ts", np.int64)[r] + s.offset_ns
+    out: dict[tuple[int, int, int], int] = {}
+    for key, v in zip(zip(pid.tolist(), tid.tolist(), ts.tolist(), strict=True), fid.tolist(), strict=True):
+        if key not in out or v < out[key]:
+            out[key] = v
+    return out
+
+
+def _fill_from_flows(t: _Rows, corr: np.ndarray, has: np.ndarray, ph_char: str) -> int:
+    """Correlations missing from args taken from the ac2g flow event at the same pid, tid and ts."""
+    miss = np.flatnonzero(~has)
+    if len(miss) == 0:
+        return 0
+    flows = _flow_ids(t.s, ph_char)
+    if not flows:
+        return 0
+    pid, pok = t.pid_tid("pid")
+    tid, tok = t.pid_tid("tid")
+    ts, tsok = t.ts_np()
+    filled = 0
+    for i in miss.tolist():
+        if pok[i] and tok[i] and tsok[i]:
+            v = flows.get((int(pid[i]), int(tid[i]), int(ts[i])))
+            if v is not None:
+                corr[i], has[i] = v, True
+                filled += 1
+    return filled
+
+
+def _coalesce(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return np.where(a[1], a[0], b[0]), a[1] | b[1]
+
+
+def _lcat(s: Scanned) -> list[str]:
+    return [(c or "").lower() for c in s.dictionary("cat").to_pylist()]
+
+
+def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
+    """The raw tables (no rank, op_id, parent_id, launch_name: ingest adds them) keyed by name."""
+    route = s.arr("route", np.uint8)
+    order = np.argsort(route, kind="stable")
+    bounds = np.searchsorted(route[order], np.arange(10))
+    rows = {r: order[bounds[r]:bounds[r + 1]] for r in range(9)}
+    out: dict[str, pa.Table] = {}
+    filled = 0
+
+    # Built in this order so that each arg store is dropped after its last use (peak memory).
+    t = _Rows(s, rows[R_CPU])
+    if t.n:
+        out["cpu_ops"] = pa.table({
+            "ts_ns": t.ts(), "dur_ns": t.dur(), "name": t.dict_col("name"), "cat": t.dict_col("cat"),
+            "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
+            "external_id": t.int_col("External id"), "sequence_number": t.int_col("Sequence number"),
+            "input_dims": t.text("Input Dims"), "input_types": t.text("Input type"),
+        })
+    s.release("t.Input ")  # cpu_ops only
+
+    t = _Rows(s, rows[R_GPU])
+    if t.n:
+        lcat = _lcat(s)
+        kinds = [re.sub(r"^gpu_", "", c) for c in lcat]
+        codes = t.codes("cat")
+        kind = _mapped(codes, kinds)
+        corr = t.ints("correlation")
+        cv, ch = corr[0].copy(), corr[1].copy()
+        filled += _fill_from_flows(t, cv, ch, "f")
+        names = s.dictionary("name").to_pylist()
+        is_memcpy = np.array([c in ("gpu_memcpy", "memcpy") for c in lcat], dtype=bool)
+        mk = [(_MEMCPY_RE.search(n).group(1) if n and _MEMCPY_RE.search(n) else None) for n in names]  # type: ignore[union-attr]
+        name_codes = t.codes("name")
+        mk_codes = np.where(is_memcpy[codes] & (name_codes >= 0), name_codes, -1)
+        memcpy_kind = _mapped(mk_codes, mk)
+        ts, ok = t.ts_np()
+        tab = pa.table({
+            "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "kind": kind, "name": t.dict_col("name"),
+            "device": _int_array(*_coalesce(t.ints("device"), t.pid_tid("pid")), i32=True),
+            "stream": _int_array(*_coalesce(t.ints("stream"), t.pid_tid("tid")), i32=True),
+            "correlation": _int_array(cv, ch), "external_id": t.int_col("External id"),
+            "grid": t.lists("grid"), "block": t.lists("block"),
+            "registers_per_thread": t.int_col("registers per thread", i32=True),
+            "shared_memory_bytes": t.int_col("shared memory"), "bytes": t.int_col("bytes"),
+            "memcpy_kind": memcpy_kind,
+        })
+        out["gpu_activity"] = _by_ts(tab, ts, ok)
+    s.release("l.")  # grid, block
+
+    t = _Rows(s, rows[R_RUNTIME])
+    if t.n:
+        corr = t.ints("correlation")
+        cv, ch = corr[0].copy(), corr[1].copy()
+        filled += _fill_from_flows(t, cv, ch, "s")
+        ts, ok = t.ts_np()
+        tab = pa.table({
+            "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "name": t.dict_col("name"),
+            "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
+            "correlation": _int_array(cv, ch), "external_id": t.int_col("External id"),
+        })
+        out["runtime"] = _by_ts(tab, ts, ok)
+    s.release("i.External id", "i.correlation", "i.registers", "i.shared", "i.bytes", "i.Sequence")
+
+    t = _Rows(s, rows[R_ANNOT])
+    if t.n:
+        lcat = _lcat(s)
+        gpu_ann = np.array([c == "gpu_user_annotation" for c in lcat], dtype=bool)[t.codes("cat")]
+        dv, dh = _coalesce(t.ints("device"), t.pid_tid("pid"))
+        sv, sh = _coalesce(t.ints("stream"), t.pid_tid("tid"))
+        ts, ok = t.ts_np()
+        tab = pa.table({
+            "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "name": t.dict_col("name"), "cat": t.dict_col("cat"),
+            "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
+            "device": _int_array(dv, dh & gpu_ann, i32=True), "stream": _int_array(sv, sh & gpu_ann, i32=True),
+        })
+        out["annotations"] = _by_ts(tab, ts, ok)
+    s.release("i.device", "i.stream")
+
+    t = _Rows(s, rows[R_MEMORY])
+    if t.n:
+        ts, ok = t.ts_np()
+        tab = pa.table({
+            "ts_ns": A.from_numpy(ts, ok), "device_type": t.int_col("Device Type", i32=True),
+            "device": t.int_col("Device Id", i32=True), "addr": t.int_col("Addr"), "bytes": t.int_col("Bytes"),
+            "total_allocated_bytes": t.int_col("Total Allocated"), "total_reserved_bytes": t.int_col("Total Reserved"),
+        })
+        out["memory"] = _by_ts(tab, ts, ok)
+    s.release("i.Device", "i.Addr", "i.Bytes", "i.Total")
+
+    t = _Rows(s, rows[R_OTHER])
+    if t.n:
+        out["other_events"] = pa.table({
+            "ts_ns": t.ts(), "dur_ns": t.dur(drop_negative=False), "ph": t.dict_col("ph"), "cat": t.dict_col("cat"),
+            "name": t.dict_col("name"), "pid": t.text("pid text"), "tid": t.text("tid text"), "args": t.text("other args"),
+        })
+    s.release("t.", "i.flow id")
+
+    t = _Rows(s, rows[R_COUNTERS])
+    if t.n:
+        out["counters"] = _counters(s, t, counts)
+
+    if filled:
+        counts.warnings["correlations filled from ac2g flow events"] += filled
+    return out
+
+
+def _counters(s: Scanned, t: _Rows, counts: Any) -> pa.Table:
+    """Long form: one row per numeric arg of a C event; metric = name.key (key alone when equal)."""
+    empty = len(s.arr("i.counter without values.rows", np.int32))
+    if empty:
+        counts.warnings["counter events without values"] += empty
+    rows = s.arr("counter.rows", np.int32)
+    keys = s.arr("counter.keys", np.int32)
+    vals = s.arr("counter.values", np.float64)
+    names = s.dictionary("name").to_pylist()
+    ckeys = s.dictionary("counter.key").to_pylist()
+    name_codes = s.arr("name", np.int32)[rows]
+    pairs = name_codes.astype(np.int64) * (len(ckeys) + 1) + keys
+    uniq, inv = np.unique(pairs, return_inverse=True)
+    metrics = []
+    for pr in uniq.tolist():
+        nc, kc = divmod(pr, len(ckeys) + 1)
+        nm, k = (names[nc] if nc >= 0 else None), ckeys[kc]
+        metrics.append(f"{nm}.{k}" if nm and k != nm else str(k))
+    ts = s.arr("ts", np.int64)[rows] + s.offset_ns
+    ok = (s.arr("flags", np.uint8)[rows] & F_TS_OK) != 0
+    pid = s.arr("pid", np.int64)[rows]
+    pok = (s.arr("flags", np.uint8)[rows] & F_PID_OK) != 0
+    tab = pa.table({
+        "ts_ns": A.from_numpy(ts, ok), "device": _int_array(pid, pok, i32=True),
+        "metric": A.dictionary(inv.astype(np.int32), A.strings(metrics)),
+        "value": A.from_numpy(vals), "source": A.dictionary(np.zeros(len(rows), dtype=np.int32), A.strings(["kineto"])),
+    })
+    return _by_ts(tab, ts, ok)
+
+
+__all__ = ["CAT_CLASSES", "Scanned", "available", "count", "scan", "tables"]

@@ -9,8 +9,9 @@ could not resolve 1% on the H200: eager decode there varied 46-56% between
 runs of one arm (2026-11-29). So this one:
 
 * arms in many short blocks (default 24 per arm of 32 tokens each), one block
-  of every arm per round, the order rotated round by round (a Latin square),
-  so slow drift and position effects hit every arm alike. The default arms are
+  of every arm per round, the order changing round by round as a Williams
+  design (every arm in every position, and after every other arm, equally
+  often), so slow drift, position and carry-over effects hit every arm alike. The default arms are
   ``off_a`` (no sampler), ``on`` (tracekit's NvmlSampler at 100 Hz, as
   ``tracekit record`` starts it) and ``off_b`` (no sampler again). Optional
   control arms: ``null`` (the same sampler process and loops with an NVML
@@ -212,12 +213,34 @@ def generate_block_stats(
     return [(b - a) / 1e9 for a, b in itertools.pairwise(t)], HostStats.delta(marks[0], end)
 
 
+def williams_rows(n: int) -> list[list[int]]:
+    """A Williams design: orders of n arms where each arm takes every position equally often and
+    follows every other arm equally often (n rows for even n, 2n for odd n)."""
+    first = [0]
+    lo, hi = 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    if n % 2:
+        rows += [list(reversed(r)) for r in rows]
+    return rows
+
+
 def block_order(rounds: int, arms: tuple[str, ...] = ARMS) -> list[str]:
-    """Each round runs every arm once, the order rotated round by round (a Latin square)."""
+    """Each round runs every arm once; round r takes row r of a Williams design, cyclically.
+
+    Why not plain rotation: with arms (off_a, on, off_b) rotated round by round, off_b always ran
+    right after on and off_a right after off_b, so anything "on" leaves behind for the next block
+    landed on one control arm only (the H200 runs of 2026-11-29 20:36-20:59 used that order).
+    """
+    rows = williams_rows(len(arms))
     out: list[str] = []
     for r in range(rounds):
-        k = r % len(arms)
-        out.extend(arms[k:] + arms[:k])
+        out.extend(arms[i] for i in rows[r % len(rows)])
     return out
 
 

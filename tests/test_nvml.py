@@ -741,8 +741,8 @@ def test_pause_stops_every_read_until_resume(spec: str | None) -> None:
         sampler.pause()
         paused_at = time.time_ns()
         time.sleep(0.5)
+        resumed_at = time.time_ns()  # before the call: the first tick runs before resume() returns
         sampler.resume()
-        resumed_at = time.time_ns()
         time.sleep(0.3)
     finally:
         sampler.stop()
@@ -768,3 +768,20 @@ def test_a_paused_sampler_still_stops() -> None:
     sampler.stop()
     assert time.perf_counter() - t0 < 2 and sampler.status()["state"] == "stopped"
     assert "thread_errors" not in sampler.status()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_overhead_order_balances_positions_and_predecessors(n: int) -> None:
+    from collections import Counter
+
+    ov = _load_script("benchmarks/overhead.py")
+    arms = tuple(f"a{i}" for i in range(n))
+    rows = len(ov.williams_rows(n))
+    order = ov.block_order(rows, arms)
+    rounds = [order[i : i + n] for i in range(0, len(order), n)]
+    assert all(sorted(r) == sorted(arms) for r in rounds)
+    positions = Counter((pos, arm) for r in rounds for pos, arm in enumerate(r))
+    assert set(positions.values()) == {rows // n} and len(positions) == n * n
+    # Within rounds, every arm follows every other arm equally often (carry-over balanced).
+    follows = Counter((r[i - 1], r[i]) for r in rounds for i in range(1, n))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1

@@ -120,20 +120,24 @@ def test_any_events_any_block_size_match_the_reference(tmp_path: Path, events: l
         assert (v if isinstance(v, int) else bytes(v)) == (small.cols[k] if isinstance(v, int) else bytes(small.cols[k])), k
     # AND names are unescaped text, timestamps exact ns (the reference goes through Decimal, not floats)
     names = big.dictionary("name").to_pylist()
-    codes = big.arr("name", np.int32)
-    ts = big.arr("ts", np.int64)
-    dur = big.arr("dur", np.int64)
-    flags = big.arr("flags", np.uint8)
+    route = big.arr("route", np.uint8)
+    seen = np.zeros(ingest_native.N_ROUTES, dtype=np.int64)
     for i, e in enumerate(events):
+        r = int(route[i])
+        k = int(seen[r])  # the element's position among the elements of its route
+        seen[r] += 1
         if not isinstance(e, dict):
-            assert big.arr("route", np.uint8)[i] == ingest_native.R_SKIP_NOTOBJ
+            assert r == ingest_native.R_SKIP_NOTOBJ
             continue
-        assert names[codes[i]] == e["name"]
+        assert names[big.arr(f"r{r}.name", np.int32)[k]] == e["name"]
+        flags = int(big.arr(f"r{r}.flags", np.uint8)[k])
         want = _ref_ns(e["ts"])
         if -(2**63) <= want < 2**63:
-            assert flags[i] & ingest_native.F_TS_OK and ts[i] == want, (e["ts"], ts[i], want)
+            assert flags & ingest_native.F_TS_OK and big.arr(f"r{r}.ts", np.int64)[k] == want, (e["ts"], want)
         if "dur" in e:  # 4 decimals: the 4th is rounded half away from zero
-            assert flags[i] & ingest_native.F_DUR_OK and dur[i] == _ref_ns(e["dur"]), (e["dur"], dur[i])
+            got = big.arr(f"r{r}.dur", np.int64)[k]
+            assert flags & ingest_native.F_DUR_OK and got == _ref_ns(e["dur"]), (e["dur"], got)
+    assert [big.n(r) for r in range(ingest_native.N_ROUTES)] == seen.tolist()
     # AND ingest accounts for every element (the DuckDB reader is compared on real traces above:
     # on generated odd types its coercing path goes through doubles, so it is not the reference here)
     tables = read_file(p)
@@ -222,4 +226,4 @@ def test_mutated_bytes_never_crash_and_never_pass_silently(tmp_path: Path, edits
         valid = False
     if not valid:
         assert s.truncated is not None
-    assert len(s.arr("route", np.uint8)) == s.rows > 0
+    assert len(s.arr("route", np.uint8)) == s.rows == sum(s.n(r) for r in range(ingest_native.N_ROUTES)) > 0

@@ -113,9 +113,14 @@ static const char *EXTRA_KEYS[N_EXTRA] = {"id", "bp", "s", "scope", "id2", "cnam
 #define MAX_CAT_CLASSES 64
 
 typedef struct {
-    Buf rows; /* int32 */
+    Buf rows; /* int32: position in the route's columns */
     Buf vals; /* int64 */
 } IntStore;
+#define N_ROUTE 9
+typedef struct {
+    Buf ph, cat, name, ts, dur, flags, pid, tid; /* int32 x3, int64 x2, uint8, int64 x2 */
+    int64_t n;
+} RouteCols;
 typedef struct {
     Buf rows; /* int32 */
     Buf offs; /* int32, one per row (the start); the end is the next start or data.n */
@@ -165,12 +170,14 @@ struct Scanner {
     Py_ssize_t errpos;
     int64_t nrows;
     int64_t coerced;
-    Buf route, ph, cat, name, ts, dur, flags, pid, tid;
+    Buf route;                  /* uint8 per element, in file order */
+    RouteCols rc[N_ROUTE];      /* each route's own columns: they become its table's columns */
+    int cur_route;              /* the route of the event being emitted: stores are per route */
     Interner in_ph, in_cat, in_name, in_ckey;
-    IntStore istore[N_ISTORE];
-    TextStore tstore[N_TSTORE];
-    ListStore lstore[N_LSTORE];
-    Buf c_rows, c_keys, c_vals; /* counter samples: int32 row, int32 key code, float64 value */
+    IntStore istore[N_ROUTE][N_ISTORE];
+    TextStore tstore[N_ROUTE][N_TSTORE];
+    ListStore lstore[N_ROUTE][N_LSTORE];
+    Buf c_rows, c_keys, c_vals; /* counter samples: int32 position in the counters route, key code, value */
     Buf scratch;                /* unescaped strings, minified text */
     int n_cat_classes;
     char *cat_names[MAX_CAT_CLASSES];
@@ -701,19 +708,20 @@ static int value_i64(Span v, int64_t *out) {
 }
 
 static void store_int(Scanner *s, int k, int64_t row, int64_t v) {
-    put_i32(s, &s->istore[k].rows, (int32_t)row);
-    put_i64(s, &s->istore[k].vals, v);
+    put_i32(s, &s->istore[s->cur_route][k].rows, (int32_t)row);
+    put_i64(s, &s->istore[s->cur_route][k].vals, v);
 }
 
 static void store_text_begin(Scanner *s, int k, int64_t row) {
-    put_i32(s, &s->tstore[k].rows, (int32_t)row);
-    put_i32(s, &s->tstore[k].offs, (int32_t)s->tstore[k].data.n);
+    TextStore *t = &s->tstore[s->cur_route][k];
+    put_i32(s, &t->rows, (int32_t)row);
+    put_i32(s, &t->offs, (int32_t)t->data.n);
 }
 
 static void store_minified(Scanner *s, int k, int64_t row, Span v) {
     store_text_begin(s, k, row);
     const char *p = v.a;
-    scan_value(s, &p, v.b, &s->tstore[k].data, 0);
+    scan_value(s, &p, v.b, &s->tstore[s->cur_route][k].data, 0);
 }
 
 static void store_minified_into(Scanner *s, Buf *out, Span v);
@@ -723,9 +731,9 @@ static void store_id_text(Scanner *s, int k, int64_t row, Span v) {
     if (!v.a) return;
     store_text_begin(s, k, row);
     if (*v.a == '"')
-        unescape(s, v.a + 1, v.b - 1, &s->tstore[k].data);
+        unescape(s, v.a + 1, v.b - 1, &s->tstore[s->cur_route][k].data);
     else
-        store_minified_into(s, &s->tstore[k].data, v);
+        store_minified_into(s, &s->tstore[s->cur_route][k].data, v);
 }
 
 static int key_is(const char *a, const char *b, const char *lit) {
@@ -791,9 +799,10 @@ static void list_member(Scanner *s, int k, int64_t row, Span v) {
             break;
         }
     }
-    put_i32(s, &s->lstore[k].rows, (int32_t)row);
-    put_i32(s, &s->lstore[k].offs, (int32_t)(s->lstore[k].vals.n / 4));
-    put(s, &s->lstore[k].vals, tmp, (size_t)n * 4);
+    ListStore *l = &s->lstore[s->cur_route][k];
+    put_i32(s, &l->rows, (int32_t)row);
+    put_i32(s, &l->offs, (int32_t)(l->vals.n / 4));
+    put(s, &l->vals, tmp, (size_t)n * 4);
 }
 
 static void timed_arg(Scanner *s, int64_t row, const char *ka, const char *kb, Span v, void *ctx) {
@@ -853,7 +862,7 @@ static void store_minified_into(Scanner *s, Buf *out, Span v) {
 
 /* The event has been parsed and validated: route it and write its columns and stores. */
 static void emit_event(Scanner *s, Ev *ev) {
-    int64_t row = s->nrows;
+    int64_t row; /* position in the route's columns (set once the route is known) */
     uint8_t flags = 0;
     int64_t ts = 0, dur = 0, pid = 0, tid = 0;
     int coerced = ev->coerced;
@@ -880,6 +889,9 @@ static void emit_event(Scanner *s, Ev *ev) {
     else if (phc == P_C) route = R_COUNTERS;
     /* a timeline event without a usable ts is skipped (counted); an overflowing one is kept (ts null) */
     if (route != R_OTHER && (ts_state == 0 || ts_state == 3)) route = R_SKIP_NOTS;
+    s->cur_route = route;
+    RouteCols *rc = &s->rc[route];
+    row = rc->n;
 
     if (route >= R_GPU && route <= R_ANNOT) {
         each_member(s, ev->args, row, timed_arg, &route);
@@ -896,7 +908,7 @@ static void emit_event(Scanner *s, Ev *ev) {
         for (int j = 0; j < N_EXTRA; j++) any |= ev->extra[j].a != NULL;
         if (any) {
             store_text_begin(s, T_OTHER_ARGS, row);
-            Buf *o = &s->tstore[T_OTHER_ARGS].data;
+            Buf *o = &s->tstore[R_OTHER][T_OTHER_ARGS].data;
             int first = 1;
             put(s, o, "{", 1);
             if (ev->args.a) {
@@ -920,14 +932,15 @@ static void emit_event(Scanner *s, Ev *ev) {
             store_int(s, I_FLOWID, row, fid);
     }
     put_u8(s, &s->route, (uint8_t)route);
-    put_i32(s, &s->ph, ev->ph);
-    put_i32(s, &s->cat, ev->cat);
-    put_i32(s, &s->name, ev->name);
-    put_i64(s, &s->ts, ts);
-    put_i64(s, &s->dur, dur);
-    put_u8(s, &s->flags, flags);
-    put_i64(s, &s->pid, pid);
-    put_i64(s, &s->tid, tid);
+    put_i32(s, &rc->ph, ev->ph);
+    put_i32(s, &rc->cat, ev->cat);
+    put_i32(s, &rc->name, ev->name);
+    put_i64(s, &rc->ts, ts);
+    put_i64(s, &rc->dur, dur);
+    put_u8(s, &rc->flags, flags);
+    put_i64(s, &rc->pid, pid);
+    put_i64(s, &rc->tid, tid);
+    rc->n++;
     s->nrows++;
 }
 
@@ -1014,15 +1027,17 @@ static int scan_event(Scanner *s, const char **pp, const char *end) {
 
 /* A non-object element: validated, counted as a row that is skipped. */
 static void emit_skip(Scanner *s) {
+    RouteCols *rc = &s->rc[R_SKIP_NOTOBJ];
     put_u8(s, &s->route, R_SKIP_NOTOBJ);
-    put_i32(s, &s->ph, -1);
-    put_i32(s, &s->cat, -1);
-    put_i32(s, &s->name, -1);
-    put_i64(s, &s->ts, 0);
-    put_i64(s, &s->dur, 0);
-    put_u8(s, &s->flags, 0);
-    put_i64(s, &s->pid, 0);
-    put_i64(s, &s->tid, 0);
+    put_i32(s, &rc->ph, -1);
+    put_i32(s, &rc->cat, -1);
+    put_i32(s, &rc->name, -1);
+    put_i64(s, &rc->ts, 0);
+    put_i64(s, &rc->dur, 0);
+    put_u8(s, &rc->flags, 0);
+    put_i64(s, &rc->pid, 0);
+    put_i64(s, &rc->tid, 0);
+    rc->n++;
     s->nrows++;
 }
 
@@ -1085,19 +1100,26 @@ static void interner_free(Interner *in) {
 }
 
 static void scanner_clear(Scanner *s) {
-    Buf *cols[] = {&s->route, &s->ph, &s->cat, &s->name, &s->ts, &s->dur, &s->flags, &s->pid, &s->tid,
-                   &s->c_rows, &s->c_keys, &s->c_vals, &s->scratch};
+    Buf *cols[] = {&s->route, &s->c_rows, &s->c_keys, &s->c_vals, &s->scratch};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) buf_free(cols[i]);
+    for (int r = 0; r < N_ROUTE; r++) {
+        RouteCols *rc = &s->rc[r];
+        Buf *rb[] = {&rc->ph, &rc->cat, &rc->name, &rc->ts, &rc->dur, &rc->flags, &rc->pid, &rc->tid};
+        for (size_t i = 0; i < sizeof rb / sizeof rb[0]; i++) buf_free(rb[i]);
+        rc->n = 0;
+    }
     interner_free(&s->in_ph);
     interner_free(&s->in_cat);
     interner_free(&s->in_name);
     interner_free(&s->in_ckey);
-    for (int k = 0; k < N_ISTORE; k++) { buf_free(&s->istore[k].rows); buf_free(&s->istore[k].vals); }
-    for (int k = 0; k < N_TSTORE; k++) {
-        buf_free(&s->tstore[k].rows); buf_free(&s->tstore[k].offs); buf_free(&s->tstore[k].data);
-    }
-    for (int k = 0; k < N_LSTORE; k++) {
-        buf_free(&s->lstore[k].rows); buf_free(&s->lstore[k].offs); buf_free(&s->lstore[k].vals);
+    for (int r = 0; r < N_ROUTE; r++) {
+        for (int k = 0; k < N_ISTORE; k++) { buf_free(&s->istore[r][k].rows); buf_free(&s->istore[r][k].vals); }
+        for (int k = 0; k < N_TSTORE; k++) {
+            buf_free(&s->tstore[r][k].rows); buf_free(&s->tstore[r][k].offs); buf_free(&s->tstore[r][k].data);
+        }
+        for (int k = 0; k < N_LSTORE; k++) {
+            buf_free(&s->lstore[r][k].rows); buf_free(&s->lstore[r][k].offs); buf_free(&s->lstore[r][k].vals);
+        }
     }
 }
 
@@ -1206,43 +1228,58 @@ static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
     char k[96];
     if (set_item(d, "rows", PyLong_FromLongLong(s->nrows))) goto fail;
     if (set_item(d, "coerced", PyLong_FromLongLong(s->coerced))) goto fail;
-    struct { const char *k; Buf *b; } cols[] = {
-        {"route", &s->route}, {"ph", &s->ph}, {"cat", &s->cat}, {"name", &s->name}, {"ts", &s->ts},
-        {"dur", &s->dur}, {"flags", &s->flags}, {"pid", &s->pid}, {"tid", &s->tid},
-        {"counter.rows", &s->c_rows}, {"counter.keys", &s->c_keys}, {"counter.values", &s->c_vals}};
-    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
-        if (set_item(d, cols[i].k, take_buf(cols[i].b))) goto fail;
-    for (int j = 0; j < N_ISTORE; j++) {
-        snprintf(k, sizeof k, "i.%s.rows", ISTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&s->istore[j].rows))) goto fail;
-        snprintf(k, sizeof k, "i.%s.values", ISTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&s->istore[j].vals))) goto fail;
-    }
-    for (int j = 0; j < N_TSTORE; j++) {
-        TextStore *t = &s->tstore[j];
-        int32_t endoff = (int32_t)t->data.n;
-        if (buf_reserve(&t->offs, 4)) goto nomem;
-        memcpy(t->offs.p + t->offs.n, &endoff, 4);
-        t->offs.n += 4;
-        snprintf(k, sizeof k, "t.%s.rows", TSTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&t->rows))) goto fail;
-        snprintf(k, sizeof k, "t.%s.offsets", TSTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&t->offs))) goto fail;
-        snprintf(k, sizeof k, "t.%s.data", TSTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&t->data))) goto fail;
-    }
-    for (int j = 0; j < N_LSTORE; j++) {
-        ListStore *l = &s->lstore[j];
-        int32_t endoff = (int32_t)(l->vals.n / 4);
-        if (buf_reserve(&l->offs, 4)) goto nomem;
-        memcpy(l->offs.p + l->offs.n, &endoff, 4);
-        l->offs.n += 4;
-        snprintf(k, sizeof k, "l.%s.rows", LSTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&l->rows))) goto fail;
-        snprintf(k, sizeof k, "l.%s.offsets", LSTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&l->offs))) goto fail;
-        snprintf(k, sizeof k, "l.%s.values", LSTORE_NAMES[j]);
-        if (set_item(d, k, take_buf(&l->vals))) goto fail;
+    if (set_item(d, "route", take_buf(&s->route))) goto fail;
+    Buf *cb[] = {&s->c_rows, &s->c_keys, &s->c_vals};
+    const char *cn[] = {"counter.rows", "counter.keys", "counter.values"};
+    for (int i = 0; i < 3; i++)
+        if (set_item(d, cn[i], take_buf(cb[i]))) goto fail;
+    for (int r = 0; r < N_ROUTE; r++) {
+        RouteCols *rc = &s->rc[r];
+        snprintf(k, sizeof k, "r%d.n", r);
+        if (set_item(d, k, PyLong_FromLongLong(rc->n))) goto fail;
+        Buf *rb[] = {&rc->ph, &rc->cat, &rc->name, &rc->ts, &rc->dur, &rc->flags, &rc->pid, &rc->tid};
+        const char *rn[] = {"ph", "cat", "name", "ts", "dur", "flags", "pid", "tid"};
+        for (int i = 0; i < 8; i++) {
+            snprintf(k, sizeof k, "r%d.%s", r, rn[i]);
+            if (set_item(d, k, take_buf(rb[i]))) goto fail;
+        }
+        /* the stores this route has (absent keys: no entry) */
+        for (int j = 0; j < N_ISTORE; j++) {
+            IntStore *st = &s->istore[r][j];
+            if (!st->rows.n) continue;
+            snprintf(k, sizeof k, "r%d.i.%s.rows", r, ISTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&st->rows))) goto fail;
+            snprintf(k, sizeof k, "r%d.i.%s.values", r, ISTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&st->vals))) goto fail;
+        }
+        for (int j = 0; j < N_TSTORE; j++) {
+            TextStore *t = &s->tstore[r][j];
+            if (!t->rows.n) continue;
+            int32_t endoff = (int32_t)t->data.n;
+            if (buf_reserve(&t->offs, 4)) goto nomem;
+            memcpy(t->offs.p + t->offs.n, &endoff, 4);
+            t->offs.n += 4;
+            snprintf(k, sizeof k, "r%d.t.%s.rows", r, TSTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&t->rows))) goto fail;
+            snprintf(k, sizeof k, "r%d.t.%s.offsets", r, TSTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&t->offs))) goto fail;
+            snprintf(k, sizeof k, "r%d.t.%s.data", r, TSTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&t->data))) goto fail;
+        }
+        for (int j = 0; j < N_LSTORE; j++) {
+            ListStore *l = &s->lstore[r][j];
+            if (!l->rows.n) continue;
+            int32_t endoff = (int32_t)(l->vals.n / 4);
+            if (buf_reserve(&l->offs, 4)) goto nomem;
+            memcpy(l->offs.p + l->offs.n, &endoff, 4);
+            l->offs.n += 4;
+            snprintf(k, sizeof k, "r%d.l.%s.rows", r, LSTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&l->rows))) goto fail;
+            snprintf(k, sizeof k, "r%d.l.%s.offsets", r, LSTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&l->offs))) goto fail;
+            snprintf(k, sizeof k, "r%d.l.%s.values", r, LSTORE_NAMES[j]);
+            if (set_item(d, k, take_buf(&l->vals))) goto fail;
+        }
     }
     if (put_interner(s, d, "ph", &s->in_ph) || put_interner(s, d, "cat", &s->in_cat) ||
         put_interner(s, d, "name", &s->in_name) || put_interner(s, d, "counter.key", &s->in_ckey))
@@ -1306,6 +1343,6 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     PyModule_AddIntConstant(m, "NEED", ST_NEED);
     PyModule_AddIntConstant(m, "END", ST_END);
     PyModule_AddIntConstant(m, "ERROR", ST_ERROR);
-    PyModule_AddIntConstant(m, "VERSION", 1);
+    PyModule_AddIntConstant(m, "VERSION", 2);
     return m;
 }

@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - exercised where the extension is absen
 
 # Routes (tracekit/_kscan.c, enum R_*): the table of each element, or why it is skipped.
 R_SKIP_NOTOBJ, R_SKIP_NOTS, R_GPU, R_RUNTIME, R_CPU, R_ANNOT, R_MEMORY, R_COUNTERS, R_OTHER = range(9)
+N_ROUTES = 9
 ROUTE_TABLE = {R_GPU: "gpu_activity", R_RUNTIME: "runtime", R_CPU: "cpu_ops", R_ANNOT: "annotations",
                R_MEMORY: "memory", R_COUNTERS: "counters", R_OTHER: "other_events"}
 SKIP_REASON = {R_SKIP_NOTOBJ: "not a JSON object", R_SKIP_NOTS: "no ts"}
@@ -88,7 +89,13 @@ class Scanned:
         return int(self.cols["rows"])
 
     def arr(self, key: str, dtype: Any) -> np.ndarray:
-        return np.frombuffer(self.cols[key], dtype=dtype)
+        """A column as a read-only numpy view (empty when the scanner wrote nothing under ``key``)."""
+        buf = self.cols.get(key)
+        return np.frombuffer(buf, dtype=dtype) if buf is not None else np.zeros(0, dtype=dtype)
+
+    def n(self, route: int) -> int:
+        """Elements with this route (rows of its table)."""
+        return int(self.cols[f"r{route}.n"])
 
     def release(self, *prefixes: str) -> None:
         """Drop the buffers whose key starts with one of ``prefixes`` (freed unless a table uses them)."""
@@ -181,28 +188,28 @@ def _trim_heap() -> None:
 # --------------------------------------------------------------------------- counts
 def count(s: Scanned, counts: Any) -> None:
     """events_read, by_ph, events_by_table, skipped and warnings (a tracekit.ingest.Counts)."""
-    route = s.arr("route", np.uint8)
-    flags = s.arr("flags", np.uint8)
     counts.events_read += s.rows
-    ph = s.arr("ph", np.int32)
     phd = s.dictionary("ph").to_pylist()
-    for code, n in enumerate(np.bincount(ph + 1, minlength=1)):
-        if n:
-            key = phd[code - 1] if code else None
-            counts.by_ph[key if key else "(none)"] += int(n)
-    for r, n in enumerate(np.bincount(route, minlength=9)):
+    neg = nodur = noname = over = 0
+    for r in range(N_ROUTES):
+        n = s.n(r)
         if not n:
             continue
         if r in SKIP_REASON:
-            counts.skipped[SKIP_REASON[r]] += int(n)
+            counts.skipped[SKIP_REASON[r]] += n
         else:
-            counts.events_by_table[ROUTE_TABLE[r]] += int(n)
-    timed = np.isin(route, TIMED_ROUTES)
-    dur_ok = (flags & F_DUR_OK) != 0
-    neg = int((timed & dur_ok & (s.arr("dur", np.int64) < 0)).sum())
-    nodur = int((timed & ~dur_ok).sum())
-    noname = int((timed & (s.arr("name", np.int32) < 0)).sum())
-    over = int(((flags & F_TS_OVF) != 0).sum())
+            counts.events_by_table[ROUTE_TABLE[r]] += n
+        for code, k in enumerate(np.bincount(s.arr(f"r{r}.ph", np.int32) + 1, minlength=1)):
+            if k:
+                key = phd[code - 1] if code else None
+                counts.by_ph[key if key else "(none)"] += int(k)
+        flags = s.arr(f"r{r}.flags", np.uint8)
+        over += int(np.count_nonzero(flags & F_TS_OVF))
+        if r in TIMED_ROUTES:
+            dur_ok = (flags & F_DUR_OK) != 0
+            neg += int(np.count_nonzero(dur_ok & (s.arr(f"r{r}.dur", np.int64) < 0)))
+            nodur += int(np.count_nonzero(~dur_ok))
+            noname += int(np.count_nonzero(s.arr(f"r{r}.name", np.int32) < 0))
     if neg:
         counts.warnings["negative dur (set to null)"] += neg
     if nodur:
@@ -217,51 +224,47 @@ def count(s: Scanned, counts: Any) -> None:
 
 # --------------------------------------------------------------------------- table building
 class _Rows:
-    """The events of one table: their row numbers (ascending) and column helpers."""
+    """The events of one route: the scanner wrote their columns contiguously, so a table's columns
+    are views of the scanner's buffers (no gather, no copy) wherever no value has to change."""
 
-    def __init__(self, s: Scanned, idx: np.ndarray) -> None:
-        self.s, self.idx, self.n = s, idx, len(idx)
-        self.flags = s.arr("flags", np.uint8)[idx]
+    def __init__(self, s: Scanned, route: int) -> None:
+        self.s, self.route, self.n = s, route, s.n(route)
+        self.p = f"r{route}."
+        self.flags = s.arr(self.p + "flags", np.uint8)
+
+    def col(self, key: str, dtype: Any) -> np.ndarray:
+        return self.s.arr(self.p + key, dtype)
 
     def _exact(self, rows: np.ndarray) -> bool:
         """The store has one entry per row of this table, in order: use it as it is (no copy)."""
-        return len(rows) == self.n and bool(np.array_equal(rows, self.idx))
-
-    def _pos(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in this table, which store entries) of the store rows that belong here."""
-        if self.n == 0 or len(rows) == 0:
-            e = np.zeros(0, dtype=np.int64)
-            return e, e
-        pos = np.searchsorted(self.idx, rows)
-        ok = pos < self.n
-        ok[ok] = self.idx[pos[ok]] == rows[ok]
-        return pos[ok], np.flatnonzero(ok)
+        return len(rows) == self.n and bool(np.array_equal(rows, np.arange(self.n, dtype=rows.dtype)))
 
     def ts(self) -> pa.Array:
         return A.from_numpy(*self.ts_np())
 
     def ts_np(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.s.arr("ts", np.int64)[self.idx] + self.s.offset_ns, (self.flags & F_TS_OK) != 0
+        ts = self.col("ts", np.int64)
+        if self.s.offset_ns:
+            ts = ts + self.s.offset_ns
+        return ts, (self.flags & F_TS_OK) != 0
 
     def dur(self, drop_negative: bool = True) -> pa.Array:
-        f = self.flags
-        v = self.s.arr("dur", np.int64)[self.idx]
-        bad = (f & F_DUR_OK) == 0
+        v = self.col("dur", np.int64)
+        bad = (self.flags & F_DUR_OK) == 0
         if drop_negative:
             bad |= v < 0
         return A.from_numpy(v, ~bad)
 
     def ints(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, present) of an int arg store."""
-        rows = self.s.arr(f"i.{key}.rows", np.int32)
-        vals = self.s.arr(f"i.{key}.values", np.int64)
+        rows = self.col(f"i.{key}.rows", np.int32)
+        vals = self.col(f"i.{key}.values", np.int64)
         if self._exact(rows):
             return vals, np.ones(self.n, dtype=bool)
         out = np.zeros(self.n, dtype=np.int64)
         has = np.zeros(self.n, dtype=bool)
-        pos, which = self._pos(rows)
-        out[pos] = vals[which]
-        has[pos] = True
+        out[rows] = vals
+        has[rows] = True
         return out, has
 
     def int_col(self, key: str, i32: bool = False) -> pa.Array:
@@ -269,33 +272,34 @@ class _Rows:
         return _int_array(v, has, i32)
 
     def pid_tid(self, which: str) -> tuple[np.ndarray, np.ndarray]:
-        return self.s.arr(which, np.int64)[self.idx], (self.flags & (F_PID_OK if which == "pid" else F_TID_OK)) != 0
+        return self.col(which, np.int64), (self.flags & (F_PID_OK if which == "pid" else F_TID_OK)) != 0
+
+    def _spread(self, store: pa.Array, rows: np.ndarray) -> pa.Array:
+        if self._exact(rows):
+            return store
+        take = np.full(self.n, -1, dtype=np.int64)
+        take[rows] = np.arange(len(rows), dtype=np.int64)
+        return store.take(A.from_numpy(take, take >= 0))
 
     def text(self, key: str) -> pa.Array:
-        rows = self.s.arr(f"t.{key}.rows", np.int32)
-        offs = self.s.cols[f"t.{key}.offsets"]
-        store = pa.StringArray.from_buffers(len(rows), pa.py_buffer(offs), pa.py_buffer(self.s.cols[f"t.{key}.data"]))
-        if self._exact(rows):
-            return store
-        take = np.full(self.n, -1, dtype=np.int64)
-        pos, which = self._pos(rows)
-        take[pos] = which
-        return store.take(A.from_numpy(take, take >= 0))
+        rows = self.col(f"t.{key}.rows", np.int32)
+        if len(rows) == 0:
+            return pa.nulls(self.n, pa.string())
+        cols = self.s.cols
+        store = pa.StringArray.from_buffers(len(rows), pa.py_buffer(cols[f"{self.p}t.{key}.offsets"]),
+                                            pa.py_buffer(cols[f"{self.p}t.{key}.data"]))
+        return self._spread(store, rows)
 
     def lists(self, key: str) -> pa.Array:
-        rows = self.s.arr(f"l.{key}.rows", np.int32)
-        offs = self.s.arr(f"l.{key}.offsets", np.int32)
-        vals = self.s.arr(f"l.{key}.values", np.int32)
-        store = pa.ListArray.from_arrays(A.from_numpy(offs), A.from_numpy(vals))
-        if self._exact(rows):
-            return store
-        take = np.full(self.n, -1, dtype=np.int64)
-        pos, which = self._pos(rows)
-        take[pos] = which
-        return store.take(A.from_numpy(take, take >= 0))
+        rows = self.col(f"l.{key}.rows", np.int32)
+        if len(rows) == 0:
+            return pa.nulls(self.n, pa.list_(pa.int32()))
+        store = pa.ListArray.from_arrays(A.from_numpy(self.col(f"l.{key}.offsets", np.int32)),
+                                         A.from_numpy(self.col(f"l.{key}.values", np.int32)))
+        return self._spread(store, rows)
 
     def codes(self, key: str) -> np.ndarray:
-        return self.s.arr(key, np.int32)[self.idx]
+        return self.col(key, np.int32)
 
     def dict_col(self, key: str) -> pa.DictionaryArray:
         return _compact(self.codes(key), self.s.dictionary(key))
@@ -337,19 +341,18 @@ def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
 
 def _flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:
     """(pid, tid, ts_ns) -> the smallest ac2g flow id of that ph ('s' start, 'f' end)."""
-    rows = s.arr("i.flow id.rows", np.int32)
+    o = _Rows(s, R_OTHER)
+    rows = o.col("i.flow id.rows", np.int32)
     if len(rows) == 0:
         return {}
-    ids = s.arr("i.flow id.values", np.int64)
-    phd = s.dictionary("ph").to_pylist()
-    ph = s.arr("ph", np.int32)[rows]
-    want = [i for i, v in enumerate(phd) if v == ph_char]
-    sel = np.isin(ph, want)
-    flags = s.arr("flags", np.uint8)[rows]
+    ids = o.col("i.flow id.values", np.int64)
+    want = [i for i, v in enumerate(s.dictionary("ph").to_pylist()) if v == ph_char]
+    flags = o.flags[rows]
+    sel = np.isin(o.codes("ph")[rows], want)
     sel &= ((flags & F_PID_OK) != 0) & ((flags & F_TID_OK) != 0) & ((flags & F_TS_OK) != 0)
     r, fid = rows[sel], ids[sel]
-    pid, tid = s.arr("pid", np.int64)[r], s.arr("tid", np.int64)[r]
-    ts = s.arr("ts", np.int64)[r] + s.offset_ns
+    pid, tid = o.col("pid", np.int64)[r], o.col("tid", np.int64)[r]
+    ts = o.col("ts", np.int64)[r] + s.offset_ns
     out: dict[tuple[int, int, int], int] = {}
     for key, v in zip(zip(pid.tolist(), tid.tolist(), ts.tolist(), strict=True), fid.tolist(), strict=True):
         if key not in out or v < out[key]:
@@ -388,15 +391,11 @@ def _lcat(s: Scanned) -> list[str]:
 
 def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
     """The raw tables (no rank, op_id, parent_id, launch_name: ingest adds them) keyed by name."""
-    route = s.arr("route", np.uint8)
-    order = np.argsort(route, kind="stable")
-    bounds = np.searchsorted(route[order], np.arange(10))
-    rows = {r: order[bounds[r]:bounds[r + 1]] for r in range(9)}
     out: dict[str, pa.Table] = {}
     filled = 0
 
     # Built in this order so that each arg store is dropped after its last use (peak memory).
-    t = _Rows(s, rows[R_CPU])
+    t = _Rows(s, R_CPU)
     if t.n:
         out["cpu_ops"] = pa.table({
             "ts_ns": t.ts(), "dur_ns": t.dur(), "name": t.dict_col("name"), "cat": t.dict_col("cat"),
@@ -404,9 +403,9 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "external_id": t.int_col("External id"), "sequence_number": t.int_col("Sequence number"),
             "input_dims": t.text("Input Dims"), "input_types": t.text("Input type"),
         })
-    s.release("t.Input ")  # cpu_ops only
+    s.release("r4.")  # what cpu_ops did not keep (its columns stay alive in the table)
 
-    t = _Rows(s, rows[R_GPU])
+    t = _Rows(s, R_GPU)
     if t.n:
         lcat = _lcat(s)
         kinds = [re.sub(r"^gpu_", "", c) for c in lcat]
@@ -433,9 +432,9 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "memcpy_kind": memcpy_kind,
         })
         out["gpu_activity"] = _by_ts(tab, ts, ok)
-    s.release("l.")  # grid, block
+    s.release("r2.")
 
-    t = _Rows(s, rows[R_RUNTIME])
+    t = _Rows(s, R_RUNTIME)
     if t.n:
         corr = t.ints("correlation")
         cv, ch = corr[0].copy(), corr[1].copy()
@@ -447,9 +446,9 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "correlation": _int_array(cv, ch), "external_id": t.int_col("External id"),
         })
         out["runtime"] = _by_ts(tab, ts, ok)
-    s.release("i.External id", "i.correlation", "i.registers", "i.shared", "i.bytes", "i.Sequence")
+    s.release("r3.")
 
-    t = _Rows(s, rows[R_ANNOT])
+    t = _Rows(s, R_ANNOT)
     if t.n:
         lcat = _lcat(s)
         gpu_ann = np.array([c == "gpu_user_annotation" for c in lcat], dtype=bool)[t.codes("cat")]
@@ -462,9 +461,9 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "device": _int_array(dv, dh & gpu_ann, i32=True), "stream": _int_array(sv, sh & gpu_ann, i32=True),
         })
         out["annotations"] = _by_ts(tab, ts, ok)
-    s.release("i.device", "i.stream")
+    s.release("r5.")
 
-    t = _Rows(s, rows[R_MEMORY])
+    t = _Rows(s, R_MEMORY)
     if t.n:
         ts, ok = t.ts_np()
         tab = pa.table({
@@ -473,17 +472,17 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "total_allocated_bytes": t.int_col("Total Allocated"), "total_reserved_bytes": t.int_col("Total Reserved"),
         })
         out["memory"] = _by_ts(tab, ts, ok)
-    s.release("i.Device", "i.Addr", "i.Bytes", "i.Total")
+    s.release("r6.")
 
-    t = _Rows(s, rows[R_OTHER])
+    t = _Rows(s, R_OTHER)
     if t.n:
         out["other_events"] = pa.table({
             "ts_ns": t.ts(), "dur_ns": t.dur(drop_negative=False), "ph": t.dict_col("ph"), "cat": t.dict_col("cat"),
             "name": t.dict_col("name"), "pid": t.text("pid text"), "tid": t.text("tid text"), "args": t.text("other args"),
         })
-    s.release("t.", "i.flow id")
+    s.release("r8.", "r0.", "r1.")
 
-    t = _Rows(s, rows[R_COUNTERS])
+    t = _Rows(s, R_COUNTERS)
     if t.n:
         out["counters"] = _counters(s, t, counts)
 
@@ -494,26 +493,24 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
 
 def _counters(s: Scanned, t: _Rows, counts: Any) -> pa.Table:
     """Long form: one row per numeric arg of a C event; metric = name.key (key alone when equal)."""
-    empty = len(s.arr("i.counter without values.rows", np.int32))
+    empty = len(t.col("i.counter without values.rows", np.int32))
     if empty:
         counts.warnings["counter events without values"] += empty
-    rows = s.arr("counter.rows", np.int32)
+    rows = s.arr("counter.rows", np.int32)  # positions among the counter events
     keys = s.arr("counter.keys", np.int32)
     vals = s.arr("counter.values", np.float64)
     names = s.dictionary("name").to_pylist()
     ckeys = s.dictionary("counter.key").to_pylist()
-    name_codes = s.arr("name", np.int32)[rows]
-    pairs = name_codes.astype(np.int64) * (len(ckeys) + 1) + keys
+    pairs = t.codes("name")[rows].astype(np.int64) * (len(ckeys) + 1) + keys
     uniq, inv = np.unique(pairs, return_inverse=True)
     metrics = []
     for pr in uniq.tolist():
         nc, kc = divmod(pr, len(ckeys) + 1)
         nm, k = (names[nc] if nc >= 0 else None), ckeys[kc]
         metrics.append(f"{nm}.{k}" if nm and k != nm else str(k))
-    ts = s.arr("ts", np.int64)[rows] + s.offset_ns
-    ok = (s.arr("flags", np.uint8)[rows] & F_TS_OK) != 0
-    pid = s.arr("pid", np.int64)[rows]
-    pok = (s.arr("flags", np.uint8)[rows] & F_PID_OK) != 0
+    ts_all, ok_all = t.ts_np()
+    ts, ok = ts_all[rows], ok_all[rows]
+    pid, pok = (v[rows] for v in t.pid_tid("pid"))
     tab = pa.table({
         "ts_ns": A.from_numpy(ts, ok), "device": _int_array(pid, pok, i32=True),
         "metric": A.dictionary(inv.astype(np.int32), A.strings(metrics)),

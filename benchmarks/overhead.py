@@ -384,6 +384,85 @@ def _run_rounds(
     return rounds
 
 
+class SegmentClock:
+    """A streamer that notes each token's arrival and switches arms every ``k`` tokens inside one
+    generation: the sampler is resumed for "on" segments and paused for the others.
+
+    Why: between separate generate() calls the H200 ran whole blocks fast or slow (eager 13 vs
+    19-24 ms per token, compiled 2.55 vs 3.05 ms), which kept block-level CIs at +-1.5% or wider
+    after hundreds of blocks. Segments of one generation share that state, so a round of adjacent
+    segments (one per arm, Williams order) is a tight pair. The interval that spans a switch (the
+    pause/resume round trip lands in it) belongs to no segment: each segment keeps only the
+    intervals between its own tokens.
+    """
+
+    def __init__(self, order: list[str], k: int, sampler: Any) -> None:
+        self.order, self.k, self.sampler = order, k, sampler
+        self.segments: list[list[int]] = [[]]  # token arrival times (ns) per segment, in order
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        now = time.perf_counter_ns()
+        if not self._prompt_seen:  # generate() first hands over the prompt
+            self._prompt_seen = True
+            return
+        seg = self.segments[-1]
+        seg.append(now)
+        if len(seg) == self.k and len(self.segments) < len(self.order):
+            cur, nxt = self.order[len(self.segments) - 1], self.order[len(self.segments)]
+            if self.sampler is not None and (cur == "on") != (nxt == "on"):
+                (self.sampler.resume if nxt == "on" else self.sampler.pause)()
+            self.segments.append([])
+
+    def end(self) -> None:
+        if self.sampler is not None and self.order[len(self.segments) - 1] == "on":
+            self.sampler.pause()
+
+
+def _run_segments(
+    model: Any,
+    input_ids: Any,
+    args: argparse.Namespace,
+    arms: tuple[str, ...],
+    res: dict[str, Any],
+    kept: dict[str, Any],
+) -> int:
+    """--segment-tokens K: rounds of adjacent K-token segments inside long generations."""
+    import torch
+
+    k = args.segment_tokens
+    per_gen = args.new_tokens // (k * len(arms))  # whole rounds per generation
+    t0 = time.perf_counter()
+    rounds = 0
+    while rounds < args.blocks:
+        if args.max_seconds is not None and time.perf_counter() - t0 > args.max_seconds and rounds >= 2:
+            break
+        order = block_order(rounds + per_gen, arms)[rounds * len(arms) :]
+        clock = SegmentClock(order, k, kept.get("on"))
+        if order[0] == "on" and "on" in kept:
+            kept["on"].resume()
+        with torch.inference_mode():
+            model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=per_gen * len(arms) * k,
+                min_new_tokens=per_gen * len(arms) * k,
+                do_sample=False,
+                pad_token_id=0,
+                streamer=clock,
+            )
+        segs = clock.segments
+        if len(segs) != len(order) or any(len(x) != k for x in segs):
+            raise RuntimeError(f"expected {len(order)} segments of {k} tokens, got {[len(x) for x in segs]}")
+        for arm, times in zip(order, segs, strict=True):
+            res["order"].append(arm)
+            res["blocks"][arm].append([(b - a) / 1e9 for a, b in itertools.pairwise(times)])
+            res["host"][arm].append(dict.fromkeys(HostStats.FIELDS))
+        rounds += per_gen
+        print(f"  ... {rounds} rounds, {time.perf_counter() - t0:.0f} s", flush=True)
+    return rounds
+
+
 def run_experiment(
     model: Any, input_ids: Any, args: argparse.Namespace, device_index: int, label: str
 ) -> dict[str, Any]:
@@ -402,7 +481,10 @@ def run_experiment(
             kept[arm].pause()
     t0 = time.perf_counter()
     try:
-        rounds = _run_rounds(model, input_ids, args, device_index, arms, res, kept)
+        if args.segment_tokens:
+            rounds = _run_segments(model, input_ids, args, arms, res, kept)
+        else:
+            rounds = _run_rounds(model, input_ids, args, device_index, arms, res, kept)
     finally:
         for arm, smp in kept.items():
             smp.stop()
@@ -444,13 +526,15 @@ def run_experiment(
         vals = [s[key] for s in statuses.get(arm, []) if s.get(key) is not None]
         return statistics.fmean(vals) if vals else None
 
-    tokens = args.new_tokens - 1
+    tokens = (args.segment_tokens or args.new_tokens) - 1
     return {
         "label": label,
+        "design": f"segments of {args.segment_tokens} tokens inside generations of {args.new_tokens}"
+        if args.segment_tokens else "one generation per block",
         "arms": list(arms),
         "blocks_per_arm": rounds,
         "blocks_requested": args.blocks,
-        "tokens_per_block": args.new_tokens,
+        "tokens_per_block": args.segment_tokens or args.new_tokens,
         "seconds": seconds,
         "sampler_lifecycle": args.sampler_mode,
         "settle_s": args.settle,
@@ -495,8 +579,8 @@ def print_experiment(res: dict[str, Any], limit_pct: float) -> None:
     pins = f", main on CPUs {res['pin_main']}" if res.get("pin_main") else ""
     pins += f", sampler on CPUs {res['pin_sampler']}" if res.get("pin_sampler") else ""
     print(
-        f"[{res['label']}] {res['blocks_per_arm']} blocks x {res['tokens_per_block']} tokens per arm, "
-        f"{res['seconds']:.1f} s{pins}"
+        f"[{res['label']}] {res['blocks_per_arm']} blocks x {res['tokens_per_block']} tokens per arm "
+        f"({res.get('design', 'one generation per block')}), {res['seconds']:.1f} s{pins}"
     )
     print("  median time per token: " + "  ".join(f"{arm} {med[arm] * 1e3:.3f} ms" for arm in arms))
     for arm, r in res["ratios"].items():
@@ -554,7 +638,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds from one block's end to the next block's start, in every arm (covers the sampler's start)",
     )
-    ap.add_argument("--new-tokens", type=int, default=32, help="tokens per block")
+    ap.add_argument("--new-tokens", type=int, default=32, help="tokens per block (per generation with --segment-tokens)")
+    ap.add_argument(
+        "--segment-tokens",
+        type=int,
+        default=0,
+        help="switch arms every K tokens inside each generation (rounds of adjacent segments; "
+        "arms off_a, on, off_b only; --sampler-mode pause); 0: one generation per block",
+    )
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--interval", type=float, default=0.01, help="sampler interval, s (0.01 = 100 Hz)")
     ap.add_argument("--limit-pct", type=float, default=1.0, help="the claim: TPOT moves by at most this much")
@@ -585,6 +676,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in args.arms if a not in ARM_SAMPLERS]
     if unknown or "off_a" not in args.arms or "on" not in args.arms or len(set(args.arms)) != len(args.arms):
         ap.error(f"--arms: each of {', '.join(ARM_SAMPLERS)} at most once, off_a and on required")
+    if args.segment_tokens:
+        if args.segment_tokens < 3 or set(args.arms) - {"off_a", "on", "off_b"} or args.sampler_mode != "pause":
+            ap.error("--segment-tokens: K >= 3, arms among off_a, on, off_b, --sampler-mode pause")
+        if args.new_tokens < args.segment_tokens * len(args.arms):
+            ap.error("--segment-tokens: --new-tokens must hold at least one round (K x arms)")
     if args.no_eager and not args.compiled:
         ap.error("--no-eager leaves nothing to run without --compiled")
     if args.pin_main:

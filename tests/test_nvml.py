@@ -785,3 +785,41 @@ def test_overhead_order_balances_positions_and_predecessors(n: int) -> None:
     # Within rounds, every arm follows every other arm equally often (carry-over balanced).
     follows = Counter((r[i - 1], r[i]) for r in rounds for i in range(1, n))
     assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1
+
+
+def test_overhead_segments_switch_the_sampler_only_between_on_and_off_segments() -> None:
+    # GIVEN a Williams order of segments and a sampler that records pause/resume
+    ov = _load_script("benchmarks/overhead.py")
+    calls: list[str] = []
+
+    class Fake:
+        def pause(self) -> None:
+            calls.append("pause")
+
+        def resume(self) -> None:
+            calls.append("resume")
+
+    order = ["on", "off_a", "off_b", "off_b", "on", "off_a"]
+    clock = ov.SegmentClock(order, 2, Fake())
+    # WHEN generate hands over the prompt, then 12 tokens, then ends
+    clock.put("prompt")
+    for i in range(12):
+        clock.put(i)
+        calls.append(f"t{i}")
+    clock.end()
+    # THEN the switch happens when a segment's last token arrives (inside put, before the next
+    # token): pause after "on" ends, resume when "on" comes next, nothing between two "off" segments
+    assert calls == ["t0", "pause", "t1", "t2", "t3", "t4", "t5", "t6", "resume", "t7", "t8", "pause", "t9",
+                     "t10", "t11"]
+    assert [len(s) for s in clock.segments] == [2] * 6
+
+
+def test_overhead_segment_design_runs_on_cpu(tmp_path: Path) -> None:
+    ov = _load_script("benchmarks/overhead.py")
+    assert ov.main(["--tiny", "--segment-tokens", "4", "--new-tokens", "24", "--blocks", "4", "--bootstrap", "50",
+                    "--out", str(tmp_path)]) == 0
+    exp = json.loads((tmp_path / "overhead.json").read_text())["experiments"][0]
+    assert exp["design"].startswith("segments of 4 tokens") and exp["blocks_per_arm"] == 4
+    # every segment of every arm kept its 3 inner intervals; the switch intervals are in none
+    assert all(len(b) == 4 for b in exp["per_block_median_s"].values())
+    assert sorted(exp["order"][:3]) == ["off_a", "off_b", "on"]

@@ -382,6 +382,7 @@ def _read_native(path: str | Path, rank: int | None, file_index: int, t0: float)
         tables[name] = _schema.conform(name, t)
     tables = _link(tables, file_index, counts)
     _device_warnings(tables, counts)
+    ingest_native.trim_heap()  # the temporaries of table building and linkage
     return FileResult(str(path), final_rank, tables, meta, counts, bytes_in, time.perf_counter() - t0, truncated)
 
 
@@ -489,8 +490,11 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
                 r.rank = i
                 r.tables = {k: _set_rank(v, i) for k, v in r.tables.items()}
             run.add_warning("ranks from file order (distributedInfo.rank missing or repeated)")
+    rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
     for t in TABLES_OUT:
         run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        for r in good:  # written: let its memory go before the next table is encoded
+            r.tables[t] = _schema.empty(t)
     total = Counts()
     for r in good:
         total.events_read += r.counts.events_read
@@ -498,7 +502,6 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
         total.events_by_table.update(r.counts.events_by_table)
         total.skipped.update(r.counts.skipped)
         total.warnings.update(r.counts.warnings)
-    rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
     seconds = time.perf_counter() - t0
     mb = sum(r.bytes_in for r in good) / 1e6
     info = {

@@ -163,7 +163,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     # The scanner's buffers, moved out without a copy (read-only views).
     cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
     del sc, carry, trailer
-    _trim_heap()
+    trim_heap()
     base = meta.get("baseTimeNanoseconds")
     offset = int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
     if cols["rows"] == 0:
@@ -171,7 +171,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     return Scanned(cols, meta, body.bytes_in, truncated, offset)
 
 
-def _trim_heap() -> None:
+def trim_heap() -> None:
     """Give the C heap's free pages back to the system (glibc only; elsewhere a no-op).
 
     The inflated blocks (~1 MB each, hundreds of them) leave the heap fragmented: on the 54 MB

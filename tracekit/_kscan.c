@@ -28,7 +28,7 @@
  * while growing, and only the pages written count in RSS. Small ones use malloc. */
 #ifdef __linux__
 #include <sys/mman.h>
-#define BIG_BUF ((size_t)1 << 20)
+#define BIG_BUF ((size_t)1 << 16)
 #endif
 
 typedef struct {

@@ -495,6 +495,7 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
         run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
         for r in good:  # written: let its memory go before the next table is encoded
             r.tables[t] = _schema.empty(t)
+        ingest_native.trim_heap()  # and the Parquet encoder's buffers (freed, but kept by malloc)
     total = Counts()
     for r in good:
         total.events_read += r.counts.events_read

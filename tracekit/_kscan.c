@@ -324,6 +324,20 @@ static int scan_string(Scanner *s, const char **pp, const char *end, const char 
     const char *start = p;
     int e = 0, high = 0;
     for (;;) {
+        /* Eight bytes at a time while none is '"', '\\' or a control character (SWAR tests; a
+         * false positive only hands the word to the byte loop below). Names are long: kernel
+         * names of 100-300 bytes are common. */
+        while (end - p >= 8) {
+            uint64_t x, q, b, t;
+            memcpy(&x, p, 8);
+            q = x ^ 0x2222222222222222ull;
+            b = x ^ 0x5C5C5C5C5C5C5C5Cull;
+            t = ((q - 0x0101010101010101ull) & ~q) | ((b - 0x0101010101010101ull) & ~b) |
+                ((x - 0x2020202020202020ull) & ~x);
+            if (t & 0x8080808080808080ull) break;
+            high |= (int)((x & 0x8080808080808080ull) != 0);
+            p += 8;
+        }
         while (p < end) {
             unsigned char c = (unsigned char)*p;
             if (c == '"' || c == '\\' || c < 0x20) break;

@@ -37,15 +37,12 @@ from tracekit import arrays as A
 from tracekit import ingest_native
 from tracekit import schema as _schema
 from tracekit.errors import TraceFormatError, UsageError
-from tracekit.ingest_sql import (  # noqa: F401 - the routing sets are part of this module's interface
+from tracekit.ingest_sql import EngineConfig, TableBuilder, extract_array, open_events  # noqa: F401
+from tracekit.kineto import (  # noqa: F401 - the routing sets are part of this module's interface
     ANNOTATION_CATS,
     CPU_CATS,
     GPU_CATS,
     RUNTIME_CATS,
-    EngineConfig,
-    TableBuilder,
-    extract_array,
-    open_events,
 )
 
 # Device-side activity of accelerators tracekit does not model as GPU activity.

@@ -1,11 +1,12 @@
 """One trace file -> per-table Arrow tables through tracekit's native scanner (tracekit/_kscan.c).
 
 The scanner reads the ``traceEvents`` array in one pass as the inflater thread hands over blocks
-(tracekit.kineto, ISA-L), with the GIL released, and returns columns: per element its route (the
-table it goes to, or why it is skipped), interned ph/cat/name codes, exact int64 ns ts/dur
-(from the number's text, never through a double), pid, tid; and per arg tracekit reads a sparse
-store (the rows that have it and the values). This module turns those into the tables of
-tracekit.schema with numpy and pyarrow only: no per-event Python, no DOM, no SQL engine.
+(tracekit.kineto, ISA-L), with the GIL released. Each element's route (the table it goes to, or
+why it is skipped) decides where its columns go: every route has its own interned ph/cat/name
+codes, exact int64 ns ts/dur (from the number's text, never through a double), pid, tid and flags,
+and per arg tracekit reads a sparse store (the positions that have it and the values). This module
+turns those into the tables of tracekit.schema with numpy and pyarrow only, mostly as views of the
+scanner's buffers: no per-event Python, no DOM, no SQL engine.
 
 Semantics are those of the DuckDB reader (tracekit/ingest_sql.py), which stays as the fallback
 where the extension is not built and as the reference in tests (tests/test_ingest_native.py
@@ -35,8 +36,7 @@ import pyarrow as pa
 
 from tracekit import arrays as A
 from tracekit.errors import TraceFormatError
-from tracekit.ingest_sql import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS
-from tracekit.kineto import Body
+from tracekit.kineto import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body
 
 try:  # built by setup.py where a C compiler is present
     from tracekit import _kscan  # type: ignore[attr-defined]

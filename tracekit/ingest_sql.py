@@ -38,7 +38,18 @@ import orjson
 import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
-from tracekit.kineto import _BOUNDARY_RE, BLOCK_BYTES, Body, _bare_list_in_place, _is_gzip, split_point
+from tracekit.kineto import (
+    _BOUNDARY_RE,
+    ANNOTATION_CATS,
+    BLOCK_BYTES,
+    CPU_CATS,
+    GPU_CATS,
+    RUNTIME_CATS,
+    Body,
+    _bare_list_in_place,
+    _is_gzip,
+    split_point,
+)
 
 _TAIL_SEARCH = 2 << 20  # where to look for an event start near the end of the array
 _MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
@@ -46,11 +57,6 @@ _MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
 # so it is a memory cost: 16 MB (DuckDB's default) is far beyond any real event.
 _MAX_EVENT = 16 << 20
 
-# Category routing (lower-cased cat). Anything not listed goes to other_events.
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "mtia_runtime")
-CPU_CATS = ("cpu_op", "operator", "python_function")
-ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "trace")
 TIMELINE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory")
 
 

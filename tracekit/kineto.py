@@ -29,6 +29,13 @@ import orjson
 
 from tracekit.errors import TraceFormatError
 
+# Which table an event goes to, by its lower-cased cat (both readers route by these; anything not
+# listed goes to other_events).
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "mtia_runtime")
+CPU_CATS = ("cpu_op", "operator", "python_function")
+ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "trace")
+
 BLOCK_BYTES = 8 << 20  # decompressed bytes per block: large, so per-chunk overhead is small
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -173,7 +173,8 @@ def test_escaped_keys_unicode_and_exponent_numbers(tmp_path: Path) -> None:
     # GIVEN escapes in names and keys, surrogate pairs, and numbers in exponent form
     raw = (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\\"b\\u00e9\\ud83d\\ude00\\n", "pid": 1, "tid": 1, '
            b'"ts": 1.7121954955196891e3, "dur": 2E-3, "args": {"External id": 4.0e1, "Input Dims": [ [1, 2] , [] ]}},'
-           b' {"ph": "C", "name": "c", "pid": 0, "ts": 5, "args": {"v": -1.5e2, "b": true, "s": "x"}}]}')
+           b' {"ph": "C", "name": "c", "pid": 0, "ts": 5, "args": {"v": -1.5e2, "b": true, "s": "x"}},'
+           b' {"ph": "M", "name": "m", "pid": 0, "args": { "q" : "a \\"b\\\\ \\u00e9 } ]" , "l": [ 1 , { "k": null } ] }, "id": 3 }]}')
     p = tmp_path / "t.json"
     p.write_bytes(raw)
     t = read_file(p).tables
@@ -182,6 +183,10 @@ def test_escaped_keys_unicode_and_exponent_numbers(tmp_path: Path) -> None:
     assert cpu["name"] == 'a"bé😀\n'
     assert cpu["ts_ns"] == 1712195 and cpu["dur_ns"] == 2  # 1712.1954955... us -> ns rounded; 0.002 us -> 2 ns
     assert cpu["external_id"] == 40 and cpu["input_dims"] == "[[1,2],[]]"
+    # AND an unmodelled event keeps its args and extras as minified JSON with the same values
+    (other,) = t["other_events"].to_pylist()
+    assert json.loads(other["args"]) == {"args": {"q": 'a "b\\ é } ]', "l": [1, {"k": None}]}, "id": 3}
+    assert " " not in other["args"].replace('a \\"b\\\\ \\u00e9 } ]', "")
     # AND a counter keeps only its numeric args
     c = t["counters"].to_pylist()
     assert [(r["metric"], r["value"]) for r in c] == [("c.v", -150.0)]

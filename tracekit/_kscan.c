@@ -732,13 +732,12 @@ static void store_text_begin(Scanner *s, int k, int64_t row) {
     put_i32(s, &t->offs, (int32_t)t->data.n);
 }
 
+static void store_minified_into(Scanner *s, Buf *out, Span v);
+
 static void store_minified(Scanner *s, int k, int64_t row, Span v) {
     store_text_begin(s, k, row);
-    const char *p = v.a;
-    scan_value(s, &p, v.b, &s->tstore[s->cur_route][k].data, 0);
+    store_minified_into(s, &s->tstore[s->cur_route][k].data, v);
 }
-
-static void store_minified_into(Scanner *s, Buf *out, Span v);
 
 /* The text of a pid/tid for other_events: a string's content, else the JSON text. */
 static void store_id_text(Scanner *s, int k, int64_t row, Span v) {
@@ -753,6 +752,39 @@ static void store_id_text(Scanner *s, int k, int64_t row, Span v) {
 static int key_is(const char *a, const char *b, const char *lit) {
     size_t n = strlen(lit);
     return (size_t)(b - a) == n && memcmp(a, lit, n) == 0;
+}
+
+/* The end of a value that was validated already (a second pass over an event): only strings and
+ * brackets matter, so this is much cheaper than scan_value. */
+static const char *skip_valid(const char *p, const char *end) {
+    char c = *p;
+    if (c == '"') {
+        const char *start = ++p;
+        for (;;) {
+            const char *q = (const char *)memchr(p, '"', (size_t)(end - p));
+            if (!q) return end;
+            const char *r = q;
+            while (r > start && r[-1] == '\\') r--;
+            if ((q - r) % 2 == 0) return q + 1; /* not escaped: an even run of backslashes before it */
+            p = q + 1;
+        }
+    }
+    if (c == '{' || c == '[') {
+        int depth = 0;
+        for (; p < end; p++) {
+            c = *p;
+            if (c == '"') {
+                p = skip_valid(p, end) - 1;
+            } else if (c == '{' || c == '[') {
+                depth++;
+            } else if ((c == '}' || c == ']') && --depth == 0) {
+                return p + 1;
+            }
+        }
+        return end;
+    }
+    while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') p++;
+    return p;
 }
 
 /* Iterate the members of an object span: callback gets the (unescaped) key and the value span. */
@@ -779,7 +811,7 @@ static void each_member(Scanner *s, Span obj, int64_t row, member_fn fn, void *c
         p++; /* ':' */
         p = skip_ws(p, end);
         Span v = {p, NULL};
-        if (scan_value(s, &p, end, NULL, 0) != OK) break;
+        p = skip_valid(p, end);
         v.b = p;
         fn(s, row, ka, kb, v, ctx);
         p = skip_ws(p, end);
@@ -869,9 +901,29 @@ static void counter_arg(Scanner *s, int64_t row, const char *ka, const char *kb,
     put(s, &s->c_vals, &x, 8);
 }
 
+/* A validated value's text without the whitespace between tokens, in one pass (no re-parse): the
+ * span was checked when the event was scanned, so every escape has its character. */
 static void store_minified_into(Scanner *s, Buf *out, Span v) {
-    const char *p = v.a;
-    scan_value(s, &p, v.b, out, 0);
+    if (buf_reserve(out, (size_t)(v.b - v.a))) {
+        s->oom = 1;
+        return;
+    }
+    char *o = out->p + out->n;
+    int in_str = 0;
+    for (const char *p = v.a; p < v.b; p++) {
+        char c = *p;
+        if (in_str) {
+            *o++ = c;
+            if (c == '\\')
+                *o++ = *++p;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+            *o++ = c;
+            in_str = c == '"';
+        }
+    }
+    out->n = (size_t)(o - out->p);
 }
 
 /* The event has been parsed and validated: route it and write its columns and stores. */

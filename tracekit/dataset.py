@@ -31,11 +31,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from tracekit import schema as _schema
 from tracekit.errors import RunExistsError, UsageError
-from tracekit.rundir import atomic_path, write_json
+from tracekit.rundir import atomic_path, write_json, write_parquet
 
 MARKER = "_tracekit_dataset.json"
 PARTITION_COLUMNS = ("run_id", "rank")
@@ -123,7 +122,7 @@ def write_run_tables(
 def _write_part(root: Path, table: str, run_id: str, rank: int, part: str, body: pa.Table) -> PartWritten:
     path = part_path(root, table, run_id, rank, part)
     with atomic_path(path) as tmp:
-        pq.write_table(body, tmp, compression="zstd")
+        write_parquet(body, tmp)
     return PartWritten(table, safe_run_id(run_id), rank, body.num_rows, str(path))
 
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 
 # Table.take imports pyarrow.compute: load it with the module, not inside a timed ingest.
 import pyarrow.compute
-import pyarrow.parquet as pq
 
 from tracekit import arrays as A
 from tracekit import ingest_native
@@ -534,5 +533,3 @@ def _trace_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k not in _META_DROP}
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
-    pq.write_table(table, path, compression="zstd")

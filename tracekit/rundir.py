@@ -74,9 +74,20 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
+    """Every Parquet file tracekit writes: zstd, dictionary pages only for dictionary-typed columns.
+
+    On int64 timestamps, durations and ids, dictionary encoding only costs: the ingested tables of the
+    54 MB corpus trace wrote in 0.046 s / 1.35 MB instead of 0.069 s / 2.31 MB, the 84 MB H200
+    trace's in 0.057 s / 1.64 MB instead of 0.085 s / 3.11 MB (docs/ingest.md).
+    """
+    dictionary = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    pq.write_table(table, path, compression="zstd", use_dictionary=dictionary or False)
+
+
 def write_table(path: Path, table: pa.Table) -> None:
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        write_parquet(table, tmp)
 
 
 def default_run_id(label: str) -> str:

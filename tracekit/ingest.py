@@ -327,8 +327,10 @@ def read_file(
 ) -> FileResult:
     """Read one trace into tables (in memory). Raises TraceFormatError if it has no events.
 
-    ``threads``: DuckDB threads (default: the cores available; 1 when files are read in parallel).
-    ``work_dir``: where the extracted array and DuckDB's spill files go (default: TMPDIR); removed after.
+    The native scanner reads it (tracekit.ingest_native) unless the extension is not built or
+    TRACEKIT_INGEST_ENGINE=duckdb; then the DuckDB reader does, and only it uses ``threads``
+    (default: the cores available; 1 when files are read in parallel) and ``work_dir`` (where the
+    extracted array and DuckDB's spill files go, default TMPDIR; removed after).
     Safe to call from a worker process (process pool, Ray task): it shares no state.
     """
     t0 = time.perf_counter()

@@ -559,6 +559,35 @@ static int text_double(const char *a, const char *b, double *out) {
     return *e == 0 ? 0 : 2;
 }
 
+/* An object member's key and its ':' at *pp (whitespace allowed before each). On OK, *pp is past the
+ * ':' and [*ka, *kb) is the key's raw text; with ``out`` the key and ':' are appended to it. */
+static int scan_key(Scanner *s, const char **pp, const char *end, const char **ka, const char **kb, int *esc, Buf *out) {
+    const char *p = skip_ws(*pp, end);
+    if (p >= end) return NEED;
+    if (*p != '"') {
+        s->errmsg = "expected a key";
+        *pp = p;
+        return BAD;
+    }
+    const char *q = p;
+    int r = scan_string(s, &q, end, ka, kb, esc);
+    if (r != OK) {
+        *pp = q;
+        return r;
+    }
+    if (out) put(s, out, p, (size_t)(q - p));
+    q = skip_ws(q, end);
+    if (q >= end) return NEED;
+    if (*q != ':') {
+        s->errmsg = "expected ':'";
+        *pp = q;
+        return BAD;
+    }
+    if (out) put(s, out, ":", 1);
+    *pp = q + 1;
+    return OK;
+}
+
 /* Any JSON value at *pp; appended minified to out when out != NULL. */
 static int scan_value(Scanner *s, const char **pp, const char *end, Buf *out, int depth) {
     const char *p = skip_ws(*pp, end);
@@ -595,27 +624,13 @@ static int scan_value(Scanner *s, const char **pp, const char *end, Buf *out, in
         }
         for (;;) {
             if (c == '{') {
-                p = skip_ws(p, end);
-                if (p >= end) return NEED;
-                if (*p != '"') {
-                    s->errmsg = "expected a key";
-                    *pp = p;
-                    return BAD;
-                }
-                r = scan_value(s, &p, end, out, depth + 1);
+                const char *ka, *kb;
+                int esc;
+                r = scan_key(s, &p, end, &ka, &kb, &esc, out);
                 if (r != OK) {
                     *pp = p;
                     return r;
                 }
-                p = skip_ws(p, end);
-                if (p >= end) return NEED;
-                if (*p != ':') {
-                    s->errmsg = "expected ':'";
-                    *pp = p;
-                    return BAD;
-                }
-                if (out) put(s, out, ":", 1);
-                p++;
             }
             r = scan_value(s, &p, end, out, depth + 1);
             if (r != OK) {
@@ -1020,28 +1035,14 @@ static int scan_event(Scanner *s, const char **pp, const char *end) {
     if (p >= end) return NEED;
     if (*p != '}') {
         for (;;) {
-            p = skip_ws(p, end);
-            if (p >= end) return NEED;
-            if (*p != '"') {
-                s->errmsg = "expected a key";
-                *pp = p;
-                return BAD;
-            }
             const char *ka, *kb;
-            int esc, r;
-            r = scan_string(s, &p, end, &ka, &kb, &esc);
+            int esc;
+            int r = scan_key(s, &p, end, &ka, &kb, &esc, NULL);
             if (r != OK) {
                 *pp = p;
                 return r;
             }
             p = skip_ws(p, end);
-            if (p >= end) return NEED;
-            if (*p != ':') {
-                s->errmsg = "expected ':'";
-                *pp = p;
-                return BAD;
-            }
-            p = skip_ws(p + 1, end);
             if (p >= end) return NEED;
             Span v = {p, NULL};
             r = scan_value(s, &p, end, NULL, 0);

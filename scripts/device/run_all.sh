@@ -118,6 +118,11 @@ gpu2c)  # third pass: samplers kept alive and paused between their blocks (no st
   run ov_compiled 200 python3 benchmarks/overhead.py --out "$W/ov_compiled" --compiled --no-eager --blocks 1000 --max-seconds 140 --sampler-mode pause $PIN
   run ov_eager_pinned 65 python3 benchmarks/overhead.py --out "$W/ov_eager_pinned" --blocks 300 --max-seconds 40 --sampler-mode pause $PIN
   ;;
+overhead_segments)  # next: compiled decode (CUDA graphs, steadier than eager) with arms switching every 32 tokens
+  export CUDA_VISIBLE_DEVICES=0
+  run overhead_segments 420 python3 benchmarks/overhead.py --compiled --no-eager --segment-tokens 32 --new-tokens 960 \
+    --pin-main 0-5 --pin-sampler 15 --max-seconds 300 --out "$W/overhead_segments"
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

@@ -1269,13 +1269,26 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
     return r;
 }
 
-static int put_interner(Scanner *s, PyObject *d, const char *name, Interner *in) {
-    char k[64];
-    put_i32(s, &in->offs, (int32_t)in->data.n); /* Arrow offsets: n + 1 */
+/* Arrow offsets hold n + 1 entries: append the end. -1 (MemoryError set) when out of memory. */
+static int close_offsets(Scanner *s, Buf *offs, size_t end) {
+    put_i32(s, offs, (int32_t)end);
     if (s->oom) {
         PyErr_NoMemory();
         return -1;
     }
+    return 0;
+}
+
+/* A route's store buffer, moved to d["r<route>.<kind>.<name>.<part>"]. */
+static int export_buf(PyObject *d, int r, const char *kind, const char *name, const char *part, Buf *b) {
+    char k[96];
+    snprintf(k, sizeof k, "r%d.%s.%s.%s", r, kind, name, part);
+    return set_item(d, k, take_buf(b));
+}
+
+static int put_interner(Scanner *s, PyObject *d, const char *name, Interner *in) {
+    char k[64];
+    if (close_offsets(s, &in->offs, in->data.n)) return -1;
     snprintf(k, sizeof k, "%s.offsets", name);
     if (set_item(d, k, take_buf(&in->offs))) return -1;
     snprintf(k, sizeof k, "%s.data", name);
@@ -1313,39 +1326,25 @@ static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
         /* the stores this route has (absent keys: no entry) */
         for (int j = 0; j < N_ISTORE; j++) {
             IntStore *st = &s->istore[r][j];
-            if (!st->rows.n) continue;
-            snprintf(k, sizeof k, "r%d.i.%s.rows", r, ISTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&st->rows))) goto fail;
-            snprintf(k, sizeof k, "r%d.i.%s.values", r, ISTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&st->vals))) goto fail;
+            if (st->rows.n && (export_buf(d, r, "i", ISTORE_NAMES[j], "rows", &st->rows) ||
+                               export_buf(d, r, "i", ISTORE_NAMES[j], "values", &st->vals)))
+                goto fail;
         }
         for (int j = 0; j < N_TSTORE; j++) {
             TextStore *t = &s->tstore[r][j];
-            if (!t->rows.n) continue;
-            int32_t endoff = (int32_t)t->data.n;
-            if (buf_reserve(&t->offs, 4)) goto nomem;
-            memcpy(t->offs.p + t->offs.n, &endoff, 4);
-            t->offs.n += 4;
-            snprintf(k, sizeof k, "r%d.t.%s.rows", r, TSTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&t->rows))) goto fail;
-            snprintf(k, sizeof k, "r%d.t.%s.offsets", r, TSTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&t->offs))) goto fail;
-            snprintf(k, sizeof k, "r%d.t.%s.data", r, TSTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&t->data))) goto fail;
+            if (t->rows.n && (close_offsets(s, &t->offs, t->data.n) ||
+                              export_buf(d, r, "t", TSTORE_NAMES[j], "rows", &t->rows) ||
+                              export_buf(d, r, "t", TSTORE_NAMES[j], "offsets", &t->offs) ||
+                              export_buf(d, r, "t", TSTORE_NAMES[j], "data", &t->data)))
+                goto fail;
         }
         for (int j = 0; j < N_LSTORE; j++) {
             ListStore *l = &s->lstore[r][j];
-            if (!l->rows.n) continue;
-            int32_t endoff = (int32_t)(l->vals.n / 4);
-            if (buf_reserve(&l->offs, 4)) goto nomem;
-            memcpy(l->offs.p + l->offs.n, &endoff, 4);
-            l->offs.n += 4;
-            snprintf(k, sizeof k, "r%d.l.%s.rows", r, LSTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&l->rows))) goto fail;
-            snprintf(k, sizeof k, "r%d.l.%s.offsets", r, LSTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&l->offs))) goto fail;
-            snprintf(k, sizeof k, "r%d.l.%s.values", r, LSTORE_NAMES[j]);
-            if (set_item(d, k, take_buf(&l->vals))) goto fail;
+            if (l->rows.n && (close_offsets(s, &l->offs, l->vals.n / 4) ||
+                              export_buf(d, r, "l", LSTORE_NAMES[j], "rows", &l->rows) ||
+                              export_buf(d, r, "l", LSTORE_NAMES[j], "offsets", &l->offs) ||
+                              export_buf(d, r, "l", LSTORE_NAMES[j], "values", &l->vals)))
+                goto fail;
         }
     }
     if (put_interner(s, d, "ph", &s->in_ph) || put_interner(s, d, "cat", &s->in_cat) ||
@@ -1353,8 +1352,6 @@ static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
         goto fail;
     scanner_clear(s);
     return d;
-nomem:
-    PyErr_NoMemory();
 fail:
     Py_DECREF(d);
     return NULL;

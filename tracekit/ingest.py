@@ -292,6 +292,20 @@ def _count(b: TableBuilder, counts: Counts) -> None:
 STAGE_BYTES = 1 << 30
 
 
+def _rank_of(meta: dict[str, Any], rank: int | None) -> int:
+    """The rank given, else the trace's distributedInfo.rank, else 0."""
+    if rank is not None:
+        return rank
+    dist = meta.get("distributedInfo")
+    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
+    return trace_rank if isinstance(trace_rank, int) else 0
+
+
+def _ranked(name: str, t: pa.Table, rank: int) -> pa.Table:
+    """A reader's raw table with its rank column, conformed to the schema."""
+    return _schema.conform(name, t.append_column("rank", A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32))))
+
+
 def _build_tables(b: TableBuilder, rank: int, counts: Counts, stage: bool = False) -> dict[str, pa.Table]:
     out: dict[str, pa.Table] = {}
     if stage:
@@ -311,9 +325,7 @@ def _build_tables(b: TableBuilder, rank: int, counts: Counts, stage: bool = Fals
                 "source": ["kineto"] * n,
             })
             continue
-        t = b.table(name)
-        t = t.append_column("rank", A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32)))
-        out[name] = _schema.conform(name, t)
+        out[name] = _ranked(name, b.table(name), rank)
     return out
 
 
@@ -345,9 +357,7 @@ def read_file(
             _count(b, counts)
             if counts.events_read == 0:
                 raise TraceFormatError(ex.truncated or f"{path}: traceEvents is empty")
-            dist = meta.get("distributedInfo")
-            trace_rank = dist.get("rank") if isinstance(dist, dict) else None
-            final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
+            final_rank = _rank_of(meta, rank)
             tables = _build_tables(b, final_rank, counts, stage=ex.bytes_in >= STAGE_BYTES)
         finally:
             b.close()
@@ -364,9 +374,7 @@ def _read_native(path: str | Path, rank: int | None, file_index: int, t0: float)
     counts = Counts()
     ingest_native.count(sc, counts)
     meta = sc.meta
-    dist = meta.get("distributedInfo")
-    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
-    final_rank = rank if rank is not None else (trace_rank if isinstance(trace_rank, int) else 0)
+    final_rank = _rank_of(meta, rank)
     raw = ingest_native.tables(sc, counts)
     bytes_in, truncated = sc.bytes_in, sc.truncated
     del sc  # the scanner's columns: the tables below hold what is needed
@@ -376,8 +384,7 @@ def _read_native(path: str | Path, rank: int | None, file_index: int, t0: float)
         if t is None or t.num_rows == 0:
             tables[name] = _schema.empty(name)
             continue
-        t = t.append_column("rank", A.from_numpy(np.full(t.num_rows, final_rank, dtype=np.int32)))
-        tables[name] = _schema.conform(name, t)
+        tables[name] = _ranked(name, t, final_rank)
     tables = _link(tables, file_index, counts)
     _device_warnings(tables, counts)
     ingest_native.trim_heap()  # the temporaries of table building and linkage

@@ -78,24 +78,12 @@ ARM_SAMPLERS: dict[str, dict[str, Any] | None] = {
     "fast": {"exclude": ("energy", "pcie_tx", "pcie_rx"), "gpm": False},
 }
 
-TINYLLAMA: dict[str, Any] = dict(
-    hidden_size=2048,
-    intermediate_size=5632,
-    num_hidden_layers=22,
-    num_attention_heads=32,
-    num_key_value_heads=4,
-    vocab_size=32000,
-    max_position_embeddings=2048,
-)
-TINY: dict[str, Any] = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=1000,
-    max_position_embeddings=512,
-)
+
+def model_config(tiny: bool) -> dict[str, Any]:
+    """The model recorded by ``tracekit record``: its tinyllama-1.1b preset (or tiny, on CPU)."""
+    from tracekit.collectors.presets import MODEL_PRESETS
+
+    return dict(MODEL_PRESETS["tiny" if tiny else "tinyllama-1.1b"].config)
 
 
 def import_tracekit() -> None:
@@ -133,7 +121,7 @@ def build_model(tiny: bool, device: str, dtype_name: str) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
-    config = LlamaConfig(**(TINY if tiny else TINYLLAMA))
+    config = LlamaConfig(**model_config(tiny))
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -697,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(args.tiny, device, dtype)
     build_s = time.perf_counter() - t_start
     gen = torch.Generator().manual_seed(0)
-    vocab = (TINY if args.tiny else TINYLLAMA)["vocab_size"]
+    vocab = model_config(args.tiny)["vocab_size"]
     input_ids = torch.randint(3, int(vocab), (1, args.prompt_tokens), generator=gen).to(device)
     device_index = torch.device(device).index or 0
 

@@ -1,8 +1,10 @@
-"""Does sampling NVML at 100 Hz slow generation down? Interleaved blocks, pooled token times, bootstrap CI.
+"""Does sampling NVML at 100 Hz slow generation down? Interleaved blocks, paired TPOT ratios, bootstrap CI.
 
     python3 benchmarks/overhead.py [--out DIR] [--compiled] [--no-eager]   # GPU: TinyLlama-1.1B shape, fp16
     python3 benchmarks/overhead.py --arms off_a,on,null,off_b --pin-main 0-5 --pin-sampler 15
     python3 benchmarks/overhead.py --tiny                                # CPU smoke run, a few-MB Llama
+    python3 benchmarks/overhead.py --compiled --no-eager --segment-tokens 32 --new-tokens 960 \
+        --blocks 100000 --max-seconds 300 --pin-main 0-5 --pin-sampler 15   # the H200 run of docs/nvml.md
 
 Why this design: the first version (7 ABBA runs per arm, median TPOT per run)
 could not resolve 1% on the H200: eager decode there varied 46-56% between
@@ -17,18 +19,26 @@ runs of one arm (2026-11-29). So this one:
   control arms: ``null`` (the same sampler process and loops with an NVML
   stand-in that never calls the driver: is a cost the process's or NVML's?)
   and ``fast`` (the sampler without GPM, energy and PCIe: the cheap reads only);
-* every block starts ``--settle`` seconds (default 0.3) after the previous one
-  ended, in every arm: the sampler's start (~0.2 s on the H200, GPU idle)
-  falls inside that pause, so the sampled blocks do not alone follow an idle
-  gap (the first GPU runs, 2026-11-29, started the sampled blocks right after
-  the child's start-up and the others at once);
-* the statistic is the median of every inter-token time of an arm, pooled over
-  its blocks (a block's first token, which includes prefill, is left out);
-* a 95% CI of the ratio of medians arm/off_a by a cluster bootstrap that
-  resamples whole rounds (the blocks of one round ran within a second or two of
-  each other, so drift between rounds cancels in the ratio; resampling each
-  arm's blocks independently, as the first version did and the JSON still
-  reports as ``unpaired``, counts that drift as noise);
+* no gap only the sampled blocks have: by default (``--sampler-mode pause``)
+  each sampler arm's process starts once and is resumed for its blocks only;
+  with ``--sampler-mode restart`` every block starts ``--settle`` seconds after
+  the previous one ended, in every arm, and the sampler's start (~0.2 s on the
+  H200, GPU idle) falls inside that pause (the first GPU runs, 2026-11-29,
+  started the sampled blocks right after the child's start-up and the others
+  at once);
+* the statistic is paired by round: each block's TPOT (the mean of its
+  inter-token times; a block's first token, which includes prefill, is left
+  out), the ratio arm/off_a within each round, and the geometric mean of those
+  ratios over rounds, with a 95% CI from a bootstrap that resamples rounds
+  (``paired_tpot_ratio``). The blocks of one round ran within a second or two
+  of each other, so drift between rounds cancels in the ratio. Also reported:
+  the ratio of each arm's pooled median inter-token time (``pooled_median``,
+  the statistic of the runs before 22:15 on 2026-11-29), which decode that
+  switches between two speeds for seconds at a time throws off (see
+  ``paired_tpot_ratio``);
+* ``--segment-tokens K``: the arms' blocks are instead adjacent K-token
+  segments of one long generation (``SegmentClock`` pauses and resumes the
+  sampler between them), so a round's blocks share the generation's state;
 * an A/A comparison, off_b/off_a, with the same method: the noise floor. If
   the A/A interval is wider than the limit, the benchmark cannot resolve it on
   this machine, and the verdict says so instead of claiming a result.
@@ -260,6 +270,32 @@ def bootstrap_ratio(
     return point, float(lo), float(hi)
 
 
+def paired_tpot_ratio(
+    num: list[list[float]], den: list[list[float]], reps: int, seed: int
+) -> tuple[float, float, float]:
+    """Geometric mean over rounds of TPOT(num) / TPOT(den), and its 95% bootstrap CI over rounds.
+
+    A block's TPOT is the mean of its inter-token times (what the claim is about: a sampler that
+    stalls one token in ten moves the mean, not the median). Each round gives one paired ratio, its
+    two blocks having run next to each other; the estimate is exp(mean(log ratio)).
+
+    Why not the ratio of pooled medians (``bootstrap_ratio``): when decode switches between two
+    speeds for seconds at a time (the H200's compiled decode at 22:15 on 2026-11-29: 3.2 ms per
+    token for 13 rounds, then 2.8 ms), an arm's pooled median lands in one mode or the other depending on how
+    many of its blocks fell in each, and two identical arms differed by 6% (A/A CI [0.995, 1.071]
+    over 30 rounds) while every round's own blocks agreed within about 1%.
+    """
+    import numpy as np
+
+    if len(num) != len(den) or not num:
+        raise ValueError(f"paired ratio needs one block per round on each side: {len(num)} vs {len(den)}")
+    logs = np.log(np.array([np.mean(a) for a in num]) / np.array([np.mean(b) for b in den]))
+    rng = np.random.default_rng(seed)
+    boot = logs[rng.integers(0, len(logs), (reps, len(logs)))].mean(axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return float(np.exp(logs.mean())), float(np.exp(lo)), float(np.exp(hi))
+
+
 def verdict(lo: float, hi: float, limit_pct: float) -> str:
     lim = limit_pct / 100
     if 1 - lim <= lo and hi <= 1 + lim:
@@ -482,9 +518,14 @@ def run_experiment(
     med = {arm: statistics.median([x for b in blocks[arm] for x in b]) for arm in arms}
     ratios: dict[str, dict[str, Any]] = {}
     for i, arm in enumerate(a for a in arms if a != "off_a"):
-        p, lo, hi = bootstrap_ratio(blocks[arm], blocks["off_a"], args.bootstrap, 1 + i, paired=True)
+        p, lo, hi = paired_tpot_ratio(blocks[arm], blocks["off_a"], args.bootstrap, 1 + i)
+        mp, mlo, mhi = bootstrap_ratio(blocks[arm], blocks["off_a"], args.bootstrap, 1 + i, paired=True)
         _, ulo, uhi = bootstrap_ratio(blocks[arm], blocks["off_a"], args.bootstrap, 101 + i)
-        ratios[arm] = {"point": p, "ci95": [lo, hi], "ci95_unpaired": [ulo, uhi]}
+        ratios[arm] = {
+            "point": p,
+            "ci95": [lo, hi],
+            "pooled_median": {"point": mp, "ci95": [mlo, mhi], "ci95_unpaired": [ulo, uhi]},
+        }
     r_on, (lo_on, hi_on) = ratios["on"]["point"], ratios["on"]["ci95"]
     aa = ratios.get("off_b")
     lo_aa, hi_aa = aa["ci95"] if aa else (float("nan"), float("nan"))
@@ -532,6 +573,8 @@ def run_experiment(
         "order": order,
         "median_token_s": med,
         "per_block_median_s": {arm: [statistics.median(b) for b in blocks[arm]] for arm in arms},
+        "per_block_tpot_s": {arm: [statistics.fmean(b) for b in blocks[arm]] for arm in arms},
+        "blocks_s": blocks,  # every inter-token time, by arm and round: the analysis can be redone offline
         "host_per_token": {arm: _per_token(host[arm], tokens) for arm in arms},
         "host_per_block": host,
         "ratios": ratios,
@@ -539,7 +582,9 @@ def run_experiment(
         "ratio_aa": (
             {"point": aa["point"], "ci95": [lo_aa, hi_aa], "verdict": v_aa} if aa else {"verdict": v_aa}
         ),
-        "ci_method": "cluster bootstrap over rounds (paired), 95% percentile interval",
+        "ci_method": "geometric mean over rounds of the paired TPOT ratio (a block's TPOT: mean inter-token "
+        "time), 95% percentile bootstrap over rounds; pooled_median: ratio of pooled medians, bootstrap "
+        "over rounds (paired) and over blocks (unpaired)",
         "verdict": v_on,
         "verdict_text": text,
         "nvml_available": st.get("available"),
@@ -571,13 +616,15 @@ def print_experiment(res: dict[str, Any], limit_pct: float) -> None:
         f"({res.get('design', 'one generation per block')}), {res['seconds']:.1f} s{pins}"
     )
     print("  median time per token: " + "  ".join(f"{arm} {med[arm] * 1e3:.3f} ms" for arm in arms))
+    print("  TPOT ratio, paired by round (the verdict's statistic); pooled medians in brackets:")
     for arm, r in res["ratios"].items():
         lo, hi = r["ci95"]
+        pm = r["pooled_median"]
         name = "A/A off_b/off_a" if arm == "off_b" else f"{arm}/off_a"
         print(
-            f"  {name:16s} {r['point']:.4f}  95% CI [{lo:.4f}, {hi:.4f}] "
-            f"(unpaired [{r['ci95_unpaired'][0]:.4f}, {r['ci95_unpaired'][1]:.4f}])  "
-            f"({(r['point'] - 1) * 100:+.2f}%; ±{limit_pct}%: {r['verdict']})"
+            f"  {name:16s} {r['point']:.4f}  95% CI [{lo:.4f}, {hi:.4f}]  "
+            f"({(r['point'] - 1) * 100:+.2f}%; ±{limit_pct}%: {r['verdict']})  "
+            f"[median {pm['point']:.4f}, CI {pm['ci95'][0]:.4f}-{pm['ci95'][1]:.4f}]"
         )
     print(f"  verdict: {res['verdict_text']}")
     hp = res["host_per_token"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import math
 import os
 import signal
 import sys
@@ -404,7 +405,11 @@ def test_overhead_benchmark_runs_all_three_arms_on_cpu(tmp_path: Path) -> None:
         assert len(exp["per_block_median_s"][arm]) == 3
         assert all(t > 0 for t in exp["per_block_median_s"][arm])
     r = exp["ratio_on_off"]
-    assert r["point"] == pytest.approx(exp["median_token_s"]["on"] / exp["median_token_s"]["off_a"])
+    tpot = {a: [sum(b) / len(b) for b in exp["blocks_s"][a]] for a in ("on", "off_a")}
+    logs = [math.log(x / y) for x, y in zip(tpot["on"], tpot["off_a"], strict=True)]
+    assert r["point"] == pytest.approx(math.exp(sum(logs) / len(logs)))
+    pm = exp["ratios"]["on"]["pooled_median"]
+    assert pm["point"] == pytest.approx(exp["median_token_s"]["on"] / exp["median_token_s"]["off_a"])
     assert r["ci95"][0] <= r["ci95"][1]
     assert exp["verdict"] in ("within", "exceeded", "not resolved") and exp["verdict_text"]
     # This machine has no NVML: the sampler said so instead of failing the run.
@@ -823,3 +828,37 @@ def test_overhead_segment_design_runs_on_cpu(tmp_path: Path) -> None:
     # every segment of every arm kept its 3 inner intervals; the switch intervals are in none
     assert all(len(b) == 4 for b in exp["per_block_median_s"].values())
     assert sorted(exp["order"][:3]) == ["off_a", "off_b", "on"]
+
+
+def test_overhead_paired_tpot_ratio_holds_under_two_speed_decode() -> None:
+    """Decode that switches between two speeds for whole stretches (as the H200's compiled decode
+    did, 3.2 vs 2.8 ms per token) throws the pooled medians of two identical arms apart; the
+    paired per-round TPOT ratio stays at 1 and still finds a 0.5% effect that only hits the mean."""
+    import numpy as np
+
+    ov = _load_script("benchmarks/overhead.py")
+    rng = np.random.default_rng(7)
+    rounds = 300
+    speed = np.where(np.repeat(rng.random(rounds // 10) < 0.5, 10), 0.0032, 0.0028)  # 10-round stretches
+
+    def blocks(scale: float, stall_every: int = 0) -> list[list[float]]:
+        out = []
+        for s in speed:
+            x = s * scale * (1 + 0.01 * rng.standard_normal(31))
+            if stall_every:
+                x[::stall_every] *= 1.05  # every 10th token 5% late: TPOT +0.5%, median unmoved
+            out.append(list(x))
+        return out
+
+    off_a, off_b = blocks(1.0), blocks(1.0)
+    p, lo, hi = ov.paired_tpot_ratio(off_b, off_a, 1000, 0)
+    assert lo < 1.0 < hi and hi - lo < 0.004 and ov.verdict(lo, hi, 1.0) == "within"
+    stalled = blocks(1.0, stall_every=10)
+    p, lo, hi = ov.paired_tpot_ratio(stalled, off_a, 1000, 0)
+    assert 1.003 < lo < p < hi < 1.008
+    # The pooled median sits in the gap between the two speeds, where a few tokens move it a lot:
+    # its CI is several times wider than the whole effect.
+    _, mlo, mhi = ov.bootstrap_ratio(stalled, off_a, 300, 0, paired=True)
+    assert mhi - mlo > 4 * (hi - lo)
+    with pytest.raises(ValueError, match="one block per round"):
+        ov.paired_tpot_ratio(off_a, off_b[:-1], 10, 0)

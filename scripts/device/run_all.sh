@@ -121,7 +121,7 @@ gpu2c)  # third pass: samplers kept alive and paused between their blocks (no st
 overhead_segments)  # next: compiled decode (CUDA graphs, steadier than eager) with arms switching every 32 tokens
   export CUDA_VISIBLE_DEVICES=0
   run overhead_segments 420 python3 benchmarks/overhead.py --compiled --no-eager --segment-tokens 32 --new-tokens 960 \
-    --pin-main 0-5 --pin-sampler 15 --max-seconds 300 --out "$W/overhead_segments"
+    --blocks 100000 --pin-main 0-5 --pin-sampler 15 --max-seconds 300 --out "$W/overhead_segments"
   ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac

@@ -123,6 +123,11 @@ overhead_segments)  # next: compiled decode (CUDA graphs, steadier than eager) w
   run overhead_segments 420 python3 benchmarks/overhead.py --compiled --no-eager --segment-tokens 32 --new-tokens 960 \
     --blocks 100000 --pin-main 0-5 --pin-sampler 15 --max-seconds 300 --out "$W/overhead_segments"
   ;;
+overhead_eager)  # eager decode (the default record path), arms switching every 16 tokens inside 960-token generations
+  export CUDA_VISIBLE_DEVICES=0
+  run overhead_eager 520 python3 benchmarks/overhead.py --segment-tokens 16 --new-tokens 960 \
+    --blocks 100000 --pin-main 0-5 --pin-sampler 15 --max-seconds 400 --out "$W/overhead_eager"
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

@@ -121,6 +121,10 @@ class TokenClock:
             self._prompt_seen = True
             return
         self.times.append(now)
+        self.on_token(now)
+
+    def on_token(self, now: int) -> None:
+        """Called after each new token's time is noted (subclasses act on it)."""
 
     def end(self) -> None:
         pass
@@ -408,7 +412,7 @@ def _run_rounds(
     return rounds
 
 
-class SegmentClock:
+class SegmentClock(TokenClock):
     """A streamer that notes each token's arrival and switches arms every ``k`` tokens inside one
     generation: the sampler is resumed for "on" segments and paused for the others.
 
@@ -421,15 +425,11 @@ class SegmentClock:
     """
 
     def __init__(self, order: list[str], k: int, sampler: Any) -> None:
+        super().__init__()
         self.order, self.k, self.sampler = order, k, sampler
         self.segments: list[list[int]] = [[]]  # token arrival times (ns) per segment, in order
-        self._prompt_seen = False
 
-    def put(self, value: Any) -> None:
-        now = time.perf_counter_ns()
-        if not self._prompt_seen:  # generate() first hands over the prompt
-            self._prompt_seen = True
-            return
+    def on_token(self, now: int) -> None:
         seg = self.segments[-1]
         seg.append(now)
         if len(seg) == self.k and len(self.segments) < len(self.order):

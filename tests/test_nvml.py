@@ -381,21 +381,13 @@ def test_gpm_validate_keeps_only_samples_that_describe_the_phase() -> None:
     assert out["energy_delta"]["mean"] == 240.0 and out["energy_delta"]["seconds"] == pytest.approx(0.98)
 
 
+# benchmarks/overhead.py on the tiny CPU model: 3 rounds of 4-token blocks, no warm-up.
+TINY_OVERHEAD_ARGV = ("--tiny", "--device", "cpu", "--blocks", "3", "--warmup", "0", "--new-tokens", "4", "--settle", "0")
+
+
 def test_overhead_benchmark_runs_all_three_arms_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
-    argv = [
-        "--tiny",
-        "--device",
-        "cpu",
-        "--blocks",
-        "3",
-        "--warmup",
-        "0",
-        "--new-tokens",
-        "4",
-        "--settle",
-        "0",
-    ]
+    argv = list(TINY_OVERHEAD_ARGV)
     rc = ov.main([*argv, "--bootstrap", "200", "--out", str(tmp_path)])
     assert rc == 0
     result = json.loads((tmp_path / "overhead.json").read_text())
@@ -703,19 +695,7 @@ def test_overhead_control_arms_and_pinning_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
     cpu = max(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
-    argv = [
-        "--tiny",
-        "--device",
-        "cpu",
-        "--blocks",
-        "3",
-        "--warmup",
-        "0",
-        "--new-tokens",
-        "4",
-        "--settle",
-        "0",
-    ]
+    argv = list(TINY_OVERHEAD_ARGV)
     argv += ["--arms", "off_a,on,null,fast,off_b", "--pin-sampler", str(cpu), "--bootstrap", "100"]
     try:
         assert ov.main([*argv, "--out", str(tmp_path)]) == 0

@@ -7,16 +7,14 @@ token times are when the token was really available, eager or compiled.
 TTFT / TPOT / ITL are computed by record's own ``hooks.RequestRecord.metrics``
 (one definition for both verbs).
 
-Why not record's ``GenerationTracker`` as is: it finds step boundaries with
-forward hooks on the model, and in the ``compiled`` mode Transformers compiles
-``model.__call__`` itself (``get_compiled_call``), so hooks with clocks and
-``record_function`` would land inside the compiled region (graph breaks, no
-CUDA graph). Here the streamer opens and closes the step annotations between
-tokens, on the host, outside any compiled region; and only when asked
-(``annotate``): the timed repetitions run without them, like record's
-unprofiled pass. Measured on CPU (tiny preset), the streamer costs ~10 µs per
-token with annotations and ~4 µs without; record's tracker ~4 µs without and
-~19 µs with: noise next to a 19 ms eager decode step.
+The steps are record's own: ``hooks.GenerationTracker`` in its streamer mode
+(``STEPS_STREAMER``), which opens and closes step annotations between tokens on
+the host, outside any compiled region. Forward hooks would not do here: in the
+``compiled`` mode Transformers compiles ``model.__call__`` itself
+(``get_compiled_call``), so hooks with clocks and ``record_function`` would land
+inside the compiled region (graph breaks, no CUDA graph). Annotations are opened
+only when asked (``annotate``): the timed repetitions run without them, like
+record's unprofiled pass.
 
 ``run_agent_loop`` is the agentic workload: N steps whose prompt grows each
 step by the previous answer plus a tool result of configurable length.
@@ -28,16 +26,13 @@ tokens prefilled are measured at the model's input, not computed.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit.collectors.hooks import RequestRecord
-
-from tracekit import stepnames
+from tracekit.collectors.hooks import STEPS_STREAMER, GenerationTracker, RequestRecord
 
 RESEND = "resend"
 KV_REUSE = "kv-reuse"
@@ -87,97 +82,6 @@ class GenResult:
         return float(v) if v is not None else None
 
 
-def _sync(device: Any) -> None:
-    import torch
-
-    if getattr(device, "type", "cpu") == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class _Streamer:
-    """Token timer and step annotator; Transformers calls put() with the prompt, then each token."""
-
-    def __init__(
-        self,
-        request_id: int,
-        batch: int,
-        past_len: int,
-        prompt_len: int,
-        step_base: int,
-        on_step: Any,
-        annotate: bool = True,
-        sync: Any = None,
-        expected_tokens: int | None = None,
-    ):
-        self.expected_tokens = expected_tokens
-        self.annotate = annotate
-        self.sync = sync
-        self.request_id = request_id
-        self.batch = batch
-        self.past_len = past_len
-        self.prompt_len = prompt_len
-        self.step_base = step_base
-        self.on_step = on_step  # profiler.step or None
-        self.token_ns: list[int] = []
-        self.steps: list[StepTime] = []
-        self._open: Any = None
-        self._open_start = 0
-        self._open_kind = ("prefill", 0, 0)
-
-    def _begin(self, idx: int) -> None:
-        import torch
-
-        if idx == 0:
-            q, kv = self.prompt_len - self.past_len, self.prompt_len
-        else:
-            q, kv = 1, self.prompt_len + idx
-        kind = stepnames.step_kind(q)
-        if self.annotate:
-            label = stepnames.StepLabel(self.step_base + idx, self.request_id, kind, self.batch, q, kv)
-            self._open = torch.profiler.record_function(stepnames.format_step(label))
-            self._open.__enter__()
-        else:
-            self._open = _NO_ANNOTATION
-        self._open_start = time.perf_counter_ns()
-        self._open_kind = (kind, q, kv)
-
-    def _finish(self, now: int) -> None:
-        if self._open is None:
-            return
-        if self._open is not _NO_ANNOTATION:
-            self._open.__exit__(None, None, None)
-        kind, q, kv = self._open_kind
-        self.steps.append(StepTime(kind, q, kv, self._open_start, now))
-        self._open = None
-        if self.on_step is not None:
-            self.on_step()
-
-    def put(self, value: Any) -> None:
-        if not self.token_ns and self._open is None and not self.steps:
-            # The first put is the prompt itself: the prefill starts now.
-            self._begin(0)
-            return
-        if self.sync is not None:
-            self.sync()  # as record's TokenTimer: the token is on the host even if the copy was async
-        now = time.perf_counter_ns()
-        self.token_ns.append(now)
-        self._finish(now)
-        # After the last token no forward follows: opening a step then would leave an
-        # empty step annotation in the trace (a record_function cannot be taken back).
-        if self.expected_tokens is None or len(self.token_ns) < self.expected_tokens:
-            self._begin(len(self.token_ns))
-
-    def end(self) -> None:
-        # A step opened after the last token (length unknown) never ran a forward: drop it.
-        if self._open is not None:
-            if self._open is not _NO_ANNOTATION:
-                self._open.__exit__(None, None, None)
-            self._open = None
-
-
-_NO_ANNOTATION = object()  # an open step without a record_function (annotate=False)
-
-
 def _cache_kwarg(model: Any) -> str:
     # Transformers 5.2x renamed generate's past_key_values to cache; 5.17 has only the old name.
     params = inspect.signature(model.generate).parameters
@@ -193,27 +97,38 @@ def cache_length(cache: Any) -> int:
         return int(cache[0][0].shape[-2])
 
 
+def step_tracker(annotate: bool = True, on_step: Any = None) -> GenerationTracker:
+    """Record's tracker as the sweep runs it: streamer steps, perf_counter clock, ``on_step`` after each step."""
+    return GenerationTracker(
+        annotate=annotate,
+        clock=time.perf_counter_ns,
+        steps=STEPS_STREAMER,
+        on_step_end=(lambda _step_id: on_step()) if on_step is not None else None,
+    )
+
+
 def timed_generate(
     model: Any,
     input_ids: Any,
     max_new_tokens: int,
     *,
     cache: Any = None,
-    request_id: int = 0,
     request_name: str = "request",
-    step_base: int = 0,
     on_step: Any = None,
     annotate: bool = True,
+    tracker: GenerationTracker | None = None,
 ) -> GenResult:
     """One greedy generate of exactly ``max_new_tokens`` tokens, timed on the host.
 
     ``cache``: a KV cache from a previous call (its sequences must be a prefix of
     ``input_ids``); only the tokens it lacks are prefilled. ``annotate``: open
     tracekit's request and step ``record_function`` annotations (needed only
-    under the profiler).
+    under the profiler). ``tracker``: carry request and step ids on from earlier
+    calls (the agent loop); its own ``annotate`` and step callback then apply.
     """
     import torch
 
+    tracker = tracker or step_tracker(annotate, on_step)
     batch, prompt_len = int(input_ids.shape[0]), int(input_ids.shape[1])
     past = cache_length(cache)
     prefilled: list[int] = []
@@ -225,54 +140,49 @@ def timed_generate(
         handle.remove()  # only the prefill: never a hook inside a compiled decode
 
     handle = model.register_forward_pre_hook(first_forward, with_kwargs=True)
-    device = input_ids.device
-    sync = (lambda: _sync(device)) if getattr(device, "type", "cpu") == "cuda" else None
-    # min_new_tokens = max_new_tokens below: exactly this many tokens come.
-    streamer = _Streamer(
-        request_id, batch, past, prompt_len, step_base, on_step, annotate, sync, max_new_tokens
-    )
     kwargs: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "min_new_tokens": max_new_tokens,  # random weights emit EOS at random: fix the length
         "do_sample": False,
-        "streamer": streamer,
         "return_dict_in_generate": True,
         "pad_token_id": 0,
         "attention_mask": torch.ones_like(input_ids),
     }
     if cache is not None:
         kwargs[_cache_kwarg(model)] = cache
-    label = stepnames.RequestLabel(request_id, request_name, batch, prompt_len, max_new_tokens)
-    request_rf: Any = (
-        torch.profiler.record_function(stepnames.format_request(label))
-        if annotate
-        else contextlib.nullcontext()
-    )
+    tracker.next_name = request_name
+    first_step = len(tracker.steps)
     try:
-        _sync(device)
-        start = time.perf_counter_ns()
-        with torch.inference_mode(), request_rf:
-            out = model.generate(input_ids, **kwargs)
-        _sync(device)
-        end = time.perf_counter_ns()
+        with torch.inference_mode():
+            out = tracker.generate(_generate, model, input_ids, **kwargs)
     finally:
         handle.remove()
+    rec = tracker.requests[-1]
     seqs = out.sequences
     new_cache = getattr(out, "past_key_values", None)
     if new_cache is None:
         new_cache = getattr(out, "cache", None)
+    steps = [
+        StepTime(s.kind, s.q_len, s.kv_len, s.cpu_start_ns, s.cpu_end_ns)
+        for s in tracker.steps[first_step:]
+        if s.cpu_end_ns is not None
+    ]
     return GenResult(
         batch=batch,
         prompt_tokens=prompt_len,
         prefilled_tokens=prefilled[0] if prefilled else prompt_len - past,
         output_tokens=int(seqs.shape[1]) - prompt_len,
-        start_ns=start,
-        end_ns=end,
-        token_ns=streamer.token_ns,
-        steps=streamer.steps,
+        start_ns=rec.start_ns,
+        end_ns=rec.end_ns if rec.end_ns is not None else rec.start_ns,
+        token_ns=list(rec.token_ns),
+        steps=steps,
         sequences=seqs,
         cache=new_cache,
     )
+
+
+def _generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+    return model.generate(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -328,20 +238,16 @@ def run_agent_loop(
     history = tokens(system_tokens)
     cache = None
     result = AgentResult(mode)
-    step_base = 0
+    tracker = step_tracker(annotate, on_step)  # one for the loop: request i, step ids running on
     for i in range(steps):
         r = timed_generate(
             model,
             history,
             output_tokens,
             cache=cache if mode == KV_REUSE else None,
-            request_id=i,
             request_name=f"agent-{mode}-{i}",
-            step_base=step_base,
-            on_step=on_step,
-            annotate=annotate,
+            tracker=tracker,
         )
-        step_base += len(r.steps)
         result.calls.append(r)
         prefill = r.steps[0].end_ns - r.steps[0].start_ns if r.steps else r.ttft_ns
         result.steps.append(

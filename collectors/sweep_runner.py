@@ -412,12 +412,12 @@ def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[
         calls: list[Any] = []
         cache = None
         if a is None:
-            for rep in range(ctx.repeats):
+            for _ in range(ctx.repeats):
                 if cache is not None:  # keep one cache alive (the last one), for the KV measurement
                     del cache
                     calls[-1].cache = None
                 r = timed_generate(ctx.model, _prompt(ctx, point.batch, point.input_tokens, 3), point.output_tokens,
-                                   request_id=rep, request_name=point.id, annotate=False)  # fmt: skip
+                                   request_name=point.id, annotate=False)  # fmt: skip
                 r.sequences = None
                 calls.append(r)
                 cache = r.cache

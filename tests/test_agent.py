@@ -100,3 +100,26 @@ def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
     steps = [e.name for e in prof2.events() if e.name.startswith(STEP_PREFIX)]
     assert len(steps) == 4
     assert len(r.token_ns) == 4 and [s.kind for s in r.steps] == ["prefill", "decode", "decode", "decode"]
+
+
+def test_annotated_agent_loop_numbers_requests_and_steps_across_its_calls(tiny_model):
+    """The loop's calls share one tracker: request i is step i of the loop, step ids run on."""
+    from tracekit.collectors.agent import run_agent_loop
+    from tracekit.stepnames import parse_request, parse_step
+
+    ticks: list[int] = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        res = run_agent_loop(
+            tiny_model, steps=3, system_tokens=20, output_tokens=4, tool_tokens=3, mode="kv-reuse",
+            on_step=lambda: ticks.append(1),
+        )  # fmt: skip
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    steps = [lab for e in events if (lab := parse_step(e.name)) is not None]
+    reqs = [lab for e in events if (lab := parse_request(e.name)) is not None]
+    assert [r.request_id for r in reqs] == [0, 1, 2]
+    assert [r.name for r in reqs] == ["agent-kv-reuse-0", "agent-kv-reuse-1", "agent-kv-reuse-2"]
+    assert [s.step_id for s in steps] == list(range(12))  # 3 calls x (prefill + 3 decode)
+    assert [s.request_id for s in steps] == [0] * 4 + [1] * 4 + [2] * 4
+    # kv-reuse: the tool result (3) and the last answer token (1) are prefilled
+    assert [(s.kind, s.q_len) for s in steps[4:8]] == [("prefill", 4)] + [("decode", 1)] * 3
+    assert len(ticks) == 12 == sum(len(c.steps) for c in res.calls)

@@ -128,6 +128,13 @@ overhead_eager)  # eager decode (the default record path), arms switching every 
   run overhead_eager 520 python3 benchmarks/overhead.py --segment-tokens 16 --new-tokens 960 \
     --blocks 100000 --pin-main 0-5 --pin-sampler 15 --max-seconds 400 --out "$W/overhead_eager"
   ;;
+fold)  # the sweep's timed_generate now runs on record's GenerationTracker (streamer mode): eager, compiled, agent
+  export CUDA_VISIBLE_DEVICES=0
+  run sweep_fold 420 tracekit sweep --shapes chat,agentic --modes eager,compiled --model tinyllama-1.1b \
+    --repeats 2 --out "$W/sweep" --force
+  find "$W/sweep" -name 'trace.json.gz' -delete
+  run sweep_firstuse 80 python3 scripts/device/sweep_firstuse.py "$W/firstuse"
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

@@ -150,6 +150,11 @@ def timed_generate(
     }
     if cache is not None:
         kwargs[_cache_kwarg(model)] = cache
+        # The compiled mode sets generation_config.cache_implementation ("static") and max_cache_len;
+        # generate refuses the first next to a cache object and warns about the second. The cache
+        # passed (a static one, from the previous call) already says both.
+        kwargs["cache_implementation"] = None
+        kwargs["max_cache_len"] = None
     tracker.next_name = request_name
     first_step = len(tracker.steps)
     try:

@@ -105,6 +105,7 @@ def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
 def test_annotated_agent_loop_numbers_requests_and_steps_across_its_calls(tiny_model):
     """The loop's calls share one tracker: request i is step i of the loop, step ids run on."""
     from tracekit.collectors.agent import run_agent_loop
+
     from tracekit.stepnames import parse_request, parse_step
 
     ticks: list[int] = []
@@ -123,3 +124,26 @@ def test_annotated_agent_loop_numbers_requests_and_steps_across_its_calls(tiny_m
     # kv-reuse: the tool result (3) and the last answer token (1) are prefilled
     assert [(s.kind, s.q_len) for s in steps[4:8]] == [("prefill", 4)] + [("decode", 1)] * 3
     assert len(ticks) == 12 == sum(len(c.steps) for c in res.calls)
+
+
+def test_kv_reuse_agent_loop_in_compiled_mode(tiny_model):
+    """The sweep's compiled mode (static cache set on generation_config) with a cache passed back:
+    generate refused the two together until timed_generate cleared cache_implementation per call."""
+    from tracekit.collectors import compiled
+    from tracekit.collectors.agent import run_agent_loop, timed_generate
+
+    compiled.enable(tiny_model, max_cache_len=128)
+    try:
+        assert tiny_model.generation_config.cache_implementation == "static"
+        first = timed_generate(tiny_model, torch.randint(1, 100, (1, 20)), 4, annotate=False)
+        assert type(first.cache).__name__ == "StaticCache"
+        history = torch.cat([first.sequences, torch.randint(1, 100, (1, 3))], dim=1)
+        second = timed_generate(tiny_model, history, 4, cache=first.cache, annotate=False)
+        res = run_agent_loop(tiny_model, steps=3, system_tokens=20, output_tokens=4, tool_tokens=3, mode="kv-reuse")
+    finally:
+        compiled.disable(tiny_model)
+    assert (second.prompt_tokens, second.prefilled_tokens, second.output_tokens) == (27, 4, 4)
+    assert second.cache is first.cache  # the static cache itself was reused
+    assert [s.prefilled_tokens for s in res.steps] == [20, 4, 4]
+    assert [s.prompt_tokens for s in res.steps] == [20, 27, 34]
+    assert all(s.output_tokens == 4 for s in res.steps)

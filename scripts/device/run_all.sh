@@ -135,6 +135,10 @@ fold)  # the sweep's timed_generate now runs on record's GenerationTracker (stre
   find "$W/sweep" -name 'trace.json.gz' -delete
   run sweep_firstuse 80 python3 scripts/device/sweep_firstuse.py "$W/firstuse"
   ;;
+agent_ab)  # old _Streamer vs the tracker on eager agent loops (ABBA), then compiled kv-reuse (see agent_ab.py for the old file)
+  export CUDA_VISIBLE_DEVICES=0
+  run agent_ab 330 python3 scripts/device/agent_ab.py "$W/agent_ab"
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

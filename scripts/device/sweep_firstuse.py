@@ -3,7 +3,8 @@
 Usage: python3 scripts/device/sweep_firstuse.py OUTDIR   (needs tracekit installed; ~1 min on an H200)
 TinyLlama-1.1B shape, fp16, eager. A: a 4-token warm-up (the old sweep's), then 32 tokens: per-token times
 should jump after the 4th forward. B: the same 32 tokens again: no jump. C: per-token cost of record's
-GenerationTracker path vs the sweep's timed_generate (annotations on / off), 3 runs each, after warm-up.
+GenerationTracker with forward hooks (record's eager path) vs the sweep's timed_generate (the same tracker in
+streamer mode since 2026-11-29 22:40; its own streamer before), annotations on / off, 3 runs each, after warm-up.
 Writes OUTDIR/sweep_firstuse.json and prints a summary.
 """
 

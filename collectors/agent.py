@@ -154,7 +154,8 @@ def timed_generate(
         # generate refuses the first next to a cache object and warns about the second. The cache
         # passed (a static one, from the previous call) already says both.
         kwargs["cache_implementation"] = None
-        kwargs["max_cache_len"] = None
+        if getattr(model.generation_config, "max_cache_len", None) is not None:
+            kwargs["max_cache_len"] = None
     tracker.next_name = request_name
     first_step = len(tracker.steps)
     try:

@@ -139,6 +139,23 @@ agent_ab)  # old _Streamer vs the tracker on eager agent loops (ABBA), then comp
   export CUDA_VISIBLE_DEVICES=0
   run agent_ab 330 python3 scripts/device/agent_ab.py "$W/agent_ab"
   ;;
+agent_compiled)  # after the max_cache_len guard: the agent tests on this stack, then compiled kv-reuse on the GPU
+  export CUDA_VISIBLE_DEVICES=0
+  R=$PWD; cd /tmp  # the checkout's tracekit/ would shadow the installed package (collectors/ maps in only there)
+  run agent_tests 120 python3 -m pytest -q -p no:cacheprovider --import-mode=importlib "$R/tests/test_agent.py"
+  run agent_compiled 150 python3 -c "
+from tracekit.collectors import agent, compiled, presets, workload
+cfg = workload.WorkloadConfig(model=presets.resolve_model('tinyllama-1.1b'), device='cuda', dtype='fp16', shape='x', input_tokens=1, output_tokens=1)
+model, _ = workload.build_model(cfg)
+compiled.enable(model, max_cache_len=1024)
+kw = dict(steps=5, system_tokens=128, output_tokens=64, tool_tokens=64, mode='kv-reuse', annotate=False)
+agent.run_agent_loop(model, **kw)
+for _ in range(2):
+    lp = agent.run_agent_loop(model, **kw)
+    print('TPOT ms', [round(c.tpot_ns / 1e6, 3) for c in lp.calls], 'prefilled', [s.prefilled_tokens for s in lp.steps])
+"
+  cd "$R"
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

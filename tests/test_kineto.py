@@ -91,6 +91,18 @@ def test_truncated_gzip_keeps_events_before_the_cut(tmp_path: Path) -> None:
     assert [names[c] for c in s.arr(f"r{ingest_native.R_CPU}.name", np.int32)] == [f"op{i}" for i in range(s.rows)]
 
 
+def _write_tricky_trace(tmp_path: Path, events: list[dict], bare: bool, gz: bool, cut: float | None) -> Path:
+    """The events as a bare array or inside a document whose trailer holds strings that look like
+    array ends and event boundaries; gzipped or not; cut at a fraction of its bytes or whole."""
+    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
+    data = json.dumps(doc, indent=1).encode()
+    if cut is not None:
+        data = data[: int(len(data) * cut)]
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    return p
+
+
 @pytest.mark.parametrize("block", [64, 4096])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_event, min_size=1, max_size=40), bare=st.booleans(), gz=st.booleans(), cut=st.none() | st.floats(0.3, 0.99))
@@ -98,12 +110,7 @@ def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, bloc
     from tracekit.ingest_sql import extract_array
 
     # GIVEN a trace whose trailer holds strings that look like array ends and event boundaries
-    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
-    data = json.dumps(doc, indent=1).encode()
-    if cut is not None:
-        data = data[: int(len(data) * cut)]
-    p = tmp_path / ("t.json.gz" if gz else "t.json")
-    p.write_bytes(gzip.compress(data) if gz else data)
+    p = _write_tricky_trace(tmp_path, events, bare, gz, cut)
     out = tmp_path / "x"
     out.mkdir(exist_ok=True)
     try:
@@ -155,12 +162,7 @@ def test_extract_pieces_hold_exactly_the_events_or_merge(tmp_path: Path, events:
     from tracekit.ingest_sql import extract_array, extract_pieces
 
     # GIVEN the traces above, split into pieces as small as one event
-    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "INFO": ["}, {", "]", "x]}"], "baseTimeNanoseconds": 7}
-    data = json.dumps(doc, indent=1).encode()
-    if cut is not None:
-        data = data[: int(len(data) * cut)]
-    p = tmp_path / ("t.json.gz" if gz else "t.json")
-    p.write_bytes(gzip.compress(data) if gz else data)
+    p = _write_tricky_trace(tmp_path, events, bare, gz, cut)
     for d in ("a", "b"):
         (tmp_path / d).mkdir(exist_ok=True)
         for q in (tmp_path / d).iterdir():

@@ -73,6 +73,17 @@ def sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("tracekit-nvml")]
 
 
+
+def assert_units_from_registry(table: Any) -> None:
+    """Each counters row's unit and source match the one registry others read (METRICS)."""
+    for m, unit, source in zip(
+        table.column("metric").to_pylist(),
+        table.column("unit").to_pylist(),
+        table.column("source").to_pylist(),
+        strict=True,
+    ):
+        assert (unit, source) == METRICS[m]
+
 def test_basic_metrics_are_converted_to_the_units_the_table_names() -> None:
     fake = fk.FakeNvml()
     table = run_for(NvmlSampler(nvml=fake, interval_s=0.01), 0.3)
@@ -95,14 +106,7 @@ def test_basic_metrics_are_converted_to_the_units_the_table_names() -> None:
     # mJ -> J; the probe at start() took the first reading, so the first sample is the second call.
     assert energy[0] == pytest.approx((fk.ENERGY_START_MJ + 2 * fk.ENERGY_STEP_MJ) / 1000)
     assert energy == sorted(energy) and energy[1] - energy[0] == pytest.approx(fk.ENERGY_STEP_MJ / 1000)
-    # Each row's unit and source match the one registry others read.
-    for m, unit, source in zip(
-        table.column("metric").to_pylist(),
-        table.column("unit").to_pylist(),
-        table.column("source").to_pylist(),
-        strict=True,
-    ):
-        assert (unit, source) == METRICS[m]
+    assert_units_from_registry(table)
     assert METRICS["power"] == ("W", "nvml") and METRICS["dram_bw_util"] == ("%", "gpm")
 
 
@@ -466,13 +470,7 @@ def test_process_mode_samples_every_metric_in_a_child_process() -> None:
     assert {v for _, v in rows["power"]} == {fk.POWER_MW / 1000}
     assert {v for _, v in rows["pcie_rx"]} == {fk.PCIE_RX_KBS * 1024}
     assert {v for _, v in rows["dram_bw_util"]} == {88.0}
-    for m, unit, source in zip(
-        table.column("metric").to_pylist(),
-        table.column("unit").to_pylist(),
-        table.column("source").to_pylist(),
-        strict=True,
-    ):
-        assert (unit, source) == METRICS[m]
+    assert_units_from_registry(table)
     # The cost per tick is measured in the child and comes back in status().
     assert st["ticks"] >= 30 and st["slow_ticks"] >= 3
     assert 0 < st["tick_us_mean"] < 5000 and st["slow_tick_us_mean"] >= 2 * 0.02 * 1e6

@@ -434,6 +434,19 @@ typedef struct {
     int is_int;        /* no fraction, no exponent */
 } Num;
 
+/* One or more digits at *pp (a fraction's or an exponent's); *pp moves past them. */
+static int scan_digits(Scanner *s, const char **pp, const char *end) {
+    const char *d = *pp, *p = *pp;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    *pp = p;
+    if (p >= end && !s->in_span) return NEED;
+    if (p == d) {
+        s->errmsg = "invalid number";
+        return BAD;
+    }
+    return OK;
+}
+
 /* A number at *pp (JSON grammar). At the buffer's end the number may go on: NEED. */
 static int scan_number(Scanner *s, const char **pp, const char *end, Num *num) {
     const char *p = *pp;
@@ -452,25 +465,15 @@ static int scan_number(Scanner *s, const char **pp, const char *end, Num *num) {
     if (p < end && *p == '.') {
         num->is_int = 0;
         p++;
-        const char *d = p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p >= end && !s->in_span) return NEED;
-        if (p == d) {
-            s->errmsg = "invalid number";
-            return BAD;
-        }
+        int rc = scan_digits(s, &p, end);
+        if (rc != OK) return rc;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         num->is_int = 0;
         p++;
         if (p < end && (*p == '+' || *p == '-')) p++;
-        const char *d = p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p >= end && !s->in_span) return NEED;
-        if (p == d) {
-            s->errmsg = "invalid number";
-            return BAD;
-        }
+        int rc = scan_digits(s, &p, end);
+        if (rc != OK) return rc;
     }
     if (p >= end && !s->in_span) return NEED;
     num->b = p;

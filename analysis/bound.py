@@ -25,7 +25,7 @@ import pandas as pd
 from tracekit.analysis import kernels as kc
 from tracekit.analysis.opmodels import op_costs
 
-from tracekit.ceilings import Ceiling
+from tracekit.model.ceilings import Ceiling
 
 # Time classes in priority order: where kernels of several streams overlap, the
 # instant counts once, for the first class active (TraceLens' order: computation
@@ -451,13 +451,13 @@ def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
 
     The ceiling comes in as ``t["ceiling"]`` (a Ceiling the caller resolved:
-    measured or datasheet, tracekit.ceilings.resolve); failing that, the datasheet
+    measured or datasheet, tracekit.model.ceilings.resolve); failing that, the datasheet
     entry for the manifest's GPU. With neither, the pass only warns.
     """
     from tracekit.analysis import energy
     from tracekit.analysis.steps import as_df
 
-    from tracekit.ceilings import datasheet
+    from tracekit.model.ceilings import datasheet
 
     gpu, cpu, steps = as_df(t["gpu_activity"]), as_df(t["cpu_ops"]), as_df(t["steps"])
     if gpu.empty or steps.empty:

@@ -47,7 +47,7 @@ DTYPE_BYTES: dict[str, int] = {
     "c10::complex<float>": 8,
     "c10::complex<double>": 16,
 }
-# input_types text -> ceiling dtype key (tracekit.ceilings.DTYPES)
+# input_types text -> ceiling dtype key (tracekit.model.ceilings.DTYPES)
 DTYPE_KEY: dict[str, str] = {
     "c10::Half": "fp16",
     "c10::BFloat16": "bf16",

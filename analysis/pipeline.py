@@ -25,7 +25,7 @@ from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
 
-from tracekit import schema as _schema
+from tracekit.model import schema as _schema
 
 Tables = dict[str, Any]
 PassFn = Callable[[Mapping[str, Any]], dict[str, Any]]

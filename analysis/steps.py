@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from tracekit.analysis import timeline
 
-from tracekit.stepnames import parse_request, parse_step, step_kind
+from tracekit.model.stepnames import parse_request, parse_step, step_kind
 
 EMBEDDING_OPS = ("aten::embedding",)
 ATTENTION_OPS = (

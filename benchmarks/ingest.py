@@ -36,7 +36,7 @@ SRC = "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 # Each child prints "<load seconds> <peak RSS KiB> <RSS KiB after imports>" as its last line.
 _TK = """
 import sys, time, resource
-import tracekit.ingest, tracekit.ingest_cache, tracekit.rundir  # what the ingest path imports, no more
+import tracekit.ingest, tracekit.ingest.cache, tracekit.store.rundir  # what the ingest path imports, no more
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 tracekit.ingest.ingest([sys.argv[1]], sys.argv[2], force=True, use_cache=False, jobs=1)

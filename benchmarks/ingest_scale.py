@@ -4,7 +4,7 @@
 
 Copies real corpus traces (round-robin over the CUDA ones) into a temp
 directory as <name>_rank-<k>.json.gz, ingests them three times with
-tracekit.ray_ingest (engine serial, process, ray on a local runtime with N
+tracekit.ingest.ray_engine (engine serial, process, ray on a local runtime with N
 CPUs), checks that the three datasets hold the same rows, and prints the
 wall times and speed-ups measured in this one run. Ray's start-up is
 included in its time: it is what a user waits for.
@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tracekit import dataset
-from tracekit.ray_ingest import ingest_dataset
+from tracekit.ingest.ray_engine import ingest_dataset
+from tracekit.store import dataset
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 SOURCES = (

@@ -45,7 +45,7 @@ def _time_ms(torch: Any, fn: Callable[[], Any], warmup: int, repeats: int) -> li
 
 
 def measure(config: CalibrateConfig | None = None) -> dict[str, Any]:
-    """Run the measurements; returns a dict for tracekit.ceilings.measured_ceiling."""
+    """Run the measurements; returns a dict for tracekit.model.ceilings.measured_ceiling."""
     cfg = config or CalibrateConfig()
     try:
         import torch

@@ -1,7 +1,7 @@
 """Step and request annotations, and host-side token timestamps.
 
 ``GenerationTracker.generate`` wraps one ``model.generate`` call: the request
-in a ``record_function`` named by ``tracekit.stepnames.format_request``, every
+in a ``record_function`` named by ``tracekit.model.stepnames.format_request``, every
 forward pass inside it in one named by ``format_step``, and a streamer that
 stamps each token when it is available on the host (after a device
 synchronise), which is what TTFT and ITL mean.
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit.stepnames import RequestLabel, StepLabel, format_request, format_step, step_kind
+from tracekit.model.stepnames import RequestLabel, StepLabel, format_request, format_step, step_kind
 
 Clock = Callable[[], int]
 

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tracekit import schema
+from tracekit.model import schema
 
 from .gpm import GPM_MIN_INTERVAL_S, nvml_error_text
 from .nvml_sampling import (

@@ -32,11 +32,11 @@ from typing import Any
 from tracekit.collectors.hooks import GenerationTracker, RequestRecord, StepRecord, patch_generate
 from tracekit.collectors.profiler import KinetoCapture, ProfilerConfig, StepWindow
 
-from tracekit import chrome_trace
-from tracekit import schema as _schema
 from tracekit.errors import TracekitError, UsageError
-from tracekit.rundir import RunDir, default_run_id
-from tracekit.stepnames import parse_step
+from tracekit.model import schema as _schema
+from tracekit.model.stepnames import parse_step
+from tracekit.store.rundir import RunDir, default_run_id
+from tracekit.trace import chrome as chrome_trace
 
 RAW_TRACE = "kineto.raw.json"
 
@@ -403,7 +403,7 @@ def record_track_events(steps: Any, requests: Any, counters: Any) -> list[dict[s
     roofline pass runs in ``tracekit analyze``), so it would be a row of
     "not classified" slices.
     """
-    from tracekit.tracks import build_tracks, chrome_event_dicts
+    from tracekit.trace.tracks import build_tracks, chrome_event_dicts
 
     ts = build_tracks({"steps": steps, "requests": requests, "counters": counters}, include_trace=False)
     bound = {k for k in ts.tracks if k.startswith("tracekit/bound")}

@@ -40,9 +40,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tracekit import schema
-from tracekit.rundir import RunDir
-from tracekit.sweepspec import Point, SweepSpec
+from tracekit.model import schema
+from tracekit.model.sweepspec import Point, SweepSpec
+from tracekit.store.rundir import RunDir
 
 STATUS_COMPLETE = "complete"
 STATUS_FAILED = "failed"
@@ -268,7 +268,7 @@ def _clock_sync() -> None:
     """
     import torch
 
-    from tracekit.chrome_trace import CLOCK_SYNC
+    from tracekit.trace.chrome import CLOCK_SYNC
 
     t = time.perf_counter_ns()
     with torch.profiler.record_function(f"{CLOCK_SYNC} host_ns={t}"):
@@ -277,7 +277,7 @@ def _clock_sync() -> None:
 
 def _host_clock(run: RunDir, warn: list[str]) -> int | None:
     """trace ns (raw Kineto ts) − host perf_counter_ns from the capture's markers; run.json ``clock``."""
-    from tracekit import chrome_trace
+    from tracekit.trace import chrome as chrome_trace
 
     syncs = chrome_trace.find_clock_syncs(run.trace_path)
     offset = chrome_trace.clock_offset(syncs)
@@ -505,7 +505,7 @@ def run_sweep(
     ``resume`` skips a point whose run.json says complete. ``on_start(point)``
     and ``on_point(outcome)`` drive the progress display.
     """
-    from tracekit import sweep_report
+    from tracekit.report import sweep as sweep_report
 
     out.mkdir(parents=True, exist_ok=True)
     meta = sweep_report.read_sweep(out) if resume else {}

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TracekitError, UsageError
-from tracekit.rundir import RunDir
+from tracekit.store.rundir import RunDir
 
 RANKS_DIR = "ranks"
 MODEL_TMP = "_tp_checkpoint"
@@ -167,7 +167,7 @@ def _tail(path: Path) -> str:
 
 def merge_ranks(run: RunDir, world_size: int) -> dict[str, int]:
     """Concatenate every rank's tables into the run's tables with ``rank`` set; returns rows per table."""
-    from tracekit.multirank import merge_tables
+    from tracekit.app.multirank import merge_tables
 
     rows = merge_tables(
         run,

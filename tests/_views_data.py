@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracekit.rundir import RunDir
-from tracekit.schema import from_columns
+from tracekit.model.schema import from_columns
+from tracekit.store.rundir import RunDir
 
 T0 = 1_732_900_000_000_000_000  # epoch-scale ns, as Kineto writes them
 MS = 1_000_000
@@ -104,7 +104,7 @@ def make_run(
         import pyarrow as pa
 
         steps_table = steps_table.append_column("bound", pa.array(steps["bound"]))
-        from tracekit.rundir import write_table
+        from tracekit.store.rundir import write_table
 
         write_table(run.table_path("steps"), steps_table)
     else:

@@ -90,7 +90,7 @@ def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
     ids = torch.randint(1, 100, (1, 8))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         r = timed_generate(tiny_model, ids, 4, annotate=False)
-    from tracekit.stepnames import REQUEST_PREFIX, STEP_PREFIX
+    from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX
 
     names = {e.name for e in prof.events()}
     assert not any(n.startswith((STEP_PREFIX, REQUEST_PREFIX)) for n in names)
@@ -106,7 +106,7 @@ def test_annotated_agent_loop_numbers_requests_and_steps_across_its_calls(tiny_m
     """The loop's calls share one tracker: request i is step i of the loop, step ids run on."""
     from tracekit.collectors.agent import run_agent_loop
 
-    from tracekit.stepnames import parse_request, parse_step
+    from tracekit.model.stepnames import parse_request, parse_step
 
     ticks: list[int] = []
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

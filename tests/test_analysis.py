@@ -12,10 +12,10 @@ import pytest
 from tracekit.analysis import timeline
 from tracekit.analysis.pipeline import DEFAULT_PASSES, Pass, PassError, run_passes
 
-from tracekit import schema
 from tracekit.cli import main
-from tracekit.rundir import RunDir
-from tracekit.stepnames import RequestLabel, StepLabel, format_request, format_step
+from tracekit.model import schema
+from tracekit.model.stepnames import RequestLabel, StepLabel, format_request, format_step
+from tracekit.store.rundir import RunDir
 
 US = 1000
 

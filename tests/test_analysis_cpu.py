@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
-from tracekit import schema
+from tracekit.model import schema
 
 
 def load_cpu_trace(path: Path) -> dict[str, pa.Table]:

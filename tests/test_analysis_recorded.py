@@ -14,8 +14,8 @@ from test_analysis import US, Trace
 from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
 from tracekit.cli import main
-from tracekit.rundir import RunDir
-from tracekit.stepnames import StepLabel, format_step
+from tracekit.model.stepnames import StepLabel, format_step
+from tracekit.store.rundir import RunDir
 
 
 def recorded_run(steps: int, captured: int) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def test_analyze_keeps_the_recorded_counters_on_the_trace_clock(tmp_path: Path) 
     mine = after[src != "kineto"].sort_values(["ts_ns", "metric"]).reset_index(drop=True)
     assert len(mine) == len(before) > 100  # 2,344 samples in the 2026-11-29 19:36 smoke run
     # tracekit's own counter tracks in the merged trace are these same samples: not added twice
-    from tracekit.tracks import TRACEKIT_PID
+    from tracekit.trace.tracks import TRACEKIT_PID
 
     assert not (after["device"] >= TRACEKIT_PID).any()
     assert set(mine["unit"].astype(str)) == set(before["unit"].astype(str))

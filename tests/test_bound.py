@@ -12,7 +12,7 @@ from tracekit.analysis import bound
 from tracekit.analysis.kernels import kernel_class
 from tracekit.analysis.opmodels import op_cost
 
-from tracekit.ceilings import datasheet
+from tracekit.model.ceilings import datasheet
 
 H200 = datasheet("NVIDIA H200")
 assert H200 is not None
@@ -203,7 +203,7 @@ def test_kernel_name_classes() -> None:
 
 
 def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.DataFrame]) -> None:
-    from tracekit import schema
+    from tracekit.model import schema
 
     ks = pd.DataFrame({"row": range(10), "step_id": [0] * 8 + [1] * 2, "device": 0})
     phases = pd.DataFrame({"request_id": pd.array([None, 0, None], "Int64"), "phase": ["decode", "decode", "outside"],

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import ceilings
 from tracekit.cli import main
 from tracekit.errors import UsageError
+from tracekit.model import ceilings
 
 
 @pytest.mark.parametrize(

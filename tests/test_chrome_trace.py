@@ -1,4 +1,4 @@
-"""tracekit/chrome_trace.py: merging tracekit's tracks into a Kineto trace, clock syncs, trimming."""
+"""tracekit/trace/chrome.py: merging tracekit's tracks into a Kineto trace, clock syncs, trimming."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import chrome_trace
 from tracekit.errors import TraceFormatError
+from tracekit.trace import chrome as chrome_trace
 
 _HEADER = '{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "baseTimeNanoseconds": 1000000000,\n  "traceEvents": [\n'
 
@@ -25,10 +25,10 @@ def _annot(name: str, ts: float, dur: float = 1.0, cat: str = "user_annotation")
 
 
 def _track_events() -> list[dict]:
-    """tracekit's record-time tracks, built by tracekit.tracks from tables (as the recorder does)."""
+    """tracekit's record-time tracks, built by tracekit.trace.tracks from tables (as the recorder does)."""
     from tracekit.collectors.session import record_track_events
 
-    from tracekit import schema
+    from tracekit.model import schema
 
     steps = schema.from_columns(
         "steps",

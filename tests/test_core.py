@@ -5,11 +5,18 @@ import json
 import pyarrow as pa
 import pytest
 
-from tracekit import schema
 from tracekit.cli import main
 from tracekit.errors import RunExistsError
-from tracekit.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
-from tracekit.stepnames import RequestLabel, StepLabel, format_request, format_step, parse_request, parse_step
+from tracekit.model import schema
+from tracekit.model.stepnames import (
+    RequestLabel,
+    StepLabel,
+    format_request,
+    format_step,
+    parse_request,
+    parse_step,
+)
+from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
 
 
 @pytest.mark.parametrize("name", schema.TABLES)

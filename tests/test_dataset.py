@@ -5,8 +5,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from tracekit import dataset, schema
 from tracekit.errors import RunExistsError, UsageError
+from tracekit.model import schema
+from tracekit.store import dataset
 
 
 def _steps(rank_values: list[int | None], offset: int = 0) -> pa.Table:

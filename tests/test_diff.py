@@ -93,8 +93,8 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_sweep_point_kernels_are_placed_by_trace_steps(tmp_path: Path) -> None:
     # GIVEN a sweep point: ``steps`` timed on the host clock (no GPU spans), the traced steps in ``trace_steps``
     from tracekit.commands.diff import load
-    from tracekit.rundir import write_table
-    from tracekit.schema import from_pandas
+    from tracekit.model.schema import from_pandas
+    from tracekit.store.rundir import write_table
 
     run = make_run(tmp_path, "point")
     traced = run.read_df("steps")

@@ -15,7 +15,7 @@ import pytest
 from tracekit.cli import main
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import TABLES_OUT, ingest, read_trace_tables
-from tracekit.rundir import RunDir
+from tracekit.store.rundir import RunDir
 
 
 def _trace() -> dict[str, Any]:
@@ -286,7 +286,7 @@ def test_truncated_json_closes_after_the_last_complete_event(tmp_path: Path) -> 
 
 
 def test_pieces_read_in_parallel_give_the_same_tables(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tracekit.ingest_sql as sql
+    import tracekit.ingest.duckdb_reader as sql
     monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", "duckdb")  # the DuckDB reader (the fallback) is under test
 
     # GIVEN a corpus trace with flows and ns fractions, and the fixture (a trailer, a string pid,
@@ -320,7 +320,7 @@ def test_pieces_read_in_parallel_give_the_same_tables(corpus_dir: Path, tmp_path
 
 def test_staged_tables_equal_direct_queries_and_drop_the_events_table(tmp_path: Path) -> None:
     # GIVEN the events of a trace with every table populated (counters and memory added)
-    import tracekit.ingest_sql as sql
+    import tracekit.ingest.duckdb_reader as sql
     from tracekit.ingest import Counts, _count
 
     doc = _trace()
@@ -358,7 +358,7 @@ def test_large_input_path_stages_and_gives_the_same_tables(tmp_path: Path, monke
     # GIVEN a trace read normally (small: no staging)
     monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", "duckdb")  # the DuckDB reader (the fallback) is under test
     import tracekit.ingest as ti
-    import tracekit.ingest_sql as sql
+    import tracekit.ingest.duckdb_reader as sql
 
     f = _write(tmp_path / "t.json.gz", _trace())
     one = read_trace_tables(f)

@@ -1,4 +1,4 @@
-"""The native scanner (tracekit._kscan + tracekit.ingest_native) against the DuckDB reader and a
+"""The native scanner (tracekit.ingest._kscan + tracekit.ingest.native) against the DuckDB reader and a
 Python reference: same tables on real traces, exact timestamps, any block size, bad input."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit import ingest_native
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import TABLES_OUT, FileResult, ingest, read_file
-from tracekit.rundir import RunDir
+from tracekit.ingest import native as ingest_native
+from tracekit.store.rundir import RunDir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

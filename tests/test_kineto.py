@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit import ingest_native
 from tracekit.errors import TraceFormatError
-from tracekit.ingest_native import scan
-from tracekit.kineto import split_point
+from tracekit.ingest import native as ingest_native
+from tracekit.ingest.framing import split_point
+from tracekit.ingest.native import scan
 
 # Strings that look like event boundaries must never be split on.
 _tricky = st.sampled_from(["}, {", "},{", '"}, {"', "[{", "}]", "\\", "ts", '"ts": 1'])
@@ -107,7 +107,7 @@ def _write_tricky_trace(tmp_path: Path, events: list[dict], bare: bool, gz: bool
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_event, min_size=1, max_size=40), bare=st.booleans(), gz=st.booleans(), cut=st.none() | st.floats(0.3, 0.99))
 def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, block: int, events: list[dict], bare: bool, gz: bool, cut: float | None) -> None:
-    from tracekit.ingest_sql import extract_array
+    from tracekit.ingest.duckdb_reader import extract_array
 
     # GIVEN a trace whose trailer holds strings that look like array ends and event boundaries
     p = _write_tricky_trace(tmp_path, events, bare, gz, cut)
@@ -130,7 +130,7 @@ def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, bloc
 def test_inflate_is_the_same_with_isal_and_zlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from tracekit.kineto import _inflate, _inflater
+    from tracekit.ingest.framing import _inflate, _inflater
 
     # GIVEN a two-member gzip file, whole and cut
     raw = [orjson.dumps({"traceEvents": [{"ph": "X", "name": f"e{i}", "ts": i} for i in range(n)]}) for n in (3000, 2000)]
@@ -159,7 +159,7 @@ def test_inflate_is_the_same_with_isal_and_zlib(tmp_path: Path, monkeypatch: pyt
 @given(events=st.lists(_event, min_size=1, max_size=40), bare=st.booleans(), gz=st.booleans(), cut=st.none() | st.floats(0.3, 0.99),
        piece=st.sampled_from([1, 100, 400, 1 << 20]))
 def test_extract_pieces_hold_exactly_the_events_or_merge(tmp_path: Path, events: list[dict], bare: bool, gz: bool, cut: float | None, piece: int) -> None:
-    from tracekit.ingest_sql import extract_array, extract_pieces
+    from tracekit.ingest.duckdb_reader import extract_array, extract_pieces
 
     # GIVEN the traces above, split into pieces as small as one event
     p = _write_tricky_trace(tmp_path, events, bare, gz, cut)
@@ -192,7 +192,7 @@ def test_extract_pieces_hold_exactly_the_events_or_merge(tmp_path: Path, events:
             assert texts[0] == want.array.read_bytes()
     else:
         assert len(texts) > 1  # only a split can make a piece invalid; the merge then restores the array
-        from tracekit.ingest_sql import _merge
+        from tracekit.ingest.duckdb_reader import _merge
 
         merged = _merge(got.files, got.seps, tmp_path / "b" / "merged.json", closed=True)
         assert merged.read_bytes() == want.array.read_bytes()

@@ -12,8 +12,8 @@ from tracekit.analysis.modelcheck import (
     shape_from_config,
 )
 
-from tracekit.ceilings import datasheet
-from tracekit.plots import roofline_png
+from tracekit.model.ceilings import datasheet
+from tracekit.report.plots import roofline_png
 
 TINYLLAMA = {
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,

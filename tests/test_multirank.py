@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from tracekit import schema
+from tracekit.app.multirank import analyse_multirank, summary
 from tracekit.errors import UsageError
-from tracekit.multirank import analyse_multirank, summary
-from tracekit.rundir import RunDir
+from tracekit.model import schema
+from tracekit.store.rundir import RunDir
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 

@@ -19,7 +19,7 @@ import pynvml
 import pytest
 from tracekit.collectors.nvml import METRICS, NvmlSampler, nvml_index_for_torch_device
 
-from tracekit import schema
+from tracekit.model import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_pynvml as fk

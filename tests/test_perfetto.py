@@ -11,7 +11,7 @@ import pytest
 from _views_data import KERNELS, make_run
 
 from tracekit.cli import main
-from tracekit.tracks import TRACEKIT_PID
+from tracekit.trace.tracks import TRACEKIT_PID
 
 pytest.importorskip("perfetto")
 
@@ -20,7 +20,7 @@ def _decode(path: Path) -> dict:
     """Decode a .pftrace into tracks, slices per track and counter values per track."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
-    from tracekit.perfetto import read_proto
+    from tracekit.trace.perfetto import read_proto
 
     trace = read_proto(path)
     tracks: dict[int, dict] = {}
@@ -216,8 +216,8 @@ def test_json_follows_trace_event_rules_and_nests(tmp_path: Path) -> None:
 
 
 def test_missing_tables_export_what_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tracekit.rundir import RunDir
-    from tracekit.schema import from_columns
+    from tracekit.model.schema import from_columns
+    from tracekit.store.rundir import RunDir
 
     run = RunDir.create(tmp_path / "bare")
     run.write_table("gpu_activity", from_columns("gpu_activity", {"ts_ns": [10, 20], "dur_ns": [5, 5], "name": ["k", "k"],

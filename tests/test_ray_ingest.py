@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import dataset
-from tracekit import ray_ingest as ri
 from tracekit.errors import UsageError
+from tracekit.ingest import ray_engine as ri
+from tracekit.store import dataset
 
 
 def _trace(rank_shift: int, kernels: int) -> dict:

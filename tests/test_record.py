@@ -12,11 +12,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tracekit import chrome_trace
 from tracekit.cli import main
-from tracekit.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
-from tracekit.stepnames import parse_step
-from tracekit.tracks import TRACEKIT_PID
+from tracekit.model.stepnames import parse_step
+from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
+from tracekit.trace import chrome as chrome_trace
+from tracekit.trace.tracks import TRACEKIT_PID
 
 
 @pytest.fixture(scope="module")

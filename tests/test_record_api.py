@@ -18,7 +18,7 @@ from tracekit.collectors.session import parse_script_argv  # noqa: E402
 import tracekit  # noqa: E402
 from tracekit.cli import main  # noqa: E402
 from tracekit.errors import UsageError  # noqa: E402
-from tracekit.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir  # noqa: E402
+from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir  # noqa: E402
 
 SCRIPT = textwrap.dedent(
     """

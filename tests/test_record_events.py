@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from tracekit.collectors import session
 from tracekit.collectors.hooks import GenerationTracker
 
-from tracekit.summary import render
+from tracekit.report.record_summary import render
 
 
 class FakeClock:
@@ -148,7 +148,7 @@ def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monk
 
     pytest.importorskip("transformers")
     from tracekit.cli import main
-    from tracekit.rundir import RunDir
+    from tracekit.store.rundir import RunDir
 
     # GIVEN a CPU "device" clock: events stamped with perf_counter_ns
     def factory(model: Any) -> Any:

@@ -2,7 +2,7 @@
 
 tests/fixtures/record_gpu_smoke/ is OUT/runs/smoke of the 2026-11-29 19:36 H200 run (torch 2.11,
 transformers 5.17, eager, tinyllama-1.1b fp16, 3 requests of 22 in / 8 out), recorded with the
-current trace tracks (tracekit.tracks); the trace keeps the first 3 steps.
+current trace tracks (tracekit.trace.tracks); the trace keeps the first 3 steps.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import chrome_trace
-from tracekit.rundir import STATUS_COMPLETE, RunDir
-from tracekit.stepnames import parse_step
+from tracekit.model.stepnames import parse_step
+from tracekit.store.rundir import STATUS_COMPLETE, RunDir
+from tracekit.trace import chrome as chrome_trace
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "record_gpu_smoke"
 

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tracekit.cli import main
-from tracekit.rundir import STATUS_COMPLETE, RunDir
+from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
 
 def test_compile_uses_a_static_cache_and_says_so(tmp_path: Path, capsys) -> None:

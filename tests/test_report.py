@@ -13,9 +13,9 @@ import pytest
 from _views_data import make_run
 
 from tracekit.cli import main
-from tracekit.report_html import KIND_COLORS
-from tracekit.rundir import RunDir
-from tracekit.schema import from_columns
+from tracekit.model.schema import from_columns
+from tracekit.report.html import KIND_COLORS
+from tracekit.store.rundir import RunDir
 
 PLOTS_PER_RUN = 5  # split, timeline, roofline, counters, latency
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -118,7 +118,7 @@ def test_summary_names_ceiling_and_limiter_on_real_shaped_tables(tmp_path: Path)
     # dictionary-encoded counter columns as in recorded runs, and counters on another clock than the steps
     import pandas as pd
 
-    from tracekit.report_html import RunView, build_html, ceiling_of, counters_png, verdicts
+    from tracekit.report.html import RunView, build_html, ceiling_of, counters_png, verdicts
 
     ph = pd.DataFrame({
         "request_id": [None, None, None], "phase": ["prefill", "decode", "outside"], "steps": [1, 31, 0],

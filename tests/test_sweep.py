@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 from tracekit.analysis.sweep import SUMMARY_COLUMNS
 
 from tracekit.cli import main
-from tracekit.sweepspec import quick_points
+from tracekit.model.sweepspec import quick_points
 
 
 @pytest.fixture(scope="module")

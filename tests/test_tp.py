@@ -9,7 +9,7 @@ from tracekit.analysis import ranks
 from tracekit.collectors import tp
 
 from tracekit.errors import TracekitError, UsageError
-from tracekit.rundir import RunDir
+from tracekit.store.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_two_gpu_tensor_parallel_run_has_nccl_kernels(tmp_path: Path) -> None:
 
 
 def test_analyse_multirank_on_a_recorded_tp_run(tp_run: RunDir) -> None:
-    from tracekit.multirank import RANK_TABLES, analyse_multirank, is_multirank
+    from tracekit.app.multirank import RANK_TABLES, analyse_multirank, is_multirank
 
     assert is_multirank(tp_run.path) and not is_multirank(tp.rank_dir(tp_run.path, 0))
     # WHEN the TP run directory is analysed (each rank as a single run, then across ranks)

@@ -10,7 +10,7 @@ On the GPU machine (torch + transformers; tracekit need not be installed):
      model.generate (eager, DynamicCache, sdpa) of a ~1,000-token prompt and
      DECODE new tokens at batch 1, under torch.profiler(record_shapes=True). Each
      forward pass is wrapped (forward hooks) in tracekit's own step annotation
-     (tracekit/stepnames.py format) so the phase split is exact.
+     (tracekit/model/stepnames.py format) so the phase split is exact.
      -> OUTDIR/bound_trace.json.gz
   3. without the profiler: CUDA-event time of a prefill forward and of each decode
      step of a generate, host time per step, and torch.cuda.memory_allocated()
@@ -51,7 +51,7 @@ def calibrate(out: Path) -> None:
     try:  # the installed package (on the device: /tmp/site); the checkout's folders do not map onto it
         from tracekit.collectors import calibrate as mod
 
-        from tracekit import ceilings
+        from tracekit.model import ceilings
     except ImportError:
         sys.path.insert(0, str(ROOT))  # tracekit/ (errors, ceilings) from this checkout
         spec = importlib.util.spec_from_file_location("tk_calibrate", ROOT / "collectors" / "calibrate.py")
@@ -61,7 +61,7 @@ def calibrate(out: Path) -> None:
         # "'NoneType' object has no attribute '__dict__'" (the H200 run of 2026-11-29)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
-        from tracekit import ceilings
+        from tracekit.model import ceilings
 
     t0 = time.perf_counter()
     m = mod.measure()
@@ -203,8 +203,8 @@ def analyze(out: Path) -> int:
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
-    from tracekit import ceilings
     from tracekit.ingest import read_trace_tables
+    from tracekit.model import ceilings
 
     timings = json.loads((out / "bound_timings.json").read_text())
     tables: dict[str, Any] = dict(read_trace_tables(out / "bound_trace.json.gz"))

@@ -15,8 +15,8 @@ import time
 
 
 def main(paths: list[str]) -> int:
-    from tracekit import ingest_native
     from tracekit.ingest import TABLES_OUT, read_file
+    from tracekit.ingest import native as ingest_native
 
     print(f"python {sys.version.split()[0]}, native scanner built: {ingest_native._kscan is not None}")
     bad = 0

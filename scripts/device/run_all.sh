@@ -45,7 +45,7 @@ b)  # GPU0: the seed sweep; GPU1: other presets and shapes through record + anal
   ( export CUDA_VISIBLE_DEVICES=0
     run sweep 480 tracekit sweep --preset seed --out "$W/sweep" --force
     # A sweep cut by the time limit still gets its report from the points that finished.
-    [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
+    [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.report.sweep import write_all; from tracekit.model.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
     find "$W/sweep" -name 'trace.json.gz' -delete
   ) > "$W/logs/stream0.txt" 2>&1 &
   ( export CUDA_VISIBLE_DEVICES=1
@@ -62,7 +62,7 @@ b)  # GPU0: the seed sweep; GPU1: other presets and shapes through record + anal
 seed)
   export CUDA_VISIBLE_DEVICES=0
   run sweep 500 tracekit sweep --preset seed --out "$W/sweep" --force
-  [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
+  [ -f "$W/sweep/report.md" ] || run sweep_report 60 python3 -c "import sys; from pathlib import Path; from tracekit.report.sweep import write_all; from tracekit.model.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
   find "$W/sweep" -name 'trace.json.gz' -delete
   ;;
 final)  # GPU0: record validation, GPM, sampler overhead, compiled trace, bound check; GPU1: the seed sweep
@@ -76,7 +76,7 @@ final)  # GPU0: record validation, GPM, sampler overhead, compiled trace, bound 
   ) > "$W/logs/stream0.txt" 2>&1 &
   ( export CUDA_VISIBLE_DEVICES=1
     run sweep 470 tracekit sweep --preset seed --repeats 2 --out "$W/sweep" --force
-    [ -f "$W/sweep/report.md" ] || run sweep_report 40 python3 -c "import sys; from pathlib import Path; from tracekit.sweep_report import write_all; from tracekit.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
+    [ -f "$W/sweep/report.md" ] || run sweep_report 40 python3 -c "import sys; from pathlib import Path; from tracekit.report.sweep import write_all; from tracekit.model.pricing import DEFAULT; write_all(Path(sys.argv[1]), DEFAULT)" "$W/sweep"
     find "$W/sweep" -name 'trace.json.gz' -delete
   ) > "$W/logs/stream1.txt" 2>&1 &
   wait

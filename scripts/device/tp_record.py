@@ -19,7 +19,7 @@ budget) only if the time budget (default 225 s) leaves room. Every rank has a
 timeout (the launcher kills the ranks; the process group has the same timeout).
 
 For each shape, in a scratch directory: ``tracekit.collectors.tp.launch``
-records both ranks, then ``tracekit.multirank.analyse_multirank`` analyses
+records both ranks, then ``tracekit.app.multirank.analyse_multirank`` analyses
 each rank as a single run and then across ranks. Written to OUT_DIR:
 
     results.json                         every figure, per shape
@@ -99,7 +99,7 @@ def _launch(
 
 
 def _copy_small(run: Path, dst: Path, trim_traces: bool) -> dict[str, Any]:
-    from tracekit import chrome_trace
+    from tracekit.trace import chrome as chrome_trace
 
     info: dict[str, Any] = {}
     for src, out in [(run, dst)] + [(run / "ranks" / str(k), dst / "ranks" / str(k)) for k in (0, 1)]:
@@ -139,7 +139,7 @@ def run_shape(
 ) -> dict[str, Any]:
     from tracekit.collectors import tp
 
-    from tracekit.multirank import analyse_multirank
+    from tracekit.app.multirank import analyse_multirank
 
     result: dict[str, Any] = {"shape": name, "config": SHAPES.get(name, "tiny preset")}
     t0 = time.perf_counter()

@@ -116,8 +116,9 @@ def graph_breaks(before: dict[str, int] | None = None) -> dict[str, int]:
 
 def compiled_checks(run: Path, output_tokens: int) -> dict[str, Any]:
     """Steps rows per request (1 prefill + N-1 decode expected) and CUDA-graph launches per recorded request."""
-    from tracekit import chrome_trace, stepnames
-    from tracekit.rundir import RunDir
+    from tracekit.model import stepnames
+    from tracekit.store.rundir import RunDir
+    from tracekit.trace import chrome as chrome_trace
 
     steps = RunDir.open(run).read_df("steps")
     per_req: dict[str, dict[str, int]] = {}
@@ -146,7 +147,7 @@ def compiled_checks(run: Path, output_tokens: int) -> dict[str, Any]:
 
 
 def trim_run(src: Path, dst: Path, with_trace: bool) -> dict[str, Any]:
-    from tracekit import chrome_trace
+    from tracekit.trace import chrome as chrome_trace
 
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src / "run.json", dst / "run.json")
@@ -175,7 +176,7 @@ def main(out_dir: str) -> int:
     from tracekit.collectors import workload as wl
 
     from tracekit.cli import main as cli_main
-    from tracekit.rundir import RunDir
+    from tracekit.store.rundir import RunDir
 
     if not torch.cuda.is_available():
         print("validate_record: no CUDA device; nothing to validate")

@@ -14,13 +14,13 @@ every step of the run): on the first analysis they are copied to
 tables/recorded_steps and recorded_requests (schema-less copies, never
 rewritten) before steps/requests are replaced by the analysis' tables, and
 every analysis reads them from there. The ceiling of the bound pass is resolved
-here (measured calibration preferred, tracekit.ceilings.resolve) so that the
+here (measured calibration preferred, tracekit.model.ceilings.resolve) so that the
 pass itself stays free of I/O.
 
 One clock: ingesting a recorded run's trace shifts the recorder's steps, requests
 and counters onto the ingested trace clock (Kineto ts + baseTimeNanoseconds) and
 keeps its NVML/GPM counters (ingest_into). A multi-rank run directory
-(tracekit.multirank) is analysed rank by rank, then across ranks.
+(tracekit.app.multirank) is analysed rank by rank, then across ranks.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import click
 import pandas as pd
 
-from tracekit import schema
 from tracekit.errors import TracekitError, UsageError
-from tracekit.rundir import RunDir
+from tracekit.model import schema
+from tracekit.store.rundir import RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
@@ -86,7 +86,7 @@ def ingest_into(run: RunDir) -> None:
     import pyarrow.compute as pc
 
     from tracekit.ingest import read_file
-    from tracekit.ingest_sql import _offset_ns
+    from tracekit.ingest.duckdb_reader import _offset_ns
 
     res = read_file(run.trace_path)
     base = _offset_ns(res.meta)
@@ -112,7 +112,7 @@ def ingest_into(run: RunDir) -> None:
                 own = own.filter(pc.fill_null(pc.not_equal(own.column("source").cast(pa.string()), "kineto"), True))
             # The merged trace carries tracekit's own counter tracks (pid >= TRACEKIT_PID): the same
             # samples the recorder wrote, so keep only the trace's other counters beside them.
-            from tracekit.tracks import TRACEKIT_PID
+            from tracekit.trace.tracks import TRACEKIT_PID
 
             dev = table.column("device")
             table = table.filter(pc.fill_null(pc.less(dev, pa.scalar(TRACEKIT_PID, dev.type)), True))
@@ -146,7 +146,7 @@ def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataF
 def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
     """(Ceiling or None, why not) for the run's GPU: measured calibration first, else the datasheet."""
     from tracekit.analysis.bound import gpu_name
-    from tracekit.ceilings import resolve
+    from tracekit.model.ceilings import resolve
 
     name = gpu_name(manifest)
     if not name:
@@ -263,7 +263,7 @@ def summary(result: dict[str, Any]) -> list[str]:
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory when ingesting.")
 def command(target: Path, out: Path | None, force: bool) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
-    from tracekit.multirank import analyze_command, is_multirank
+    from tracekit.app.multirank import analyze_command, is_multirank
 
     if target.is_dir() and is_multirank(target):
         return analyze_command(target)

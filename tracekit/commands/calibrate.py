@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit import ceilings
+from tracekit.model import ceilings
 
 
 @click.command("calibrate")

@@ -10,7 +10,7 @@ import click
 import pandas as pd
 
 from tracekit.errors import UsageError
-from tracekit.rundir import RunDir, atomic_path
+from tracekit.store.rundir import RunDir, atomic_path
 
 TABLES = ("phases", "steps", "gpu_activity")
 

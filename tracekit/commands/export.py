@@ -17,10 +17,10 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit import schema as _schema
 from tracekit.errors import UsageError
-from tracekit.rundir import RunDir
-from tracekit.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
+from tracekit.model import schema as _schema
+from tracekit.store.rundir import RunDir
+from tracekit.trace.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
 
 TRACE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "steps", "requests")
 
@@ -78,7 +78,7 @@ def export_run(
     tables = load_tables(run) if tables is None else tables
     ts = build_tracks(tables, window=window)
     if fmt == "proto":
-        from tracekit.perfetto import write_proto
+        from tracekit.trace.perfetto import write_proto
 
         counts = write_proto(ts, out)
     else:
@@ -119,8 +119,8 @@ def command(
             raise UsageError("--from-trace works with --format json and no window")
         if not run.trace_path.is_file():
             raise UsageError(f"--from-trace: {run.trace_path} not found")
-        from tracekit.chrome_trace import merge
-        from tracekit.tracks import chrome_event_dicts
+        from tracekit.trace.chrome import merge
+        from tracekit.trace.tracks import chrome_event_dicts
 
         ts = build_tracks(tables, include_trace=False)
         merge(run.trace_path, out, chrome_event_dicts(ts))

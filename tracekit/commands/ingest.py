@@ -33,8 +33,8 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
     if run_id and not (dataset or engine == "ray"):
         raise UsageError("--run-id is for --dataset")
     if dataset or engine == "ray":
-        # One task per trace file into a partitioned dataset (tracekit.ray_ingest); Ray only does this.
-        from tracekit.ray_ingest import ingest_command
+        # One task per trace file into a partitioned dataset (tracekit.ingest.ray_engine); Ray only does this.
+        from tracekit.ingest.ray_engine import ingest_command
 
         return ingest_command(list(traces), out, engine=engine, address=address, jobs=jobs, force=force,
                               run_id=run_id)

@@ -20,9 +20,9 @@ from typing import Any
 
 import click
 
-from tracekit import schema as _schema
 from tracekit.errors import TracekitError, UsageError
-from tracekit.rundir import MANIFEST, TABLES_DIR
+from tracekit.model import schema as _schema
+from tracekit.store.rundir import MANIFEST, TABLES_DIR
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -73,7 +73,7 @@ def connect_dataset(root: Path) -> Any:
     """A DuckDB connection with one view per table of a hive-partitioned dataset (run_id, rank columns)."""
     import duckdb
 
-    from tracekit import dataset as _ds
+    from tracekit.store import dataset as _ds
 
     con = duckdb.connect(":memory:")
     present = set(_ds.tables_in(root))
@@ -92,7 +92,7 @@ def run_query(sql: str, runs_dir: Path) -> Any:
     """The query's result as a pyarrow Table."""
     import duckdb
 
-    from tracekit.dataset import is_dataset
+    from tracekit.store.dataset import is_dataset
 
     if is_dataset(runs_dir):
         con = connect_dataset(runs_dir)
@@ -147,7 +147,7 @@ def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
             raise UsageError("--format parquet needs --out FILE")
         import pyarrow.parquet as pq
 
-        from tracekit.rundir import atomic_path
+        from tracekit.store.rundir import atomic_path
 
         with atomic_path(out) as tmp:
             pq.write_table(result, tmp)

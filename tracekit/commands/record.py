@@ -120,8 +120,8 @@ def command(
     from tracekit.collectors import presets
     from tracekit.collectors.profiler import parse_trace_steps
     from tracekit.collectors.session import RecordOptions, default_out, run_script, run_workload
-    from tracekit.rundir import RunDir
-    from tracekit.summary import render
+    from tracekit.report.record_summary import render
+    from tracekit.store.rundir import RunDir
 
     window = parse_trace_steps(trace_steps)
     command_line = (
@@ -252,8 +252,8 @@ def _record_tp(
     from tracekit.collectors import workload as wl
     from tracekit.collectors.session import default_out
     from tracekit.collectors.tp import TPOptions, launch, rank_dir
-    from tracekit.rundir import RunDir
-    from tracekit.summary import render
+    from tracekit.report.record_summary import render
+    from tracekit.store.rundir import RunDir
 
     dev = wl.resolve_device(device)
     name = model or (presets.GPU_DEFAULT_MODEL if dev.startswith("cuda") else presets.CPU_DEFAULT_MODEL)

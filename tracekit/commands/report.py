@@ -14,13 +14,13 @@ from typing import Any
 import click
 import pandas as pd
 
-from tracekit.rundir import RunDir, atomic_open
+from tracekit.store.rundir import RunDir, atomic_open
 
 TABLES = ("phases", "steps", "requests", "counters", "kernel_bound")  # kernel_bound: the per-kernel roofline
 
 
 def load_view(run: RunDir) -> Any:
-    from tracekit.report_html import RunView
+    from tracekit.report.html import RunView
 
     return RunView(run.run_id, run.read_manifest(), {t: run.read_df(t) for t in TABLES if run.has_table(t)})
 
@@ -33,7 +33,7 @@ def render_terminal(views: list[Any], out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tracekit.report_html import ceiling_of, phase_rows, request_rows, verdicts, workload_text
+    from tracekit.report.html import ceiling_of, phase_rows, request_rows, verdicts, workload_text
 
     console = Console(file=out, width=140)
     for v in views:
@@ -89,7 +89,7 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool) -> No
     render_terminal(views, sys.stdout)
     if no_html:
         return
-    from tracekit.report_html import build_html
+    from tracekit.report.html import build_html
 
     if html_path is None:
         html_path = dirs[0].path / "report.html" if len(dirs) == 1 else Path("report.html")

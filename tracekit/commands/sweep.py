@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from tracekit import pricing as _pricing
-from tracekit import sweepspec
 from tracekit.errors import UsageError
+from tracekit.model import pricing as _pricing
+from tracekit.model import sweepspec
 
 
 def _csv_ints(text: str | None) -> list[int] | None:
@@ -156,8 +156,8 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
         import shutil
 
         shutil.rmtree(out_dir)
-    from tracekit import sweep_report
     from tracekit.collectors import sweep_runner
+    from tracekit.report import sweep as sweep_report
 
     failed: list[str] = []
     with click.progressbar(length=len(spec.points), label="points", show_pos=True,

@@ -9,8 +9,8 @@ gzip-compressed (one or several members). Big ones (1 GB and more) are never loa
 - ``split_point`` finds the last array-level event boundary in a buffer (a ``}, {`` candidate
   validated by parsing the prefix), used to close a cut JSON array after its last whole event.
 
-The events themselves are parsed by tracekit/_kscan.c (tracekit.ingest_native) or, where that
-extension is not built, by DuckDB (tracekit.ingest_sql).
+The events themselves are parsed by tracekit/ingest/_kscan.c (tracekit.ingest.native) or, where that
+extension is not built, by DuckDB (tracekit.ingest.duckdb_reader).
 """
 
 from __future__ import annotations

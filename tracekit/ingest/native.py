@@ -1,14 +1,14 @@
-"""One trace file -> per-table Arrow tables through tracekit's native scanner (tracekit/_kscan.c).
+"""One trace file -> per-table Arrow tables through tracekit's native scanner (tracekit/ingest/_kscan.c).
 
 The scanner reads the ``traceEvents`` array in one pass as the inflater thread hands over blocks
-(tracekit.kineto, ISA-L), with the GIL released. Each element's route (the table it goes to, or
+(tracekit.ingest.framing, ISA-L), with the GIL released. Each element's route (the table it goes to, or
 why it is skipped) decides where its columns go: every route has its own interned ph/cat/name
 codes, exact int64 ns ts/dur (from the number's text, never through a double), pid, tid and flags,
 and per arg tracekit reads a sparse store (the positions that have it and the values). This module
-turns those into the tables of tracekit.schema with numpy and pyarrow only, mostly as views of the
+turns those into the tables of tracekit.model.schema with numpy and pyarrow only, mostly as views of the
 scanner's buffers: no per-event Python, no DOM, no SQL engine.
 
-Semantics are those of the DuckDB reader (tracekit/ingest_sql.py), which stays as the fallback
+Semantics are those of the DuckDB reader (tracekit/ingest/duckdb_reader.py), which stays as the fallback
 where the extension is not built and as the reference in tests (tests/test_ingest_native.py
 compares both on every corpus trace):
 
@@ -34,16 +34,16 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from tracekit import arrays as A
 from tracekit.errors import TraceFormatError
-from tracekit.kineto import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body
+from tracekit.ingest import arrays as A
+from tracekit.ingest.framing import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body
 
 try:  # built by setup.py where a C compiler is present
-    from tracekit import _kscan  # type: ignore[attr-defined]
+    from tracekit.ingest import _kscan  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised where the extension is absent
     _kscan = None
 
-# Routes (tracekit/_kscan.c, enum R_*): the table of each element, or why it is skipped.
+# Routes (tracekit/ingest/_kscan.c, enum R_*): the table of each element, or why it is skipped.
 R_SKIP_NOTOBJ, R_SKIP_NOTS, R_GPU, R_RUNTIME, R_CPU, R_ANNOT, R_MEMORY, R_COUNTERS, R_OTHER = range(9)
 N_ROUTES = 9
 ROUTE_TABLE = {R_GPU: "gpu_activity", R_RUNTIME: "runtime", R_CPU: "cpu_ops", R_ANNOT: "annotations",
@@ -110,7 +110,7 @@ class Scanned:
 def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     """Scan one trace file. Raises TraceFormatError when no traceEvents array is found."""
     if _kscan is None:
-        raise RuntimeError("tracekit._kscan is not built")
+        raise RuntimeError("tracekit.ingest._kscan is not built")
     p = Path(path)
     body = Body(p, block)
     sc = _kscan.Scanner(CAT_CLASSES)

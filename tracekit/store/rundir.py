@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit import __version__
-from tracekit import schema as _schema
 from tracekit.errors import RunExistsError, UsageError
+from tracekit.model import schema as _schema
 
 MANIFEST = "run.json"
 TRACE = "trace.json.gz"

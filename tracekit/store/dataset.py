@@ -32,9 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from tracekit import schema as _schema
 from tracekit.errors import RunExistsError, UsageError
-from tracekit.rundir import atomic_path, write_json, write_parquet
+from tracekit.model import schema as _schema
+from tracekit.store.rundir import atomic_path, write_json, write_parquet
 
 MARKER = "_tracekit_dataset.json"
 PARTITION_COLUMNS = ("run_id", "rank")

@@ -3,7 +3,7 @@
 One function, ``build_tracks``, turns a run's tables into a ``TrackSet``: plain
 tracks, slices and counter points. Both writers read it: the Chrome trace-event
 JSON writer here (``write_chrome_json``) and the native Perfetto protobuf
-writer (``tracekit.perfetto``). Keeping the content in one place means the two
+writer (``tracekit.trace.perfetto``). Keeping the content in one place means the two
 files show the same thing, and the tests check the content once per format.
 
 Tracks:
@@ -427,7 +427,7 @@ def chrome_events(ts: TrackSet) -> Iterator[str]:
 
 
 def chrome_event_dicts(ts: TrackSet) -> list[dict[str, Any]]:
-    """The track set as trace-event dicts, e.g. for ``tracekit.chrome_trace.merge`` into a Kineto trace."""
+    """The track set as trace-event dicts, e.g. for ``tracekit.trace.chrome.merge`` into a Kineto trace."""
     return [json.loads(e) for e in chrome_events(ts)]
 
 
@@ -448,7 +448,7 @@ def write_chrome_json(ts: TrackSet, out: IO[str], *, extra: dict[str, Any] | Non
 
 
 def write_chrome_json_gz(ts: TrackSet, path: Path, *, extra: dict[str, Any] | None = None) -> int:
-    from tracekit.rundir import atomic_path
+    from tracekit.store.rundir import atomic_path
 
     with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as fh:
         return write_chrome_json(ts, fh, extra=extra)

@@ -13,7 +13,7 @@ Plots (each one function returning PNG bytes, or None when there is no data):
   counters_png        NVML / GPM counters over time
   latency_png         TTFT, decode time and end-to-end per request
 
-The roofline helper's tracekit.plots is not used: it did not exist when this was
+The roofline helper's tracekit.report.plots is not used: it did not exist when this was
 written; ``roofline_png`` here is a small, self-contained stand-in.
 """
 
@@ -493,15 +493,15 @@ def _meta_rows(m: dict[str, Any]) -> list[list[str]]:
 
 
 def kernel_roofline_png(run: RunView) -> bytes | None:
-    """tracekit.plots' roofline, one point per kernel, when the run has the bound pass's kernel_bound table.
+    """tracekit.report.plots' roofline, one point per kernel, when the run has the bound pass's kernel_bound table.
 
     Its ceiling is the one the bound pass used, as the phases table records it (name, dtype, peaks).
     """
     k, c = run.df("kernel_bound"), ceiling_of(run.df("phases"))
     if not _has(k, "intensity", "flops", "dur_ns") or not (c.tflops and c.tbps):
         return None
-    from tracekit.ceilings import Ceiling
-    from tracekit.plots import roofline_png as plots_roofline_png
+    from tracekit.model.ceilings import Ceiling
+    from tracekit.report.plots import roofline_png as plots_roofline_png
 
     name = c.name or "unnamed ceiling"
     kind = "measured" if "(measured)" in name else "datasheet" if "(datasheet)" in name else "recorded"

@@ -278,7 +278,7 @@ def measured_ceiling(device_name: str, measurement: Mapping[str, Any]) -> Ceilin
 
 
 def save_measured(ceiling: Ceiling, path: Path | None = None) -> Path:
-    from tracekit.rundir import write_json  # local: keeps this module import-light
+    from tracekit.store.rundir import write_json  # local: keeps this module import-light
 
     target = path or cache_path(ceiling.gpu)
     write_json(target, ceiling.to_dict())

@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analysis import sweep as sweep_analysis
-from tracekit.pricing import Pricing
-from tracekit.rundir import RunDir, atomic_open, write_json, write_table
+from tracekit.model.pricing import Pricing
+from tracekit.store.rundir import RunDir, atomic_open, write_json, write_table
 
 SWEEP_MANIFEST = "sweep.json"
 POINTS_DIR = "points"

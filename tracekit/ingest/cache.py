@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit import __version__
-from tracekit import schema as _schema
+from tracekit.model import schema as _schema
 
 _READ = 8 << 20
 
@@ -38,7 +38,7 @@ def cache_key(files: Sequence[Path]) -> str:
 
 def lookup(out: str | Path, key: str) -> Any:
     """The run at ``out`` if it is a complete ingest of exactly these inputs, else None."""
-    from tracekit.rundir import STATUS_COMPLETE, RunDir
+    from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
     run = RunDir(out)
     if not run.manifest_path.is_file():

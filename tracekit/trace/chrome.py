@@ -1,7 +1,7 @@
 """Chrome trace JSON (.json / .json.gz): loading, merging, trimming Kineto traces.
 
 Kineto's trace is kept as written; ``merge`` splices in tracekit's own events
-(built by ``tracekit.tracks``: requests, steps by kind, NVML/GPM counters), so
+(built by ``tracekit.trace.tracks``: requests, steps by kind, NVML/GPM counters), so
 Perfetto shows kernels, requests, prefill/decode steps and GPU counters on one
 timeline.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from tracekit.errors import TraceFormatError
-from tracekit.rundir import atomic_path
-from tracekit.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
+from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
+from tracekit.store.rundir import atomic_path
 
 CLOCK_SYNC = "tracekit.clock_sync"
 

@@ -39,9 +39,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from tracekit import schema as _schema
 from tracekit.errors import UsageError
-from tracekit.rundir import MANIFEST, RunDir
+from tracekit.model import schema as _schema
+from tracekit.store.rundir import MANIFEST, RunDir
 
 RANKS_DIR = "ranks"
 RANK_TABLES = ("rank_steps", "rank_skew", "comm_steps", "comm_phases", "comm_collectives", "comm_instances")

@@ -6,7 +6,7 @@ local Ray runtime (default) or an existing cluster (``address``), in a local
 process pool, or serially -- and records what was written in the dataset's
 marker. Each task reads its trace with ``tracekit.ingest.read_file`` and
 writes its own ``<table>/run_id=<id>/rank=<k>/part-<p>.parquet`` files
-(tracekit.dataset), so tasks share nothing but the file system. On a
+(tracekit.store.dataset), so tasks share nothing but the file system. On a
 cluster the traces and the dataset root must be on storage every node sees
 (NFS, a mounted bucket), and tracekit must be installed on every node.
 
@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit import dataset as _ds
 from tracekit.errors import TracekitError, UsageError
+from tracekit.store import dataset as _ds
 
 ENGINES = ("ray", "process", "serial")
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_.]?(\d+)", re.IGNORECASE)

@@ -3,7 +3,7 @@
 Two stages:
 
 1. ``extract_array``: Python streams the (gzip) file in large blocks (zlib on a
-   reader thread, tracekit.kineto) and writes only the ``traceEvents`` array
+   reader thread, tracekit.ingest.framing) and writes only the ``traceEvents`` array
    (``[ ... ]``) to a temporary file. Everything outside the array (header keys
    before it, trailer keys such as ``baseTimeNanoseconds`` or ``traceName``
    after it) is parsed with orjson as the trace metadata. Only the last block is
@@ -38,7 +38,7 @@ import orjson
 import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
-from tracekit.kineto import (
+from tracekit.ingest.framing import (
     _BOUNDARY_RE,
     ANNOTATION_CATS,
     BLOCK_BYTES,

@@ -3,7 +3,7 @@
 Smaller and faster to load than Chrome JSON: the UI parses protobuf natively
 instead of a multi-GB JSON text. Built with the ``perfetto`` package's
 ``StreamingTraceProtoBuilder`` (one TracePacket written at a time) from the
-same ``TrackSet`` the JSON writer uses (tracekit.tracks).
+same ``TrackSet`` the JSON writer uses (tracekit.trace.tracks).
 
 Layout of the trace:
   * one process track per process (ProcessDescriptor: pid, name), ordered by
@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tracekit.tracks import TrackSet, nested
+from tracekit.trace.tracks import TrackSet, nested
 
 SEQUENCE_ID = 0x7C0DE  # any fixed id; all packets share one sequence
 
@@ -74,7 +74,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TrackEvent
     from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-    from tracekit.rundir import atomic_path
+    from tracekit.store.rundir import atomic_path
 
     counts = {"tracks": 0, "slices": 0, "counters": 0}
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:

@@ -1,5 +1,5 @@
 /*
- * tracekit._kscan: a one-pass scanner of a Kineto / Chrome-trace ``traceEvents`` array into columns.
+ * tracekit.ingest._kscan: a one-pass scanner of a Kineto / Chrome-trace ``traceEvents`` array into columns.
  *
  * Why native: the trace is JSON of ~360 bytes per event and hundreds of thousands of events; any
  * reader that builds a Python object (or a generic JSON DOM) per event spends most of its time
@@ -1249,7 +1249,7 @@ static void Column_dealloc(Column *c) {
 }
 static PyBufferProcs Column_as_buffer = {(getbufferproc)Column_getbuffer, NULL};
 static PyTypeObject ColumnType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit._kscan.Column",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit.ingest._kscan.Column",
     .tp_basicsize = sizeof(Column),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A scanned column (read-only buffer)",
@@ -1383,7 +1383,7 @@ static PyGetSetDef Scanner_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject ScannerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit._kscan.Scanner",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit.ingest._kscan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Scanner(cat_classes): scans a traceEvents array into columns",

@@ -1,6 +1,6 @@
-"""Trace events -> the tables of tracekit.schema, with linkage and counts.
+"""Trace events -> the tables of tracekit.model.schema, with linkage and counts.
 
-Per chunk of events (tracekit.kineto), everything is columnar: the events
+Per chunk of events (tracekit.ingest.framing), everything is columnar: the events
 become one Arrow struct array, a routing vector says which table each event
 goes to, and each table takes its rows with one ``take``. Only the events
 whose args must become JSON text (unknown categories, input shapes, counters)
@@ -32,17 +32,17 @@ import pyarrow as pa
 # Table.take imports pyarrow.compute: load it with the module, not inside a timed ingest.
 import pyarrow.compute
 
-from tracekit import arrays as A
-from tracekit import ingest_native
-from tracekit import schema as _schema
 from tracekit.errors import TraceFormatError, UsageError
-from tracekit.ingest_sql import EngineConfig, TableBuilder, extract_array, open_events  # noqa: F401
-from tracekit.kineto import (  # noqa: F401 - the routing sets are part of this module's interface
+from tracekit.ingest import arrays as A
+from tracekit.ingest import native as ingest_native
+from tracekit.ingest.duckdb_reader import EngineConfig, TableBuilder, extract_array, open_events  # noqa: F401
+from tracekit.ingest.framing import (  # noqa: F401 - the routing sets are part of this module's interface
     ANNOTATION_CATS,
     CPU_CATS,
     GPU_CATS,
     RUNTIME_CATS,
 )
+from tracekit.model import schema as _schema
 
 # Device-side activity of accelerators tracekit does not model as GPU activity.
 NON_CUDA_DEVICE_CATS = {"mtia_ccp_events"}
@@ -339,7 +339,7 @@ def read_file(
 ) -> FileResult:
     """Read one trace into tables (in memory). Raises TraceFormatError if it has no events.
 
-    The native scanner reads it (tracekit.ingest_native) unless the extension is not built or
+    The native scanner reads it (tracekit.ingest.native) unless the extension is not built or
     TRACEKIT_INGEST_ENGINE=duckdb; then the DuckDB reader does, and only it uses ``threads``
     (default: the cores available; 1 when files are read in parallel) and ``work_dir`` (where the
     extracted array and DuckDB's spill files go, default TMPDIR; removed after).
@@ -369,7 +369,7 @@ def read_file(
 
 
 def _read_native(path: str | Path, rank: int | None, file_index: int, t0: float) -> FileResult:
-    """read_file through the native scanner (tracekit.ingest_native)."""
+    """read_file through the native scanner (tracekit.ingest.native)."""
     sc = ingest_native.scan(path)
     counts = Counts()
     ingest_native.count(sc, counts)
@@ -454,7 +454,7 @@ def ingest(
     distributedInfo.rank, else file order), read in parallel processes.
     run.json stays "incomplete" until every table is written.
     """
-    from tracekit import ingest_cache
+    from tracekit.ingest import cache as ingest_cache
 
     files = _expand(paths)
     key = ingest_cache.cache_key(files)
@@ -466,7 +466,7 @@ def ingest(
 
 
 def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None) -> Any:
-    from tracekit.rundir import RunDir
+    from tracekit.store.rundir import RunDir
 
     t0 = time.perf_counter()
     run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from tracekit.analysis import kernels as kc
+from tracekit.analysis.intervals import step_windows, window_union
 from tracekit.analysis.opmodels import op_costs
 
 from tracekit.model.ceilings import Ceiling
@@ -184,43 +185,6 @@ def kernel_costs(
 # --- time attribution --------------------------------------------------------
 
 
-def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
-    """steps plus start_ns / end_ns: [cpu_start, max(cpu_end, gpu_end)), as the phases pass defines them.
-
-    Host-bound time is GPU idle inside these windows, so a window opens when the
-    host starts the forward pass, not at its first kernel.
-    """
-    s = steps.copy()
-    cpu_s = pd.to_numeric(s["cpu_start_ns"], errors="coerce") if "cpu_start_ns" in s else None
-    gpu_s = pd.to_numeric(s["gpu_start_ns"], errors="coerce") if "gpu_start_ns" in s else None
-    start = cpu_s if cpu_s is not None else gpu_s
-    if start is None:
-        raise ValueError("steps need cpu_start_ns or gpu_start_ns")
-    if gpu_s is not None:
-        start = start.fillna(gpu_s)
-    ends = [pd.to_numeric(s[c], errors="coerce") for c in ("cpu_end_ns", "gpu_end_ns") if c in s]
-    end = pd.concat(ends, axis=1).max(axis=1)
-    s["start_ns"] = start
-    s["end_ns"] = end
-    s = s[s["start_ns"].notna() & s["end_ns"].notna()].copy()
-    s["start_ns"] = s["start_ns"].astype("int64")
-    s["end_ns"] = np.maximum(s["end_ns"].astype("int64"), s["start_ns"])
-    s["time_ns"] = s["end_ns"] - s["start_ns"]
-    return s.reset_index(drop=True)
-
-
-def _union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Disjoint sorted intervals covering [starts, ends)."""
-    if len(starts) == 0:
-        return np.empty((0, 2), dtype=np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
-    run_end = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > run_end[:-1]]
-    idx = np.flatnonzero(new)
-    return np.stack([s[idx], np.r_[run_end[idx[1:] - 1], run_end[-1]]], axis=1)
-
-
 def _sweep(starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, windows: np.ndarray) -> np.ndarray:
     """ns per class inside disjoint sorted ``windows``: shape (len(PRIORITY) + 1,), the last is idle.
 
@@ -277,8 +241,8 @@ def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.Data
     return k
 
 
-def _attribute(windows: np.ndarray, kern: pd.DataFrame) -> dict[str, Any]:
-    """Time classes, FLOPs, bytes and kernel counts of one group (disjoint windows + its kernels)."""
+def attribute_windows(windows: np.ndarray, kern: pd.DataFrame) -> dict[str, Any]:
+    """Time classes, FLOPs, bytes and kernel counts of one group: disjoint sorted windows and its kernels."""
     time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
     devices = kern["device"].fillna(-1).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))
     n_dev = max(len(np.unique(devices)), 1)
@@ -320,7 +284,7 @@ def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     for r in w.itertuples(index=False):
         kern = by_step.get(r.step_id, k.iloc[0:0])
         win = np.array([[r.start_ns, r.end_ns]], dtype=np.int64)
-        rows.append(_attribute(win, kern))
+        rows.append(attribute_windows(win, kern))
     attr = pd.DataFrame(rows, index=w.index)
     return pd.concat([w.drop(columns=[c for c in attr.columns if c in w.columns]), attr], axis=1)
 
@@ -357,8 +321,8 @@ def attribute_phases(
     rows = []
     for rid, phase, g in groups:
         kern = k[sid.isin(g["step_id"]).to_numpy()] if len(k) else k
-        win = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        row = {"request_id": rid, "phase": phase, "steps": len(g), **_attribute(win, kern)}
+        win = window_union(g)
+        row = {"request_id": rid, "phase": phase, "steps": len(g), **attribute_windows(win, kern)}
         if "tokens" in g:
             row["tokens"] = float(pd.to_numeric(g["tokens"], errors="coerce").sum())
         row["ceiling_dtype"] = _dominant_dtype(kern)
@@ -447,51 +411,38 @@ def gpu_name(manifest: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def pass_ceiling(t: Mapping[str, Any]) -> Any:
+    """The ceiling a pass uses: ``t["ceiling"]`` (resolved by the caller: measured or datasheet), else the
+    datasheet entry for the manifest's GPU, else None."""
+    from tracekit.model.ceilings import datasheet
+
+    ceiling = t.get("ceiling")
+    name = gpu_name(t.get("manifest") or {})
+    if ceiling is None and name:
+        ceiling = datasheet(name)
+    return ceiling
+
+
 def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
 
-    The ceiling comes in as ``t["ceiling"]`` (a Ceiling the caller resolved:
-    measured or datasheet, tracekit.model.ceilings.resolve); failing that, the datasheet
-    entry for the manifest's GPU. With neither, the pass only warns.
+    The ceiling is ``pass_ceiling(t)``; without one the pass only warns.
     """
-    from tracekit.analysis import energy
     from tracekit.analysis.steps import as_df
-
-    from tracekit.model.ceilings import datasheet
 
     gpu, cpu, steps = as_df(t["gpu_activity"]), as_df(t["cpu_ops"]), as_df(t["steps"])
     if gpu.empty or steps.empty:
         return {}  # a CPU-only trace, or no steps: there is no GPU time to split
-    manifest = t.get("manifest") or {}
-    ceiling = t.get("ceiling")
-    name = gpu_name(manifest)
-    if ceiling is None and name:
-        ceiling = datasheet(name)
+    ceiling = pass_ceiling(t)
     if ceiling is None:
+        name = gpu_name(t.get("manifest") or {})
         return {"warnings": [f"bound: no ceiling for GPU {name!r}; run `tracekit calibrate` on it "
                              "(compute/memory-bound columns left empty)"]}
     ks = as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
     phases = as_df(t["phases"]) if t.get("phases") is not None else None
     out = bound_tables(gpu, cpu, steps, ceiling, phases=phases, kernel_steps=ks)
     ph = out["phases"].drop(columns=["tokens"], errors="ignore")
-    counters = as_df(t["counters"]) if t.get("counters") is not None else pd.DataFrame()
     warnings: list[str] = []
-    if len(counters):
-        devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
-        dev = int(devs.mode().iloc[0]) if len(devs) else None
-        ph = energy.phase_energy(ph, steps, counters, dev)
-        w = step_windows(steps)
-        util, tbps = [], []
-        for r in ph.itertuples(index=False):
-            g = w[w["kind"].astype(str) == str(r.phase)]
-            if pd.notna(r.request_id):
-                g = g[g["request_id"] == r.request_id]
-            win = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-            u = energy.window_mean(counters, energy.METRIC_DRAM_BW_UTIL, win, dev)
-            util.append(u)
-            tbps.append(u / 100.0 * ceiling.peak_bytes_per_s / 1e12)
-        ph["gpm_dram_bw_util_pct"] = util
-        ph["gpm_dram_tbps"] = tbps
     k = out["kernels"]
     n_other = int((k["bound"] == OTHER).sum())
     if len(k) and n_other:

@@ -17,8 +17,11 @@ Windows that reach outside the sampled interval get NaN, never an extrapolation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
+from tracekit.analysis.intervals import step_windows, window_union
 
 METRIC_ENERGY = "energy"  # J, cumulative
 METRIC_POWER = "power"  # W
@@ -99,8 +102,6 @@ def phase_energy(
     A step's window is [cpu_start, max(cpu_end, gpu_end)) (the bound pass's). Tokens:
     the steps table's ``tokens`` (query tokens; for decode, tokens generated).
     """
-    from tracekit.analysis.bound import _union, step_windows
-
     out = phases.copy()
     out["energy_j"] = np.nan
     out["energy_j_per_token"] = np.nan
@@ -113,10 +114,52 @@ def phase_energy(
             g = g[g["request_id"] == r["request_id"]]
         if not len(g):
             continue
-        win = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        win = window_union(g)
         e = float(np.sum(window_energy_j(counters, win, device)))
         out.loc[i, "energy_j"] = e
         tokens = pd.to_numeric(g["tokens"], errors="coerce").sum() if "tokens" in g else np.nan
         if tokens and tokens > 0:
             out.loc[i, "energy_j_per_token"] = e / tokens
     return out
+
+
+def gpm_dram_columns(phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None,
+                     peak_bytes_per_s: float) -> pd.DataFrame:
+    """phases plus gpm_dram_bw_util_pct (GPM's DRAM bandwidth utilisation, time-weighted over each
+    (request, phase)'s step windows) and gpm_dram_tbps (that share of ``peak_bytes_per_s``)."""
+    out = phases.copy()
+    w = step_windows(steps)
+    util, tbps = [], []
+    for r in out.itertuples(index=False):
+        g = w[w["kind"].astype(str) == str(r.phase)]
+        rid: Any = r.request_id
+        if pd.notna(rid):
+            g = g[g["request_id"] == rid]
+        u = window_mean(counters, METRIC_DRAM_BW_UTIL, window_union(g), device)
+        util.append(u)
+        tbps.append(u / 100.0 * peak_bytes_per_s / 1e12)
+    out["gpm_dram_bw_util_pct"] = util
+    out["gpm_dram_tbps"] = tbps
+    return out
+
+
+def energy_pass(t: Any) -> dict[str, Any]:
+    """Pipeline pass after the bound pass: energy and GPM DRAM columns of the phases, from the counters.
+
+    Runs only where the bound pass did (it left ``kernel_bound``) and counters exist; the device is
+    the one most GPU activities ran on.
+    """
+    from tracekit.analysis.bound import pass_ceiling
+    from tracekit.analysis.steps import as_df
+
+    if t.get("kernel_bound") is None or t.get("counters") is None:
+        return {}
+    counters = as_df(t["counters"])
+    ceiling = pass_ceiling(t)
+    if not len(counters) or ceiling is None:
+        return {}
+    gpu, steps = as_df(t["gpu_activity"]), as_df(t["steps"])
+    devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
+    dev = int(devs.mode().iloc[0]) if len(devs) else None
+    ph = phase_energy(as_df(t["phases"]), steps, counters, dev)
+    return {"phases": gpm_dram_columns(ph, steps, counters, dev, ceiling.peak_bytes_per_s)}

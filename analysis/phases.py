@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tracekit.analysis import timeline
+from tracekit.analysis import intervals, timeline
 
 PHASES = ("prefill", "decode", "mixed")
 PHASE_COLUMNS = ["request_id", "phase", "steps", "steps_captured", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
@@ -36,7 +36,7 @@ def _windows(steps: pd.DataFrame) -> np.ndarray:
     e = np.maximum(steps["cpu_end_ns"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan),
                    steps["gpu_end_ns"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan))
     e = np.where(np.isnan(e), steps["cpu_end_ns"].astype("float64").to_numpy(), e).astype(np.int64)
-    return timeline.union(s, e)
+    return intervals.union(s, e)
 
 
 def _captured(steps: pd.DataFrame) -> pd.DataFrame:
@@ -45,7 +45,7 @@ def _captured(steps: pd.DataFrame) -> pd.DataFrame:
 
 def _row(rid: object, phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, n_dev: int) -> dict[str, object]:
     cap = _captured(steps)
-    time_ns = timeline.length(_windows(cap))
+    time_ns = intervals.length(_windows(cap))
     split = timeline.device_split(kernels)
     return {
         "request_id": rid,
@@ -82,7 +82,7 @@ def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int]
         lo, hi = span if span is not None else (int(outside["ts_ns"].min()),
                                                int((outside["ts_ns"] + outside["dur_ns"]).max()))
         split = timeline.device_split(outside)
-        out_time = max(hi - lo - timeline.length(timeline.clip(_windows(_captured(steps)), lo, hi)), 0)
+        out_time = max(hi - lo - intervals.length(intervals.clip(_windows(_captured(steps)), lo, hi)), 0)
         rows.append({
             "request_id": None, "phase": "outside", "steps": 0, "steps_captured": 0, "time_ns": out_time,
             "gpu_busy_ns": split["busy"] if n_dev else None,

@@ -8,7 +8,7 @@ the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
 ``warnings`` (a list of strings; what passes return under ``warnings`` is
 appended, never replaced).
 
-Other passes (kernel classification, issue 5) append to ``DEFAULT_PASSES``.
+``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from tracekit.analysis import bound as _bound
+from tracekit.analysis import energy as _energy
+from tracekit.analysis import intervals
 from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
@@ -93,7 +95,7 @@ def _recorded_steps(t: Mapping[str, Any]) -> bool:
 def _recorded(t: Mapping[str, Any]) -> bool:
     """A run tracekit recorded: its steps table, or at least its host timings (run.json
     ``timings.profiled``), which are the latency truth whatever part of the run the trace covers."""
-    return _recorded_steps(t) or bool(_requests._timing_requests(t.get("manifest"), "profiled"))
+    return _recorded_steps(t) or bool(_requests.timing_requests(t.get("manifest"), "profiled"))
 
 
 def _steps_pass(t: Mapping[str, Any]) -> dict[str, Any]:
@@ -146,21 +148,25 @@ REQUESTS = Pass("requests", _requests_pass, needs=("steps", "kernel_steps", "ann
                 adds=("requests", "steps", "kernel_steps"))
 PHASES = Pass("phases", _phases_pass, needs=("steps", "kernel_steps"), adds=("phases", "gpu_timeline"))
 
-# A plain list: later passes (issue 5's classification) append to it.
-DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES]
-
-def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
-    """The bound pass over the steps with kernel capture only: a step outside the
-    trace's capture window has no GPU timeline, and its window must not count as idle."""
+def _captured_view(t: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``t`` with only the steps that have kernel capture: a step outside the trace's capture window has
+    no GPU timeline, and its window must not count as idle."""
     steps = t["steps"]
     if "captured" in getattr(steps, "columns", ()) and not steps["captured"].all():
-        steps = steps[steps["captured"]].reset_index(drop=True)
         view = dict(t)
-        view["steps"] = steps
-        out = _bound.bound_pass(MappingProxyType(view))
-    else:
-        out = _bound.bound_pass(t)
-    return _outside_row(t, _steps.as_df(steps), out)
+        view["steps"] = steps[steps["captured"]].reset_index(drop=True)
+        return MappingProxyType(view)
+    return t
+
+
+def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    """The bound pass over the captured steps, plus the run-level ``outside`` row."""
+    view = _captured_view(t)
+    return _outside_row(t, _steps.as_df(view["steps"]), _bound.bound_pass(view))
+
+
+def _energy_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    return _energy.energy_pass(_captured_view(t))
 
 
 def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -181,35 +187,24 @@ def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[
             after.loc[mask, c] = after.loc[mask, c].where(after.loc[mask, c].notna(), b[c].to_numpy()[0])
     span = trace_span(t)
     if span is not None and kern is not None:
-        w = _bound.step_windows(steps) if len(steps) else None
-        inside = (_bound._union(w["start_ns"].to_numpy(), w["end_ns"].to_numpy()) if w is not None and len(w)
-                  else np.empty((0, 2), dtype=np.int64))
-        windows = _complement(inside, *span)
+        w = intervals.step_windows(steps) if len(steps) else None
+        inside = intervals.window_union(w) if w is not None and len(w) else intervals.EMPTY
+        windows = intervals.complement(inside, *span)
         k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
-        row = _bound._attribute(windows, k)
+        row = _bound.attribute_windows(windows, k)
         for c in (*_bound.TIME_COLUMNS.values(), "gpu_busy_ns", "time_ns"):
             if c in after.columns:
                 after.loc[mask, c] = row[c]
     return {**out, "phases": after}
 
 
-def _complement(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """[lo, hi) minus disjoint sorted intervals."""
-    out, cur = [], lo
-    for s, e in intervals:
-        if s > cur:
-            out.append((cur, min(int(s), hi)))
-        cur = max(cur, int(e))
-    if cur < hi:
-        out.append((cur, hi))
-    return np.array([(a, b) for a, b in out if b > a], dtype=np.int64).reshape(-1, 2)
-
-
-# issue 5: compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU)
+# The compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU).
 BOUND = Pass("bound", _bound_pass,
              needs=("gpu_activity", "cpu_ops", "steps", "kernel_steps", "phases", "counters"),
              adds=("phases", "kernel_bound", "step_bound"))
-DEFAULT_PASSES.append(BOUND)
+# Energy per phase and GPM DRAM bandwidth, where the bound pass ran and counters exist.
+ENERGY = Pass("energy", _energy_pass, needs=("gpu_activity", "steps", "phases", "counters"), adds=("phases",))
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY]
 
 
 def to_frame(table: Any) -> pd.DataFrame:

@@ -351,7 +351,7 @@ def build(
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
 
 
-def _timing_requests(manifest: dict[str, Any] | None, which: str) -> list[dict[str, Any]]:
+def timing_requests(manifest: dict[str, Any] | None, which: str) -> list[dict[str, Any]]:
     t = (manifest or {}).get("timings")
     block = t.get(which) if isinstance(t, dict) else None
     reqs = block.get("requests") if isinstance(block, dict) else None
@@ -372,8 +372,8 @@ def from_recorded(
     """
     warnings: list[str] = []
     rec = as_df(recorded)
-    prof = {int(r["request_id"]): r for r in _timing_requests(manifest, "profiled") if "request_id" in r}
-    unprof = {int(r["request_id"]): r for r in _timing_requests(manifest, "unprofiled") if "request_id" in r}
+    prof = {int(r["request_id"]): r for r in timing_requests(manifest, "profiled") if "request_id" in r}
+    unprof = {int(r["request_id"]): r for r in timing_requests(manifest, "unprofiled") if "request_id" in r}
     ids = [int(i) for i in rec["request_id"]] if not rec.empty else sorted(prof)
     if not ids:
         ids = sorted({int(i) for i in steps["request_id"].dropna()})

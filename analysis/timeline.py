@@ -1,69 +1,18 @@
-"""Interval arithmetic over the GPU timeline.
+"""The GPU timeline: activities by category, launch times, and their assignment to step windows.
 
-Everything here works on plain numpy arrays of [start, end) nanosecond
-intervals, so that busy time is a union (overlapping kernels on two streams
-count once) and no event is ever counted twice or dropped. The GPU activity of
-a run is split per device into compute kernels, memcpy/memset, communication
-(NCCL) and idle; every activity is assigned to exactly one step, or to none
+The GPU activity of a run is split per device into compute kernels, memcpy/memset, communication
+(NCCL) and idle, by the interval arithmetic of ``intervals`` (busy time is a union, so overlapping
+kernels on two streams count once); every activity is assigned to exactly one step, or to none
 ("outside", a null step_id).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
+from tracekit.analysis.intervals import clip, length, union
 
 CATEGORIES = ("compute", "memcpy", "memset", "comm")
-
-
-def union(starts: Any, ends: Any) -> np.ndarray:
-    """The union of [start, end) intervals as a sorted (n, 2) int64 array of disjoint intervals."""
-    s = np.asarray(starts, dtype=np.int64)
-    e = np.asarray(ends, dtype=np.int64)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    if s.size == 0:
-        return np.empty((0, 2), dtype=np.int64)
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    run_end = np.maximum.accumulate(e)
-    # A new merged interval starts wherever a start lies beyond every end before it.
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    out_s = s[idx]
-    out_e = run_end[np.r_[idx[1:] - 1, s.size - 1]]
-    return np.stack([out_s, out_e], axis=1)
-
-
-def length(intervals: np.ndarray) -> int:
-    """Total length of disjoint intervals."""
-    if intervals.size == 0:
-        return 0
-    return int((intervals[:, 1] - intervals[:, 0]).sum())
-
-
-def clip(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Disjoint intervals cut to [lo, hi)."""
-    if intervals.size == 0 or hi <= lo:
-        return np.empty((0, 2), dtype=np.int64)
-    s = np.maximum(intervals[:, 0], lo)
-    e = np.minimum(intervals[:, 1], hi)
-    keep = e > s
-    return np.stack([s[keep], e[keep]], axis=1)
-
-
-def intersect_length(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the intersection of two sets of disjoint intervals."""
-    if a.size == 0 or b.size == 0:
-        return 0
-    total = 0
-    for lo, hi in b:
-        total += length(clip(a, int(lo), int(hi)))
-    return total
 
 
 def categorise(gpu: pd.DataFrame) -> pd.Series:

@@ -18,7 +18,7 @@ Order of a point, and why:
 
 One clock, as for a recorded run: the host tables (perf_counter_ns) are shifted
 onto the trace's raw Kineto clock by the ``tracekit.clock_sync`` markers the
-capture emits, then ``tracekit.commands.analyze.ingest_into`` reads the trace
+capture emits, then ``tracekit.ingest.ingest_into`` reads the trace
 (adding its baseTimeNanoseconds to every table, keeping any counters), the
 same code path ``tracekit analyze`` takes for a run ``tracekit record`` made.
 
@@ -245,7 +245,8 @@ def _analyse_trace(run: RunDir, warn: list[str]) -> None:
     import pandas as pd
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
-    from tracekit.commands.analyze import RAW, ingest_into
+    from tracekit.app.analyze import RAW
+    from tracekit.ingest import ingest_into
 
     ingest_into(run)
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}

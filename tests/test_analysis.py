@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from tracekit.analysis import timeline
+from tracekit.analysis import intervals, timeline
 from tracekit.analysis.pipeline import DEFAULT_PASSES, Pass, PassError, run_passes
 
 from tracekit.cli import main
@@ -78,10 +78,10 @@ def generate(t: Trace, start: int, batch: int, q: int, new: int, gap: int = 1000
 
 
 def test_union_merges_overlaps_once() -> None:
-    u = timeline.union([0, 5, 20, 21], [10, 12, 25, 22])
+    u = intervals.union([0, 5, 20, 21], [10, 12, 25, 22])
     assert u.tolist() == [[0, 12], [20, 25]]
-    assert timeline.length(u) == 17
-    assert timeline.length(timeline.clip(u, 8, 21)) == 5
+    assert intervals.length(u) == 17
+    assert intervals.length(intervals.clip(u, 8, 21)) == 5
 
 
 def test_device_split_counts_overlapping_streams_once_and_separates_categories() -> None:

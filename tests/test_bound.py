@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tracekit.analysis import bound
+from tracekit.analysis import bound, energy, intervals
 from tracekit.analysis.kernels import kernel_class
 from tracekit.analysis.opmodels import op_cost
 
@@ -173,8 +173,8 @@ def test_sweep_sums_exactly_and_matches_brute_force(kern: list, wins: list) -> N
             "model": "shape",
         }
     )
-    windows = bound._union(np.array([s for s, _ in wins]), np.array([s + d for s, d in wins]))
-    row = bound._attribute(windows, kernels)
+    windows = intervals.union(np.array([s for s, _ in wins]), np.array([s + d for s, d in wins]))
+    row = bound.attribute_windows(windows, kernels)
     # brute force: the class of every nanosecond, then only the nanoseconds inside the windows
     horizon = 8000
     cls = np.full(horizon, len(bound.PRIORITY))
@@ -214,6 +214,7 @@ def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.
          "manifest": {"environment": {"gpu": "NVIDIA H200"}}}
     t["gpu_activity"] = t["gpu_activity"].assign(device=0)
     out = bound.bound_pass(t)
+    out["phases"] = energy.energy_pass({**t, **out})["phases"]  # the energy pass runs right after
     ph = out["phases"]
     assert list(ph["phase"]) == ["decode", "decode", "outside"]
     assert ph.loc[0, "energy_j"] == pytest.approx(0.23)  # 230 ns at 1 J per 1,000 ns

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from tracekit.analysis import bound
+from tracekit.analysis import bound, intervals
 from tracekit.analysis.modelcheck import decode_check, shape_from_config
 from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
 from tracekit.ingest import read_trace_tables
-from tracekit.model import ceilings
+from tracekit.store import calibration
 
 GPU = Path(__file__).resolve().parent / "fixtures" / "gpu"
 
@@ -36,7 +36,7 @@ def timings() -> dict[str, Any]:
 def run(timings: dict[str, Any]) -> dict[str, Any]:
     tables: dict[str, Any] = dict(read_trace_tables(GPU / "bound_h200.json.gz"))
     tables["manifest"] = {"environment": {"gpu": timings["gpu"]}, "model": {"config": timings["model_config"]}}
-    tables["ceiling"] = ceilings.load(GPU / "h200_ceiling.json")
+    tables["ceiling"] = calibration.load(GPU / "h200_ceiling.json")
     res = dict(run_passes(tables, DEFAULT_PASSES))
     res["cpu_ops_in"] = tables["cpu_ops"].to_pandas()
     return res
@@ -85,7 +85,7 @@ def test_decode_is_mostly_host_bound_idle(run: dict[str, Any]) -> None:
     ph = run["phases"]
     dec = ph[ph["request_id"].isna() & (ph["phase"] == "decode")].iloc[0]
     # independent of the sweep: union of the decode steps' kernels, clipped to their windows
-    w = bound.step_windows(run["steps"] if isinstance(run["steps"], pd.DataFrame) else run["steps"].to_pandas())
+    w = intervals.step_windows(run["steps"] if isinstance(run["steps"], pd.DataFrame) else run["steps"].to_pandas())
     w = w[w["kind"].astype(str) == "decode"]
     k = run["kernel_bound"]
     k = k[k["phase"] == "decode"]
@@ -94,7 +94,7 @@ def test_decode_is_mostly_host_bound_idle(run: dict[str, Any]) -> None:
         kk = k[k["step_id"] == r.step_id]
         s = np.clip(kk["ts_ns"].to_numpy(), r.start_ns, r.end_ns)
         e = np.clip((kk["ts_ns"] + kk["dur_ns"]).to_numpy(), r.start_ns, r.end_ns)
-        u = bound._union(s, e)
+        u = intervals.union(s, e)
         busy += int((u[:, 1] - u[:, 0]).sum())
     assert int(dec["idle_ns"]) == int(w["time_ns"].sum()) - busy
     idle_share = dec["idle_ns"] / dec["time_ns"]

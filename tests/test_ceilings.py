@@ -8,6 +8,7 @@ import pytest
 from tracekit.cli import main
 from tracekit.errors import UsageError
 from tracekit.model import ceilings
+from tracekit.store import calibration
 
 
 @pytest.mark.parametrize(
@@ -44,7 +45,7 @@ def test_lookup_by_reported_name(name: str, key: str, bw_tbps: float, fp16_tflop
 def test_unknown_gpu_has_no_datasheet() -> None:
     assert ceilings.datasheet("Radeon Instinct MI300X") is None
     with pytest.raises(UsageError):
-        ceilings.resolve("Radeon Instinct MI300X", prefer_measured=False)
+        calibration.resolve("Radeon Instinct MI300X", prefer_measured=False)
 
 
 def test_ridge_point_per_dtype() -> None:
@@ -75,12 +76,12 @@ def test_measured_roundtrip_and_resolve_prefers_it(tmp_path: Path, monkeypatch: 
     assert c.kind == "measured" and c.flops("fp16") == 720e12
     assert c.flops("fp8") == pytest.approx(1979e12)  # not measured: datasheet, and the source says so
     assert "measured" in c.source and "fp8" in c.source
-    path = ceilings.save_measured(c)
+    path = calibration.save_measured(c)
     assert path == tmp_path / "ceilings" / "nvidia-h200.json"
     assert json.loads(path.read_text())["ridge_points"]["fp16"] == pytest.approx(720 / 4.1)
-    got = ceilings.resolve("NVIDIA H200")
-    assert got == ceilings.load(path) and got.kind == "measured" and got.peak_bytes_per_s == 4.1e12
-    assert ceilings.resolve("NVIDIA H200", prefer_measured=False).kind == "datasheet"
+    got = calibration.resolve("NVIDIA H200")
+    assert got == calibration.load(path) and got.kind == "measured" and got.peak_bytes_per_s == 4.1e12
+    assert calibration.resolve("NVIDIA H200", prefer_measured=False).kind == "datasheet"
 
 
 def test_calibrate_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -92,7 +92,7 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_sweep_point_kernels_are_placed_by_trace_steps(tmp_path: Path) -> None:
     # GIVEN a sweep point: ``steps`` timed on the host clock (no GPU spans), the traced steps in ``trace_steps``
-    from tracekit.commands.diff import load
+    from tracekit.app.diff import load
     from tracekit.model.schema import from_pandas
     from tracekit.store.rundir import write_table
 

@@ -321,7 +321,8 @@ def test_pieces_read_in_parallel_give_the_same_tables(corpus_dir: Path, tmp_path
 def test_staged_tables_equal_direct_queries_and_drop_the_events_table(tmp_path: Path) -> None:
     # GIVEN the events of a trace with every table populated (counters and memory added)
     import tracekit.ingest.duckdb_reader as sql
-    from tracekit.ingest import Counts, _count
+    from tracekit.ingest import Counts
+    from tracekit.ingest.duckdb_reader import count as _count
 
     doc = _trace()
     doc["traceEvents"] += [
@@ -372,7 +373,7 @@ def test_large_input_path_stages_and_gives_the_same_tables(tmp_path: Path, monke
     monkeypatch.setattr(sql.TableBuilder, "stage", spy)
     assert staged == [] and read_trace_tables(f) and staged == []
     # WHEN it counts as a large input
-    monkeypatch.setattr(ti, "STAGE_BYTES", 0)
+    monkeypatch.setattr(sql, "STAGE_BYTES", 0)
     two = read_trace_tables(f)
     # THEN it was staged, and every table is the same
     assert len(staged) == 1 and "gpu_activity" in staged[0]

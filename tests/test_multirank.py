@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tracekit.app.multirank import analyse_multirank, summary
+from tracekit.app.multirank import analyse_multirank
+from tracekit.report.terminal import multirank_lines as summary
 from tracekit.errors import UsageError
 from tracekit.model import schema
 from tracekit.store.rundir import RunDir

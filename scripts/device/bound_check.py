@@ -204,13 +204,13 @@ def analyze(out: Path) -> int:
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
     from tracekit.ingest import read_trace_tables
-    from tracekit.model import ceilings
+    from tracekit.store import calibration
 
     timings = json.loads((out / "bound_timings.json").read_text())
     tables: dict[str, Any] = dict(read_trace_tables(out / "bound_trace.json.gz"))
     tables["manifest"] = {"environment": {"gpu": timings["gpu"]}, "model": {"config": timings["model_config"]}}
     cpath = out / "ceiling.json"
-    ceiling = ceilings.load(cpath) if cpath.is_file() and "--datasheet" not in sys.argv else ceilings.resolve(
+    ceiling = calibration.load(cpath) if cpath.is_file() and "--datasheet" not in sys.argv else calibration.resolve(
         timings["gpu"], prefer_measured=False)
     tables["ceiling"] = ceiling
     t0 = time.perf_counter()

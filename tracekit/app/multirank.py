@@ -30,8 +30,7 @@ The analysis itself is pure (tracekit.analysis.ranks); this module does the I/O.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,50 +39,10 @@ import pandas as pd
 import pyarrow as pa
 
 from tracekit.errors import UsageError
-from tracekit.model import schema as _schema
-from tracekit.store.rundir import MANIFEST, RunDir
+from tracekit.store.ranks import RANKS_DIR, merge_tables, rank_dirs
+from tracekit.store.rundir import RunDir
 
-RANKS_DIR = "ranks"
 RANK_TABLES = ("rank_steps", "rank_skew", "comm_steps", "comm_phases", "comm_collectives", "comm_instances")
-
-
-def rank_dirs(path: str | os.PathLike[str]) -> list[Path]:
-    """``ranks/<k>/`` run directories under ``path``, ordered by k (empty if it is not multi-rank)."""
-    d = Path(path) / RANKS_DIR
-    if not d.is_dir():
-        return []
-    found = [p for p in d.iterdir() if p.name.isdigit() and (p / MANIFEST).is_file()]
-    return sorted(found, key=lambda p: int(p.name))
-
-
-def is_multirank(path: str | os.PathLike[str]) -> bool:
-    return (Path(path) / MANIFEST).is_file() and bool(rank_dirs(path))
-
-
-def merge_tables(run: RunDir, dirs: list[Path] | None = None) -> dict[str, int]:
-    """Concatenate every rank's tables into ``run``'s tables with ``rank`` set; returns rows per table.
-
-    The rank is the directory's number, whatever the trace said: a rank
-    directory is written by exactly that rank.
-    """
-    dirs = rank_dirs(run.path) if dirs is None else dirs
-    rows: dict[str, int] = {}
-    for name in _schema.TABLES:
-        parts = []
-        for d in dirs:
-            rd = RunDir(d)
-            if not rd.has_table(name):
-                continue
-            t = _schema.conform(name, rd.read_table(name))
-            idx = t.schema.get_field_index("rank")
-            col = pa.array([int(d.name)] * t.num_rows, pa.int32())
-            t = t.set_column(idx, t.schema.field(idx), col) if idx >= 0 else t.append_column("rank", col)
-            parts.append(t)
-        if parts:
-            merged = pa.concat_tables(parts, promote_options="permissive")
-            run.write_table(name, merged)
-            rows[name] = merged.num_rows
-    return rows
 
 
 @dataclass(frozen=True)
@@ -95,7 +54,7 @@ class MultirankResult:
 
 def _default_analyse_one(path: Path) -> dict[str, Any]:
     # The single-run path of `tracekit analyze`, unchanged: a rank is an ordinary run.
-    from tracekit.commands.analyze import analyse_run, open_or_ingest
+    from tracekit.app.analyze import analyse_run, open_or_ingest
 
     return analyse_run(open_or_ingest(path, None, False))
 
@@ -159,46 +118,3 @@ def analyse_multirank(
         }
     )
     return MultirankResult(sorted(per_rank), per_rank, frames)
-
-
-def summary(result: MultirankResult) -> list[str]:
-    """A few lines for the terminal: NCCL and exposed NCCL per rank and phase, skew per phase."""
-    lines = [f"ranks: {', '.join(str(r) for r in result.ranks)}"]
-    for r in result.tables["comm_phases"].to_dict("records"):
-        share = r.get("exposed_share")
-        lines.append(
-            f"rank {r['rank']} {r['phase']}: {r['steps']} steps, time {r['time_ns'] / 1e6:.2f} ms, "
-            f"NCCL {r['comm_ns'] / 1e6:.2f} ms, exposed {r['exposed_comm_ns'] / 1e6:.2f} ms"
-            + ("" if share is None or pd.isna(share) else f" ({100 * share:.1f}% of the phase)")
-            + _split_text(r)
-        )
-    for r in result.tables["rank_skew"].to_dict("records"):
-        lines.append(
-            f"skew {r['phase']}: {r['steps']} steps, p50 {r['skew_p50_ns'] / 1e3:.1f} us, "
-            f"max {r['skew_max_ns'] / 1e3:.1f} us, stragglers {r['straggler_counts']}"
-        )
-    return lines
-
-
-def _split_text(r: Mapping[Any, Any]) -> str:
-    kernel = r.get("nccl_kernel_ns")
-    if kernel is None or pd.isna(kernel) or not kernel:
-        return ""
-    text = f"; NCCL kernels: transfer {r['transfer_ns'] / 1e6:.2f} ms, wait {r['wait_ns'] / 1e6:.2f} ms"
-    if r.get("unmatched_ns"):
-        text += f", unmatched {r['unmatched_ns'] / 1e6:.2f} ms"
-    return text
-
-
-def analyze_command(target: Path) -> int:
-    """What ``tracekit analyze`` runs on a multi-rank run directory: analyse, print, exit code."""
-    import click
-
-    run = RunDir.open(target)
-    result = analyse_multirank(run)
-    click.echo(f"{run.path}")
-    for line in summary(result):
-        click.echo(f"  {line}")
-    for w in run.read_manifest().get("rank_analysis", {}).get("failed", []):
-        click.echo(f"  warning: {w}")
-    return 0

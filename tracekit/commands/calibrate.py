@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit.model import ceilings
+from tracekit.store import calibration
 
 
 @click.command("calibrate")
@@ -21,7 +22,7 @@ def command(out: Path | None, device: int, quick: bool) -> int:
     cfg = CalibrateConfig(device=device, **({"copy_mib": 256, "matmul_n": 4096, "repeats": 5} if quick else {}))
     m = measure(cfg)
     ceiling = ceilings.measured_ceiling(m["gpu"], m)
-    path = ceilings.save_measured(ceiling, out)
+    path = calibration.save_measured(ceiling, out)
     click.echo(f"GPU: {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']})")
     click.echo(f"copy (read + write): {m['copy_bytes_per_s'] / 1e12:.2f} TB/s")
     ds = ceilings.datasheet(m["gpu"])

@@ -1411,5 +1411,21 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     PyModule_AddIntConstant(m, "END", ST_END);
     PyModule_AddIntConstant(m, "ERROR", ST_ERROR);
     PyModule_AddIntConstant(m, "VERSION", 2);
+    /* The enums Python reads the result by: routes, cat classes and row flags (one definition, here). */
+    static const struct { const char *name; long value; } consts[] = {
+        {"R_SKIP_NOTOBJ", R_SKIP_NOTOBJ}, {"R_SKIP_NOTS", R_SKIP_NOTS}, {"R_GPU", R_GPU}, {"R_RUNTIME", R_RUNTIME},
+        {"R_CPU", R_CPU}, {"R_ANNOT", R_ANNOT}, {"R_MEMORY", R_MEMORY}, {"R_COUNTERS", R_COUNTERS},
+        {"R_OTHER", R_OTHER}, {"N_ROUTES", R_OTHER + 1},
+        {"C_NONE", C_NONE}, {"C_GPU", C_GPU}, {"C_RUNTIME", C_RUNTIME}, {"C_CPU", C_CPU}, {"C_ANNOT", C_ANNOT},
+        {"C_AC2G", C_AC2G},
+        {"F_TS_OK", F_TS_OK}, {"F_TS_OVF", F_TS_OVF}, {"F_DUR_OK", F_DUR_OK}, {"F_DUR_OVF", F_DUR_OVF},
+        {"F_PID_OK", F_PID_OK}, {"F_TID_OK", F_TID_OK}, {"F_COERCED", F_COERCED},
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
     return m;
 }

@@ -39,7 +39,7 @@ ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "trace")
 BLOCK_BYTES = 8 << 20  # decompressed bytes per block: large, so per-chunk overhead is small
 GZIP_MAGIC = b"\x1f\x8b"
 
-_BOUNDARY_RE = re.compile(rb"\}\s*,\s*\{")
+BOUNDARY_RE = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 # --------------------------------------------------------------------------- input
@@ -176,7 +176,7 @@ def split_point(buf: bytes, *, tries: int = 4) -> tuple[int, Chunk] | None:
     ``}`` at array level, or None if no candidate validates. Validation is the
     parse itself, so a chunk is parsed once on the fast path.
     """
-    cands = [m.start() + 1 for m in _BOUNDARY_RE.finditer(buf)]
+    cands = [m.start() + 1 for m in BOUNDARY_RE.finditer(buf)]
     if not cands:
         return None
     for c in reversed(cands[-tries:]):
@@ -210,7 +210,14 @@ class Chunk:
 _WS_RE = re.compile(rb"\s*")
 
 
-def _is_gzip(path: Path) -> bool:
+def offset_ns(meta: dict[str, Any]) -> int:
+    """The trace's time base (``baseTimeNanoseconds``), added to every ``ts``; 0 where absent."""
+    base = meta.get("baseTimeNanoseconds")
+    return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
+
+
+def is_gzip(path: Path) -> bool:
+    """gzip by its magic bytes, whatever the file's name."""
     try:
         with open(path, "rb") as fh:
             return fh.read(2) == b"\x1f\x8b"
@@ -220,7 +227,7 @@ def _is_gzip(path: Path) -> bool:
         raise TraceFormatError(f"{path}: is a directory") from None
 
 
-def _bare_list_in_place(path: Path) -> bool:
+def bare_list_in_place(path: Path) -> bool:
     """An uncompressed file that starts with ``[`` and ends with ``]``: readable in place (the DuckDB reader does)."""
     size = path.stat().st_size
     with open(path, "rb") as fh:

@@ -36,31 +36,37 @@ import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import arrays as A
-from tracekit.ingest.framing import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body
+from tracekit.ingest.framing import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body, offset_ns
+from tracekit.ingest.result import Counts, RawScan
 
 try:  # built by setup.py where a C compiler is present
-    from tracekit.ingest import _kscan  # type: ignore[attr-defined]
+    from tracekit.ingest import _kscan
 except ImportError:  # pragma: no cover - exercised where the extension is absent
-    _kscan = None
+    _kscan = None  # type: ignore[assignment]
 
-# Routes (tracekit/ingest/_kscan.c, enum R_*): the table of each element, or why it is skipped.
-R_SKIP_NOTOBJ, R_SKIP_NOTS, R_GPU, R_RUNTIME, R_CPU, R_ANNOT, R_MEMORY, R_COUNTERS, R_OTHER = range(9)
-N_ROUTES = 9
-ROUTE_TABLE = {R_GPU: "gpu_activity", R_RUNTIME: "runtime", R_CPU: "cpu_ops", R_ANNOT: "annotations",
-               R_MEMORY: "memory", R_COUNTERS: "counters", R_OTHER: "other_events"}
-SKIP_REASON = {R_SKIP_NOTOBJ: "not a JSON object", R_SKIP_NOTS: "no ts"}
-TIMED_ROUTES = (R_GPU, R_RUNTIME, R_CPU, R_ANNOT)
-# Row flags (F_*)
-F_TS_OK, F_TS_OVF, F_DUR_OK, F_DUR_OVF, F_PID_OK, F_TID_OK, F_COERCED = 1, 2, 4, 8, 16, 32, 64
+if _kscan is not None:
+    # Routes (the table of each element, or why it is skipped), cat classes and row flags: the
+    # scanner's own enums, exported by the extension.
+    R_SKIP_NOTOBJ, R_SKIP_NOTS, R_GPU, R_RUNTIME, R_CPU, R_ANNOT, R_MEMORY, R_COUNTERS, R_OTHER = (
+        _kscan.R_SKIP_NOTOBJ, _kscan.R_SKIP_NOTS, _kscan.R_GPU, _kscan.R_RUNTIME, _kscan.R_CPU, _kscan.R_ANNOT,
+        _kscan.R_MEMORY, _kscan.R_COUNTERS, _kscan.R_OTHER)
+    N_ROUTES = _kscan.N_ROUTES
+    F_TS_OK, F_TS_OVF, F_DUR_OK, F_DUR_OVF, F_PID_OK, F_TID_OK, F_COERCED = (
+        _kscan.F_TS_OK, _kscan.F_TS_OVF, _kscan.F_DUR_OK, _kscan.F_DUR_OVF, _kscan.F_PID_OK, _kscan.F_TID_OK,
+        _kscan.F_COERCED)
+    ROUTE_TABLE = {R_GPU: "gpu_activity", R_RUNTIME: "runtime", R_CPU: "cpu_ops", R_ANNOT: "annotations",
+                   R_MEMORY: "memory", R_COUNTERS: "counters", R_OTHER: "other_events"}
+    SKIP_REASON = {R_SKIP_NOTOBJ: "not a JSON object", R_SKIP_NOTS: "no ts"}
+    TIMED_ROUTES = (R_GPU, R_RUNTIME, R_CPU, R_ANNOT)
+    # Category classes the scanner routes by (lower-cased cat -> class).
+    CAT_CLASSES: dict[str, int] = {
+        **{c: _kscan.C_GPU for c in GPU_CATS},
+        **{c: _kscan.C_RUNTIME for c in RUNTIME_CATS},
+        **{c: _kscan.C_CPU for c in CPU_CATS},
+        **{c: _kscan.C_ANNOT for c in ANNOTATION_CATS},
+        "ac2g": _kscan.C_AC2G,
+    }
 
-# Category classes the scanner routes by (lower-cased cat -> class; _kscan.c enum C_*).
-CAT_CLASSES: dict[str, int] = {
-    **{c: 1 for c in GPU_CATS},
-    **{c: 2 for c in RUNTIME_CATS},
-    **{c: 3 for c in CPU_CATS},
-    **{c: 4 for c in ANNOTATION_CATS},
-    "ac2g": 5,
-}
 # Inflated bytes per block handed to the scanner. Small, because up to ~5 blocks are alive at once
 # (the inflater's queue, the one scanned, the carry joined to the next); larger blocks were not
 # faster (docs/ingest.md).
@@ -134,7 +140,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
                 trailer.append(rest)
             break
         if status == _kscan.ERROR:
-            msg, pos = sc.error
+            msg, pos = sc.error or ("error", 0)
             truncated = f"{p}: invalid JSON in traceEvents at byte {done + pos} of the array ({msg})"
             break
         carry = buf[consumed:]
@@ -164,8 +170,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
     del sc, carry, trailer
     trim_heap()
-    base = meta.get("baseTimeNanoseconds")
-    offset = int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
+    offset = offset_ns(meta)
     if cols["rows"] == 0:
         raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
     return Scanned(cols, meta, body.bytes_in, truncated, offset)
@@ -183,6 +188,18 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def read(path: str | Path, *, threads: int | None = None, work_dir: str | Path | None = None) -> RawScan:
+    """One trace through the native scanner: raw tables, metadata and counts (the Reader protocol).
+
+    ``threads`` and ``work_dir`` are the DuckDB reader's; the scanner uses one thread and no files.
+    """
+    sc = scan(path)
+    counts = Counts()
+    count(sc, counts)
+    raw = tables(sc, counts)
+    return RawScan(raw, sc.meta, counts, sc.bytes_in, sc.truncated)
 
 
 # --------------------------------------------------------------------------- counts

@@ -1,4 +1,4 @@
-"""Hardware ceilings: datasheet peaks per GPU, and calibrations measured by ``tracekit calibrate``.
+"""Hardware ceilings: datasheet peaks per GPU, and the Ceiling a ``tracekit calibrate`` measurement makes.
 
 A ceiling is what a kernel is compared against: peak FLOP/s per dtype and peak
 DRAM bytes/s. Every ceiling carries ``source`` (datasheet name and date, or
@@ -10,21 +10,18 @@ figure first for Ampere and later; we halve it. Bytes/s are decimal (1 TB/s =
 
 Lookup is by the device name NVML and torch report ("NVIDIA H100 80GB HBM3",
 "Tesla T4", ...): exact aliases first, then ordered patterns (specific before
-general, so "H100 PCIe" never matches the SXM entry).
+general, so "H100 PCIe" never matches the SXM entry). Measured ceilings are cached per user by
+tracekit.store.calibration.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from tracekit.errors import UsageError
 
 T = 1e12
 TB = 1e12
@@ -235,21 +232,8 @@ def datasheet(device_name: str) -> Ceiling | None:
 # --- measured calibrations -------------------------------------------------
 
 
-def cache_dir() -> Path:
-    """Per-user cache of measured ceilings: $TRACEKIT_CACHE_DIR or $XDG_CACHE_HOME/tracekit/ceilings."""
-    env = os.environ.get("TRACEKIT_CACHE_DIR")
-    if env:
-        return Path(env) / "ceilings"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tracekit" / "ceilings"
-
-
 def slug(device_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-").lower() or "gpu"
-
-
-def cache_path(device_name: str) -> Path:
-    return cache_dir() / f"{slug(device_name)}.json"
 
 
 def measured_ceiling(device_name: str, measurement: Mapping[str, Any]) -> Ceiling:
@@ -275,34 +259,3 @@ def measured_ceiling(device_name: str, measurement: Mapping[str, Any]) -> Ceilin
         date=str(measurement.get("date", "")),
         notes=json.dumps({k: v for k, v in measurement.items() if k not in ("matmul_flops_per_s",)}, default=str),
     )
-
-
-def save_measured(ceiling: Ceiling, path: Path | None = None) -> Path:
-    from tracekit.store.rundir import write_json  # local: keeps this module import-light
-
-    target = path or cache_path(ceiling.gpu)
-    write_json(target, ceiling.to_dict())
-    return target
-
-
-def load(path: Path) -> Ceiling:
-    try:
-        return Ceiling.from_dict(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError) as exc:
-        raise UsageError(f"cannot read ceiling file {path}: {exc}") from None
-
-
-def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None = None) -> Ceiling:
-    """The ceiling to use for a device: an explicit file, else a measured one from the cache, else the datasheet."""
-    if path is not None:
-        return load(path)
-    if prefer_measured:
-        p = cache_path(device_name)
-        if p.is_file():
-            return load(p)
-    ds = datasheet(device_name)
-    if ds is None:
-        raise UsageError(
-            f"no ceiling known for GPU {device_name!r}: run `tracekit calibrate` on it or pass a ceiling file"
-        )
-    return ds

@@ -38,10 +38,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-# Synthetic pids for tracekit's own processes: far above real pids so they never
-# collide with the Kineto trace's processes when merged.
-TRACEKIT_PID = 0x7FFF0000
-COUNTER_PID_BASE = 0x7FFF0100
+from tracekit.model.trackids import COUNTER_PID_BASE, TRACEKIT_PID
 
 # Chrome's legacy viewer takes reserved colour names; Perfetto colours by slice name.
 KIND_CNAME = {"prefill": "thread_state_running", "decode": "thread_state_iowait", "mixed": "yellow"}

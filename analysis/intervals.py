@@ -1,0 +1,105 @@
+"""Interval arithmetic on [start, end) nanosecond intervals, as int64 numpy arrays.
+
+One implementation of union, complement, clipping and lengths for every pass: busy time is a union
+(overlapping kernels on two streams count once), idle is a complement, and nothing is counted twice.
+``step_windows`` turns a steps table into the windows the time-attribution passes use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+EMPTY = np.empty((0, 2), dtype=np.int64)
+
+
+def union(starts: Any, ends: Any) -> np.ndarray:
+    """The union of [start, end) intervals as a sorted (n, 2) int64 array of disjoint, non-empty intervals."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return EMPTY.copy()
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    # A new merged interval starts wherever a start lies beyond every end before it.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = run_end[np.r_[idx[1:] - 1, s.size - 1]]
+    return np.stack([out_s, out_e], axis=1)
+
+
+def complement(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """[lo, hi) minus disjoint sorted intervals, as disjoint sorted non-empty intervals."""
+    out, cur = [], lo
+    for s, e in intervals:
+        if s > cur:
+            out.append((cur, min(int(s), hi)))
+        cur = max(cur, int(e))
+    if cur < hi:
+        out.append((cur, hi))
+    return np.array([(a, b) for a, b in out if b > a], dtype=np.int64).reshape(-1, 2)
+
+
+def length(intervals: np.ndarray) -> int:
+    """Total length of disjoint intervals."""
+    if intervals.size == 0:
+        return 0
+    return int((intervals[:, 1] - intervals[:, 0]).sum())
+
+
+def clip(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Disjoint intervals cut to [lo, hi)."""
+    if intervals.size == 0 or hi <= lo:
+        return EMPTY.copy()
+    s = np.maximum(intervals[:, 0], lo)
+    e = np.minimum(intervals[:, 1], hi)
+    keep = e > s
+    return np.stack([s[keep], e[keep]], axis=1)
+
+
+def intersect_length(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the intersection of two sets of disjoint intervals."""
+    if a.size == 0 or b.size == 0:
+        return 0
+    total = 0
+    for lo, hi in b:
+        total += length(clip(a, int(lo), int(hi)))
+    return total
+
+
+def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
+    """steps plus start_ns / end_ns / time_ns: the window [cpu_start, max(cpu_end, gpu_end)) of each step.
+
+    Host-bound time is GPU idle inside these windows, so a window opens when the host starts the
+    forward pass, not at its first kernel. Steps without a start or an end are dropped.
+    """
+    s = steps.copy()
+    cpu_s = pd.to_numeric(s["cpu_start_ns"], errors="coerce") if "cpu_start_ns" in s else None
+    gpu_s = pd.to_numeric(s["gpu_start_ns"], errors="coerce") if "gpu_start_ns" in s else None
+    start = cpu_s if cpu_s is not None else gpu_s
+    if start is None:
+        raise ValueError("steps need cpu_start_ns or gpu_start_ns")
+    if gpu_s is not None:
+        start = start.fillna(gpu_s)
+    ends = [pd.to_numeric(s[c], errors="coerce") for c in ("cpu_end_ns", "gpu_end_ns") if c in s]
+    end = pd.concat(ends, axis=1).max(axis=1)
+    s["start_ns"] = start
+    s["end_ns"] = end
+    s = s[s["start_ns"].notna() & s["end_ns"].notna()].copy()
+    s["start_ns"] = s["start_ns"].astype("int64")
+    s["end_ns"] = np.maximum(s["end_ns"].astype("int64"), s["start_ns"])
+    s["time_ns"] = s["end_ns"] - s["start_ns"]
+    return s.reset_index(drop=True)
+
+
+def window_union(windows: pd.DataFrame) -> np.ndarray:
+    """The union of step_windows' [start_ns, end_ns) rows."""
+    return union(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())

@@ -1,0 +1,112 @@
+"""Reading one trace file into its tables: one protocol, two readers, then rank and linkage.
+
+A reader is a module with ``available() -> bool`` and ``read(path, *, threads, work_dir) -> RawScan``
+(raw tables without rank, metadata, counts). Two implement it: ``native`` (the C scanner, the default)
+and ``duckdb_reader`` (the fallback where the extension is not built, or TRACEKIT_INGEST_ENGINE=duckdb;
+the reference in tests). ``read_file`` picks the first available, adds the rank column, links the
+tables (tracekit.ingest.linkage) and warns about traces without GPU activity.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import numpy as np
+import pyarrow as pa
+
+# Table.take imports pyarrow.compute: load it with the module, not inside a timed ingest.
+import pyarrow.compute
+
+from tracekit.ingest import arrays as A
+from tracekit.ingest import duckdb_reader, linkage, native
+from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, RawScan
+from tracekit.model import schema as _schema
+
+# Device-side activity of accelerators tracekit does not model as GPU activity.
+NON_CUDA_DEVICE_CATS = {"mtia_ccp_events"}
+
+
+class Reader(Protocol):
+    def available(self) -> bool: ...
+
+    def read(self, path: str | Path, *, threads: int | None = None,
+             work_dir: str | Path | None = None) -> RawScan: ...
+
+
+READERS: tuple[Reader, ...] = (cast(Reader, native), cast(Reader, duckdb_reader))
+
+
+def reader() -> Reader:
+    """The reader ingest uses: the first available of READERS."""
+    return next(r for r in READERS if r.available())
+
+
+def _rank_of(meta: dict[str, Any], rank: int | None) -> int:
+    """The rank given, else the trace's distributedInfo.rank, else 0."""
+    if rank is not None:
+        return rank
+    dist = meta.get("distributedInfo")
+    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
+    return trace_rank if isinstance(trace_rank, int) else 0
+
+
+def _ranked(name: str, t: pa.Table, rank: int) -> pa.Table:
+    """A reader's raw table with its rank column set, conformed to the schema."""
+    col = A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32))
+    i = t.schema.get_field_index("rank")
+    t = t.set_column(i, "rank", col) if i >= 0 else t.append_column("rank", col)
+    return _schema.conform(name, t)
+
+
+def read_file(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    file_index: int = 0,
+    threads: int | None = None,
+    work_dir: str | Path | None = None,
+) -> FileResult:
+    """Read one trace into linked tables (in memory). Raises TraceFormatError if it has no events.
+
+    ``rank``: the rank to give (default the trace's distributedInfo.rank, else 0); ``file_index``:
+    the file's place in a multi-file run (op ids stay unique across files). ``threads`` and
+    ``work_dir`` are the DuckDB reader's. Safe in a worker process (process pool, Ray task).
+    """
+    t0 = time.perf_counter()
+    raw = reader().read(path, threads=threads, work_dir=work_dir)
+    counts = raw.counts
+    final_rank = _rank_of(raw.meta, rank)
+    tables: dict[str, pa.Table] = {}
+    for name in TABLES_OUT:
+        t = raw.tables.pop(name, None)
+        tables[name] = _schema.empty(name) if t is None or t.num_rows == 0 else _ranked(name, t, final_rank)
+    tables = linkage.link(tables, file_index, counts)
+    _device_warnings(tables, counts)
+    native.trim_heap()  # the temporaries of table building and linkage
+    return FileResult(str(path), final_rank, tables, raw.meta, counts, raw.bytes_in, time.perf_counter() - t0,
+                      raw.truncated)
+
+
+def set_rank(t: pa.Table, rank: int) -> pa.Table:
+    i = t.schema.get_field_index("rank")
+    return t.set_column(i, "rank", A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32)))
+
+
+def _device_warnings(tables: dict[str, pa.Table], counts: Counts) -> None:
+    if tables["gpu_activity"].num_rows == 0:
+        other = tables["other_events"]
+        cat = other["cat"].combine_chunks()
+        used = np.unique(A.to_numpy(cat.indices, -1)) if other.num_rows else np.zeros(0, dtype=np.int64)
+        cats = {c or "" for c in cat.dictionary.take(A.from_numpy(used[used >= 0].astype(np.int64))).to_pylist()} if other.num_rows else set()
+        dev = sorted(c for c in cats if c.lower() in NON_CUDA_DEVICE_CATS)
+        if dev:
+            counts.warnings[f"non-CUDA device trace: device events ({', '.join(dev)}) kept in other_events"] += 1
+        else:
+            counts.warnings["no GPU activity (CPU-only trace)"] += 1
+
+
+def read_trace_tables(path: str | Path) -> dict[str, pa.Table]:
+    """Every table of one trace, in memory (small traces and tests)."""
+    return read_file(path).tables

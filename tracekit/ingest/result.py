@@ -1,0 +1,57 @@
+"""What reading one trace produces: raw tables, metadata and exact event accounting.
+
+Nothing is dropped silently: ``Counts`` says how many events were read, how many went to each
+table, and how many were skipped and why; read == sum(events per table) + sum(skipped).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+# The tables a reader fills (tracekit.model.schema), in the order they are written.
+TABLES_OUT = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory", "other_events")
+
+
+@dataclass
+class Counts:
+    events_read: int = 0
+    by_ph: Counter[str] = field(default_factory=Counter)
+    events_by_table: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    warnings: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "events_read": self.events_read,
+            "by_ph": dict(self.by_ph),
+            "events_by_table": dict(self.events_by_table),
+            "skipped": dict(self.skipped),
+            "warnings": dict(self.warnings),
+        }
+
+
+@dataclass
+class RawScan:
+    """One reader's output for one file: raw tables (no rank column, not linked), metadata, counts."""
+
+    tables: dict[str, pa.Table]
+    meta: dict[str, Any]
+    counts: Counts
+    bytes_in: int
+    truncated: str | None
+
+
+@dataclass
+class FileResult:
+    path: str
+    rank: int
+    tables: dict[str, pa.Table]
+    meta: dict[str, Any]
+    counts: Counts
+    bytes_in: int
+    seconds: float
+    truncated: str | None = None

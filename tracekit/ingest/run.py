@@ -1,0 +1,201 @@
+"""Traces into a run directory: ingest (one or many files, cached) and a recorded run's own trace.
+
+``ingest`` reads files in parallel processes into one run directory (run.json stays "incomplete"
+until every table is written) and serves a complete earlier ingest of the same bytes from the
+cache. ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
+recorder wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracekit.errors import TraceFormatError, UsageError
+from tracekit.ingest import cache as ingest_cache
+from tracekit.ingest import native
+from tracekit.ingest.framing import offset_ns
+from tracekit.ingest.reader import read_file, set_rank
+from tracekit.ingest.result import TABLES_OUT, Counts, FileResult
+from tracekit.model import schema as _schema
+from tracekit.model.trackids import TRACEKIT_PID
+from tracekit.store.rundir import RunDir
+
+
+def _expand(paths: Sequence[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise UsageError(f"{p}: no .json or .json.gz traces in this directory")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise UsageError(f"{p}: no such file")
+    if not out:
+        raise UsageError("no trace given")
+    return out
+
+
+def _worker(args: tuple[str, int | None, int, int | None]) -> FileResult | TraceFormatError:
+    path, rank, idx, threads = args
+    try:
+        return read_file(path, rank=rank, file_index=idx, threads=threads)
+    except TraceFormatError as exc:
+        return exc
+
+
+def ingest(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    force: bool = False,
+    jobs: int | None = None,
+    use_cache: bool = True,
+) -> Any:
+    """Ingest traces into the run directory ``out``; return its RunDir.
+
+    Several files become one dataset partitioned by ``rank`` (from
+    distributedInfo.rank, else file order), read in parallel processes.
+    run.json stays "incomplete" until every table is written.
+    """
+    files = _expand(paths)
+    key = ingest_cache.cache_key(files)
+    if use_cache:
+        hit = ingest_cache.lookup(out, key)
+        if hit is not None:
+            return hit
+    return _ingest_files(files, key, out, force=force, jobs=jobs)
+
+
+def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None) -> Any:
+    t0 = time.perf_counter()
+    run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
+    multi = len(files) > 1
+    n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
+    # Files in parallel: one DuckDB thread each, so processes x threads stays at the core count.
+    tasks = [(str(f), None, i, 1 if n_jobs > 1 else None) for i, f in enumerate(files)]
+    results: list[FileResult | TraceFormatError]
+    if n_jobs > 1:
+        with ProcessPoolExecutor(n_jobs) as pool:
+            results = list(pool.map(_worker, tasks))
+    else:
+        results = [_worker(t) for t in tasks]
+    good = [r for r in results if isinstance(r, FileResult)]
+    errors = [r for r in results if isinstance(r, TraceFormatError)]
+    for e in errors:
+        run.add_warning(e.message)
+    if not good:
+        run.mark_incomplete("nothing usable was read")
+        raise errors[0] if len(errors) == 1 else TraceFormatError(f"no usable events in {len(files)} traces: {errors[0].message}")
+    if multi:
+        # Ranks from distributedInfo when they are distinct, else file order.
+        ranks = [r.rank for r in good]
+        if len(set(ranks)) != len(ranks):
+            for i, r in enumerate(good):
+                r.rank = i
+                r.tables = {k: set_rank(v, i) for k, v in r.tables.items()}
+            run.add_warning("ranks from file order (distributedInfo.rank missing or repeated)")
+    rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
+    for t in TABLES_OUT:
+        run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        for r in good:  # written: let its memory go before the next table is encoded
+            r.tables[t] = _schema.empty(t)
+        native.trim_heap()  # and the Parquet encoder's buffers (freed, but kept by malloc)
+    total = Counts()
+    for r in good:
+        total.events_read += r.counts.events_read
+        total.by_ph.update(r.counts.by_ph)
+        total.events_by_table.update(r.counts.events_by_table)
+        total.skipped.update(r.counts.skipped)
+        total.warnings.update(r.counts.warnings)
+    seconds = time.perf_counter() - t0
+    mb = sum(r.bytes_in for r in good) / 1e6
+    info = {
+        "cache_key": key,
+        "files": [
+            {"path": r.path, "rank": r.rank, "events": r.counts.events_read, "bytes": r.bytes_in,
+             "seconds": round(r.seconds, 3), "truncated": r.truncated}
+            for r in good
+        ],
+        "counts": {**total.as_dict(), "rows_by_table": rows},
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(mb / seconds, 1) if seconds > 0 else None,
+    }
+    trace_meta = {r.path: _trace_meta(r.meta) for r in good} if multi else _trace_meta(good[0].meta)
+    run.update_manifest(ingest=info, trace_meta=trace_meta)
+    for w, n in total.warnings.items():
+        run.add_warning(f"{w}: {n}")
+    truncated = [r.truncated for r in good if r.truncated]
+    if truncated or errors:
+        reason = truncated[0] if truncated else errors[0].message
+        run.mark_incomplete(reason)
+        raise TraceFormatError(f"{reason} (tables hold the events read before it; run marked incomplete)")
+    run.mark_complete()
+    return run
+
+
+_META_DROP = {"traceEvents"}
+
+
+def _trace_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The top-level keys of the trace, as they were (deviceProperties, distributedInfo, ...)."""
+    return {k: v for k, v in meta.items() if k not in _META_DROP}
+
+
+# The recorder's tables and their time columns (collectors/session.py writes them on
+# Kineto's raw ``ts`` clock: trace ns without the trace's baseTimeNanoseconds).
+RECORDER_CLOCK = {"steps": ("cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns"),
+                  "requests": ("start_ns", "end_ns"), "counters": ("ts_ns",)}
+
+
+def ingest_into(run: RunDir) -> None:
+    """Read the run's trace into its raw tables, on ONE clock with what the recorder wrote.
+
+    Ingest puts every event on the trace clock including ``baseTimeNanoseconds``
+    (epoch ns); a recorded run's steps, requests and counters are on Kineto's raw
+    ``ts`` clock (run.json ``clock.offset_ns``), so they are shifted by the trace's
+    base first, once (``clock.base_ns`` records it). The recorder's counters
+    (NVML/GPM samples) are kept; the trace's own counter events are added beside
+    them with source ``kineto``, never in their place. A sweep point takes the same
+    path: its host tables carry ``clock.offset_ns`` too.
+    """
+    import pyarrow.compute as pc
+
+    res = read_file(run.trace_path)
+    base = offset_ns(res.meta)
+    manifest = run.read_manifest()
+    clock = dict(manifest.get("clock") or {})
+    recorded = {name: run.read_table(name) for name in RECORDER_CLOCK if run.has_table(name)}
+    if base and "offset_ns" in clock and "base_ns" not in clock:
+        for name, table in recorded.items():
+            for col in RECORDER_CLOCK[name]:
+                if col in table.column_names:
+                    i = table.schema.get_field_index(col)
+                    table = table.set_column(i, col, pc.add(table.column(col), pa.scalar(base, table.schema.field(col).type)))
+            recorded[name] = table
+            run.write_table(name, table)
+        clock["offset_ns"] = int(clock["offset_ns"]) + base
+        clock["base_ns"] = base
+        clock["trace_clock"] = "Kineto ts + baseTimeNanoseconds, int64 ns (every table; shifted at ingest)"
+        run.update_manifest(clock=clock)
+    for name, table in res.tables.items():
+        if name == "counters" and "counters" in recorded:
+            own = recorded["counters"]
+            if "source" in own.column_names:  # a re-ingest: drop the trace rows added last time
+                own = own.filter(pc.fill_null(pc.not_equal(own.column("source").cast(pa.string()), "kineto"), True))
+            # The merged trace carries tracekit's own counter tracks (pid >= TRACEKIT_PID): the same
+            # samples the recorder wrote, so keep only the trace's other counters beside them.
+            dev = table.column("device")
+            table = table.filter(pc.fill_null(pc.less(dev, pa.scalar(TRACEKIT_PID, dev.type)), True))
+            table = pa.concat_tables([_schema.conform("counters", own), _schema.conform("counters", table)],
+                                     promote_options="permissive")
+        run.write_table(name, table)

@@ -1,0 +1,129 @@
+"""Terminal text: the lines ``tracekit analyze`` prints for a run.
+
+Pure formatting of what tracekit.app.analyze returns; the caller prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None or pd.isna(v) else f"{float(v) / 1e6:.2f} ms"
+
+
+def analyze_lines(result: dict[str, Any]) -> list[str]:
+    lines = []
+    steps: pd.DataFrame = result["steps"]
+    if steps.empty:
+        lines.append("steps: none found (GPU timeline only)")
+    else:
+        by = steps.groupby(["kind", "source"]).size().reset_index(name="n")
+        parts = [f"{n} {k} ({s})" for k, s, n in zip(by["kind"], by["source"], by["n"], strict=True)]
+        line = "steps: " + ", ".join(parts)
+        if "captured" in steps and not steps["captured"].all():
+            line += (f"; {int(steps['captured'].sum())} with kernel capture (the GPU columns cover only"
+                     " these; the others have none, which is not idle time)")
+        ran = (result.get("manifest") or {}).get("steps")
+        if isinstance(ran, int) and ran > len(steps):
+            line += f"; the run had {ran} steps, the trace and the recorder's tables here hold {len(steps)}"
+        lines.append(line)
+    for r in result["requests"].to_dict("records"):
+        share = r["prefill_share"]
+        host = r.get("host_ttft_ns") is not None and not pd.isna(r["host_ttft_ns"])
+        label = "without the profiler" if r["source"] == "tracekit_host" else "host"
+        lines.append(
+            f"request {r['request_id']} {r['name']} [{r['source']}]: batch {r['batch']}, "
+            f"{r['input_tokens']} in / {r['output_tokens']} out, TTFT {_ms(r['ttft_ns'])}, "
+            f"TPOT {_ms(r['tpot_ns'])}, ITL p50 {_ms(r['itl_p50_ns'])} p99 {_ms(r['itl_p99_ns'])}, "
+            f"e2e {_ms(r['e2e_ns'])}, prefill share "
+            + ("-" if share is None or pd.isna(share) else f"{100 * share:.1f}%")
+            + (f" ({label}: TTFT {_ms(r['host_ttft_ns'])}, TPOT {_ms(r['host_tpot_ns'])})" if host else "")
+        )
+    ceiling = result.get("ceiling")
+    if ceiling is not None:
+        lines.append(f"ceiling: {ceiling.describe()}")
+    ph = result["phases"]
+    for r in ph[ph["request_id"].isna()].to_dict("records"):
+        lines.append(
+            f"phase {r['phase']}: {r['steps']} steps ({r['steps_captured']} captured), time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "
+            f"idle {_ms(r['idle_ns'])}, memcpy {_ms(r['memcpy_ns'])}, comm {_ms(r['comm_ns'])}"
+        )
+    ks = result["kernel_steps"]
+    if len(ks):
+        lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
+    for w in result["warnings"]:
+        lines.append(f"warning: {w}")
+    return lines
+
+
+
+
+def multirank_lines(result: Any) -> list[str]:
+    """A few lines for the terminal: NCCL and exposed NCCL per rank and phase, skew per phase."""
+    lines = [f"ranks: {', '.join(str(r) for r in result.ranks)}"]
+    for r in result.tables["comm_phases"].to_dict("records"):
+        share = r.get("exposed_share")
+        lines.append(
+            f"rank {r['rank']} {r['phase']}: {r['steps']} steps, time {r['time_ns'] / 1e6:.2f} ms, "
+            f"NCCL {r['comm_ns'] / 1e6:.2f} ms, exposed {r['exposed_comm_ns'] / 1e6:.2f} ms"
+            + ("" if share is None or pd.isna(share) else f" ({100 * share:.1f}% of the phase)")
+            + _split_text(r)
+        )
+    for r in result.tables["rank_skew"].to_dict("records"):
+        lines.append(
+            f"skew {r['phase']}: {r['steps']} steps, p50 {r['skew_p50_ns'] / 1e3:.1f} us, "
+            f"max {r['skew_max_ns'] / 1e3:.1f} us, stragglers {r['straggler_counts']}"
+        )
+    return lines
+
+
+def _split_text(r: Mapping[Any, Any]) -> str:
+    kernel = r.get("nccl_kernel_ns")
+    if kernel is None or pd.isna(kernel) or not kernel:
+        return ""
+    text = f"; NCCL kernels: transfer {r['transfer_ns'] / 1e6:.2f} ms, wait {r['wait_ns'] / 1e6:.2f} ms"
+    if r.get("unmatched_ns"):
+        text += f", unmatched {r['unmatched_ns'] / 1e6:.2f} ms"
+    return text
+
+
+def _fmt_metric(v: Any, metric: str) -> str:
+    if v is None or pd.isna(v):
+        return "—"
+    if metric.endswith("_ns"):
+        return f"{v / 1e6:,.2f} ms"
+    return f"{v:,.0f}"
+
+
+def _pct(v: Any) -> str:
+    return "—" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
+
+
+def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, width=160)
+    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)")):
+        part = df[df["scope"] == scope]
+        if scope == "kernel_class":
+            part = part[part["metric"] == "time_ns"]
+        table = Table(title=f"{title}: A = {name_a}, B = {name_b}", header_style="bold")
+        for col in ("phase", "class" if scope == "kernel_class" else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
+            if col:
+                table.add_column(col, justify="right" if col not in ("phase", "class", "metric") else "left")
+        if part.empty:
+            console.print(f"{title}: not recorded in either run")
+            continue
+        for r in part.to_dict("records"):
+            m = str(r["metric"])
+            ratio = r["ratio"]
+            cells = [str(r["phase"])] + ([str(r["key"])] if scope == "kernel_class" else []) + [
+                m, _fmt_metric(r["a"], m), _fmt_metric(r["b"], m), _fmt_metric(r["delta"], m),
+                "—" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}×", _pct(r["share_a"]), _pct(r["share_b"])]
+            table.add_row(*cells)
+        console.print(table)

@@ -1,0 +1,57 @@
+"""The per-user cache of measured ceilings, and which ceiling a run uses.
+
+``tracekit calibrate`` saves a measured Ceiling per GPU under $TRACEKIT_CACHE_DIR/ceilings (default
+$XDG_CACHE_HOME/tracekit/ceilings); ``resolve`` prefers it to the datasheet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tracekit.errors import UsageError
+from tracekit.model.ceilings import Ceiling, datasheet, slug
+from tracekit.store.rundir import write_json
+
+
+def cache_dir() -> Path:
+    """Per-user cache of measured ceilings: $TRACEKIT_CACHE_DIR or $XDG_CACHE_HOME/tracekit/ceilings."""
+    env = os.environ.get("TRACEKIT_CACHE_DIR")
+    if env:
+        return Path(env) / "ceilings"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tracekit" / "ceilings"
+
+
+def cache_path(device_name: str) -> Path:
+    return cache_dir() / f"{slug(device_name)}.json"
+
+
+def save_measured(ceiling: Ceiling, path: Path | None = None) -> Path:
+    target = path or cache_path(ceiling.gpu)
+    write_json(target, ceiling.to_dict())
+    return target
+
+
+def load(path: Path) -> Ceiling:
+    try:
+        return Ceiling.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"cannot read ceiling file {path}: {exc}") from None
+
+
+def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None = None) -> Ceiling:
+    """The ceiling to use for a device: an explicit file, else a measured one from the cache, else the datasheet."""
+    if path is not None:
+        return load(path)
+    if prefer_measured:
+        p = cache_path(device_name)
+        if p.is_file():
+            return load(p)
+    ds = datasheet(device_name)
+    if ds is None:
+        raise UsageError(
+            f"no ceiling known for GPU {device_name!r}: run `tracekit calibrate` on it or pass a ceiling file"
+        )
+    return ds

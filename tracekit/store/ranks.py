@@ -1,0 +1,56 @@
+"""The multi-rank run layout: one ordinary run per rank under ``ranks/<k>/``, merged at the top.
+
+A tensor-parallel run is a run directory whose ``ranks/<k>/`` each hold a complete run of rank k;
+``merge_tables`` puts every rank's rows into the top-level tables with ``rank`` set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from tracekit.model import schema as _schema
+from tracekit.store.rundir import MANIFEST, RunDir
+
+RANKS_DIR = "ranks"
+
+
+def rank_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """``ranks/<k>/`` run directories under ``path``, ordered by k (empty if it is not multi-rank)."""
+    d = Path(path) / RANKS_DIR
+    if not d.is_dir():
+        return []
+    found = [p for p in d.iterdir() if p.name.isdigit() and (p / MANIFEST).is_file()]
+    return sorted(found, key=lambda p: int(p.name))
+
+
+def is_multirank(path: str | os.PathLike[str]) -> bool:
+    return (Path(path) / MANIFEST).is_file() and bool(rank_dirs(path))
+
+
+def merge_tables(run: RunDir, dirs: list[Path] | None = None) -> dict[str, int]:
+    """Concatenate every rank's tables into ``run``'s tables with ``rank`` set; returns rows per table.
+
+    The rank is the directory's number, whatever the trace said: a rank
+    directory is written by exactly that rank.
+    """
+    dirs = rank_dirs(run.path) if dirs is None else dirs
+    rows: dict[str, int] = {}
+    for name in _schema.TABLES:
+        parts = []
+        for d in dirs:
+            rd = RunDir(d)
+            if not rd.has_table(name):
+                continue
+            t = _schema.conform(name, rd.read_table(name))
+            idx = t.schema.get_field_index("rank")
+            col = pa.array([int(d.name)] * t.num_rows, pa.int32())
+            t = t.set_column(idx, t.schema.field(idx), col) if idx >= 0 else t.append_column("rank", col)
+            parts.append(t)
+        if parts:
+            merged = pa.concat_tables(parts, promote_options="permissive")
+            run.write_table(name, merged)
+            rows[name] = merged.num_rows
+    return rows

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from tracekit.analysis import kernels as kc
 from tracekit.analysis.intervals import step_windows, window_union
 from tracekit.analysis.opmodels import op_costs
-
 from tracekit.model.ceilings import Ceiling
 
 # Time classes in priority order: where kernels of several streams overlap, the

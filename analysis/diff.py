@@ -19,44 +19,21 @@ is different from "took no time".
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.kernels import kernel_classes as shared_kernel_classes
+
 PHASE_METRICS = ("time_ns", "time_per_step_ns", "steps", "compute_bound_ns", "memory_bound_ns", "idle_ns", "other_ns")
 COLUMNS = ["scope", "phase", "key", "metric", "a", "b", "delta", "ratio", "share_a", "share_b"]
 
-# Used only if tracekit.analysis.kernels (the shared classifier) is not importable.
-_FALLBACK = [
-    ("communication", r"nccl|all_?reduce|all_?gather"),
-    ("attention", r"flash|fmha|attention|attn|sdpa"),
-    ("gemm", r"gemm|gemv|cublas|cutlass|matmul"),
-    ("copy", r"memcpy|memset|copy|cat"),
-    ("reduction", r"reduce|norm|softmax"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise"),
-]
 
 
 def kernel_classes(names: pd.Series, kinds: pd.Series | None = None) -> pd.Series:
-    try:
-        from tracekit.analysis.kernels import kernel_classes as shared
-    except ImportError:
-        shared = None
-    if shared is not None:
-        return pd.Series(shared(names, kinds), index=names.index, dtype=object)
-
-    def one(n: Any, k: Any) -> str:
-        if k in ("memcpy", "memset"):
-            return "copy"
-        for cls, pat in _FALLBACK:
-            if isinstance(n, str) and re.search(pat, n, re.I):
-                return cls
-        return "other"
-
-    ks = kinds if kinds is not None else pd.Series([None] * len(names), index=names.index)
-    return pd.Series([one(n, k) for n, k in zip(names, ks, strict=True)], index=names.index, dtype=object)
+    """The shared kernel classifier's class of each activity (tracekit.analysis.kernels)."""
+    return pd.Series(shared_kernel_classes(names, kinds), index=names.index, dtype=object)
 
 
 def run_phases(phases: pd.DataFrame) -> pd.DataFrame:

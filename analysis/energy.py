@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from tracekit.analysis.intervals import step_windows, window_union
 
 METRIC_ENERGY = "energy"  # J, cumulative

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tracekit.analysis import intervals, timeline
 
 PHASES = ("prefill", "decode", "mixed")

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from tracekit.analysis import bound as _bound
 from tracekit.analysis import energy as _energy
 from tracekit.analysis import intervals
 from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
-
 from tracekit.model import schema as _schema
 
 Tables = dict[str, Any]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, request_labels
 
 REQUEST_COLUMNS = [
@@ -380,7 +381,7 @@ def from_recorded(
     by_id = {int(r["request_id"]): r for r in rec.to_dict("records")} if not rec.empty else {}
     rows = []
     for rid in ids:
-        r = {**prof.get(rid, {}), **{k: v for k, v in by_id.get(rid, {}).items() if v is not None and not
+        r: dict[Any, Any] = {**prof.get(rid, {}), **{k: v for k, v in by_id.get(rid, {}).items() if v is not None and not
                                       (isinstance(v, float) and np.isnan(v))}}
         st = steps[steps["request_id"] == rid]
         cap = st[st["captured"]] if "captured" in st else st

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tracekit.analysis import timeline
 
+from tracekit.analysis import timeline
 from tracekit.model.stepnames import parse_request, parse_step, step_kind
 
 EMBEDDING_OPS = ("aten::embedding",)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from tracekit.analysis.intervals import clip, length, union
 
 CATEGORIES = ("compute", "memcpy", "memset", "comm")

@@ -31,7 +31,6 @@ from typing import Any
 
 from tracekit.collectors.hooks import GenerationTracker, RequestRecord, StepRecord, patch_generate
 from tracekit.collectors.profiler import KinetoCapture, ProfilerConfig, StepWindow
-
 from tracekit.errors import TracekitError, UsageError
 from tracekit.model import schema as _schema
 from tracekit.model.stepnames import parse_step

@@ -242,22 +242,9 @@ def _analyse_trace(run: RunDir, warn: list[str]) -> None:
     ``trace_steps`` and ``trace_requests``: the host tables stay the source of
     the latency numbers, because the window covers only a few tokens.
     """
-    import pandas as pd
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.app.analyze import analyse_trace_window
 
-    from tracekit.app.analyze import RAW
-    from tracekit.ingest import ingest_into
-
-    ingest_into(run)
-    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
-    tables["manifest"] = run.read_manifest()
-    result = run_passes(tables, DEFAULT_PASSES)
-    for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
-        df = result.get(name)
-        if df is None:
-            continue
-        table = schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-        run.write_table(dest, table)
+    result = analyse_trace_window(run)
     warn.extend(f"analyze: {w}" for w in result.get("warnings", []))
 
 
@@ -301,6 +288,7 @@ def _capture(
 ) -> float:
     """The kernel-capture window: prompt + a few tokens under torch.profiler, saved as trace.json.gz."""
     import torch
+
     from tracekit.collectors.agent import timed_generate
 
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -359,6 +347,7 @@ def _point_manifest(point: Point) -> dict[str, Any]:
 
 def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[str, Any]:
     import torch
+
     from tracekit.collectors import compiled
     from tracekit.collectors.agent import median_steps, run_agent_loop, timed_generate
 
@@ -506,7 +495,7 @@ def run_sweep(
     ``resume`` skips a point whose run.json says complete. ``on_start(point)``
     and ``on_point(outcome)`` drive the progress display.
     """
-    from tracekit.report import sweep as sweep_report
+    from tracekit.store import sweepdir as sweep_report
 
     out.mkdir(parents=True, exist_ok=True)
     meta = sweep_report.read_sweep(out) if resume else {}

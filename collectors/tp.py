@@ -167,7 +167,7 @@ def _tail(path: Path) -> str:
 
 def merge_ranks(run: RunDir, world_size: int) -> dict[str, int]:
     """Concatenate every rank's tables into the run's tables with ``rank`` set; returns rows per table."""
-    from tracekit.app.multirank import merge_tables
+    from tracekit.app.analyze import merge_tables
 
     rows = merge_tables(
         run,
@@ -239,6 +239,7 @@ def apply_tp_plan(model: Any, mesh: Any) -> int:
 def _worker(spec: dict[str, Any]) -> int:
     import torch
     import torch.distributed as dist
+
     from tracekit.collectors import presets
     from tracekit.collectors import workload as wl
     from tracekit.collectors.session import Recording, RecordOptions, create_run
@@ -341,8 +342,9 @@ def _load_with_transformers_tp(cfg: Any, rank: int, run_path: Path) -> tuple[Any
     import shutil
 
     import torch.distributed as dist
-    from tracekit.collectors import workload as wl
     from transformers import AutoModelForCausalLM
+
+    from tracekit.collectors import workload as wl
 
     ckpt = run_path / MODEL_TMP
     info: dict[str, Any] = {}

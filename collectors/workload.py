@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.collectors.presets import ModelSpec
-
 from tracekit.errors import UsageError
 
 DTYPES = ("fp32", "fp16", "bf16")

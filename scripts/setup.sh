@@ -12,4 +12,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q "torch==${TRACEKIT_TORCH_VERSION:-2.13.0}"
 fi
 .venv/bin/python -m pip install -q -e ".[record,dev,hta,ray]"
+# analysis/ and collectors/ are installed as tracekit.analysis and tracekit.collectors (package-dir);
+# these links show lint-imports and mypy the same single package from the checkout.
+ln -sfn ../analysis tracekit/analysis
+ln -sfn ../collectors tracekit/collectors
 echo "tracekit installed in .venv: run .venv/bin/tracekit --help"

@@ -105,7 +105,6 @@ def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
 def test_annotated_agent_loop_numbers_requests_and_steps_across_its_calls(tiny_model):
     """The loop's calls share one tracker: request i is step i of the loop, step ids run on."""
     from tracekit.collectors.agent import run_agent_loop
-
     from tracekit.model.stepnames import parse_request, parse_step
 
     ticks: list[int] = []

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from tracekit.analysis import intervals, timeline
 from tracekit.analysis.pipeline import DEFAULT_PASSES, Pass, PassError, run_passes
-
 from tracekit.cli import main
 from tracekit.model import schema
 from tracekit.model.stepnames import RequestLabel, StepLabel, format_request, format_step

@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
+from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 from tracekit.model import schema
 
 

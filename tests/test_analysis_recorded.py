@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 import pytest
 from test_analysis import US, Trace
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
+from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 from tracekit.cli import main
 from tracekit.model.stepnames import StepLabel, format_step
 from tracekit.store.rundir import RunDir

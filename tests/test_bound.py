@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tracekit.analysis import bound, energy, intervals
 from tracekit.analysis.kernels import kernel_class
 from tracekit.analysis.opmodels import op_cost
-
 from tracekit.model.ceilings import datasheet
 
 H200 = datasheet("NVIDIA H200")
@@ -269,7 +269,6 @@ def test_pipeline_on_recorded_shapes_with_synthetic_kernels(fixtures_dir: Path) 
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
     from tracekit.analysis.opmodels import op_costs
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-
     from tracekit.ingest import read_trace_tables
 
     t = {k: v.to_pandas() for k, v in read_trace_tables(fixtures_dir / "cpu" / "two_requests.json.gz").items()}

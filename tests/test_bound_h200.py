@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+
 from tracekit.analysis import bound, intervals
 from tracekit.analysis.modelcheck import decode_check, shape_from_config
 from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-
 from tracekit.ingest import read_trace_tables
 from tracekit.store import calibration
 
@@ -135,7 +135,8 @@ def test_kv_bytes_per_token_formula_and_allocator(timings: dict[str, Any]) -> No
 def test_html_report_draws_the_per_kernel_roofline(run: dict[str, Any]) -> None:
     import base64
 
-    from tracekit.report.html import RunView, kernel_roofline_png, run_section
+    from tracekit.report.html import kernel_roofline_png, run_section
+    from tracekit.report.view import RunView
 
     phases = run["phases"]
     with_kernels = RunView("h200", {}, {"phases": phases, "kernel_bound": run["kernel_bound"]})

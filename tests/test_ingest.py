@@ -358,7 +358,6 @@ def test_staged_tables_equal_direct_queries_and_drop_the_events_table(tmp_path: 
 def test_large_input_path_stages_and_gives_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a trace read normally (small: no staging)
     monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", "duckdb")  # the DuckDB reader (the fallback) is under test
-    import tracekit.ingest as ti
     import tracekit.ingest.duckdb_reader as sql
 
     f = _write(tmp_path / "t.json.gz", _trace())

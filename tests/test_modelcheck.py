@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from tracekit.analysis import energy
 from tracekit.analysis.modelcheck import (
     decode_check,
@@ -11,7 +12,6 @@ from tracekit.analysis.modelcheck import (
     kv_growth_check,
     shape_from_config,
 )
-
 from tracekit.model.ceilings import datasheet
 from tracekit.report.plots import roofline_png
 

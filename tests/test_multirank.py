@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from tracekit.app.multirank import analyse_multirank
-from tracekit.report.terminal import multirank_lines as summary
+from tracekit.app.analyze import analyse_multirank
 from tracekit.errors import UsageError
 from tracekit.model import schema
+from tracekit.report.terminal import multirank_lines as summary
 from tracekit.store.rundir import RunDir
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"

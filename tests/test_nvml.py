@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pynvml
 import pytest
-from tracekit.collectors.nvml import METRICS, NvmlSampler, nvml_index_for_torch_device
 
+from tracekit.collectors.nvml import METRICS, NvmlSampler, nvml_index_for_torch_device
 from tracekit.model import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -4,6 +4,7 @@ import json
 
 import pandas as pd
 import pytest
+
 from tracekit.analysis.opmodels import dominant_dtype, is_modelled, op_cost, op_costs
 
 H, F, L = "c10::Half", "float", "long int"

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tracekit.analysis import ranks
 
+from tracekit.analysis import ranks
 from tracekit.model import schema
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

@@ -10,13 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import tracekit  # noqa: E402
+from tracekit.cli import main  # noqa: E402
 from tracekit.collectors import presets  # noqa: E402
 from tracekit.collectors.hooks import RequestRecord  # noqa: E402
 from tracekit.collectors.profiler import StepWindow, parse_trace_steps  # noqa: E402
 from tracekit.collectors.session import parse_script_argv  # noqa: E402
-
-import tracekit  # noqa: E402
-from tracekit.cli import main  # noqa: E402
 from tracekit.errors import UsageError  # noqa: E402
 from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir  # noqa: E402
 

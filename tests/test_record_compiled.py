@@ -18,6 +18,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import torch
+
 from tracekit.collectors import compiled
 from tracekit.collectors.hooks import (
     STEPS_HOOKS,

@@ -11,7 +11,6 @@ pytest.importorskip("torch")
 
 from tracekit.collectors import session
 from tracekit.collectors.hooks import GenerationTracker
-
 from tracekit.report.record_summary import render
 
 

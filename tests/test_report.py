@@ -14,7 +14,7 @@ from _views_data import make_run
 
 from tracekit.cli import main
 from tracekit.model.schema import from_columns
-from tracekit.report.html import KIND_COLORS
+from tracekit.report.plots import KIND_COLORS
 from tracekit.store.rundir import RunDir
 
 PLOTS_PER_RUN = 5  # split, timeline, roofline, counters, latency
@@ -118,7 +118,9 @@ def test_summary_names_ceiling_and_limiter_on_real_shaped_tables(tmp_path: Path)
     # dictionary-encoded counter columns as in recorded runs, and counters on another clock than the steps
     import pandas as pd
 
-    from tracekit.report.html import RunView, build_html, ceiling_of, counters_png, verdicts
+    from tracekit.report.html import build_html
+    from tracekit.report.plots import counters_png
+    from tracekit.report.view import RunView, ceiling_of, verdicts
 
     ph = pd.DataFrame({
         "request_id": [None, None, None], "phase": ["prefill", "decode", "outside"], "steps": [1, 31, 0],

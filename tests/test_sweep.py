@@ -12,7 +12,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
 from tracekit.analysis.sweep import SUMMARY_COLUMNS
-
 from tracekit.cli import main
 from tracekit.model.sweepspec import quick_points
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
-from tracekit.analysis import sweep as sa
 
+from tracekit.analysis import sweep as sa
 from tracekit.errors import UsageError
 from tracekit.model import pricing, sweepspec
 
@@ -60,7 +60,7 @@ def test_summary_reports_median_and_spread_of_repetitions():
 
 
 def test_agent_saving_text_states_saving_or_its_absence():
-    from tracekit.report.sweep import agent_saving_text
+    from tracekit.report.markdown import agent_saving_text
 
     base = {"resend_prefilled_tokens": 1920.0, "kv_reuse_prefilled_tokens": 388.0, "resend_e2e_ms": 100.0,
             "kv_reuse_e2e_ms": 80.0}  # fmt: skip
@@ -171,7 +171,7 @@ def _kv_point(pid, i, o, peak_total, formula=200.0, logits=4000.0):
 
 
 def test_kv_text_explains_the_peak_from_the_measured_numbers():
-    from tracekit.report.sweep import kv_text
+    from tracekit.report.markdown import kv_text
 
     cfg = {"intermediate_size": 100, "hidden_size": 50}  # fp16: (4 x 100 + 2 x 50) x 2 = 1,000 B per token
     # GIVEN a prompt-heavy point whose peak is prompt x (cache 200 + 950) and an answer-heavy one whose

@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tracekit.analysis import ranks
 from tracekit.collectors import tp
-
 from tracekit.errors import TracekitError, UsageError
 from tracekit.store.rundir import RunDir
 
@@ -78,7 +78,7 @@ def test_two_gpu_tensor_parallel_run_has_nccl_kernels(tmp_path: Path) -> None:
 
 
 def test_analyse_multirank_on_a_recorded_tp_run(tp_run: RunDir) -> None:
-    from tracekit.app.multirank import RANK_TABLES, analyse_multirank
+    from tracekit.app.analyze import RANK_TABLES, analyse_multirank
     from tracekit.store.ranks import is_multirank
 
     assert is_multirank(tp_run.path) and not is_multirank(tp.rank_dir(tp_run.path, 0))

@@ -1,9 +1,16 @@
 """tracekit: where did the time of this LLM request go?
 
-The core package owns every file format (run directory, tables, traces). The
-capture side lives in ``tracekit.collectors`` and the pure analysis passes in
-``tracekit.analysis``. ``tracekit.record`` is imported lazily so that
-``import tracekit`` never pulls in torch.
+The public API::
+
+    run = tracekit.open("runs/my-run")          # a run directory, a trace file, or a dataset
+    run.phases, run.steps, run.kernels           # tables as pandas DataFrames
+    run.sql("select kind, count(*) from steps group by kind")
+    run.analyze(); run.export(); run.report()
+    tracekit.ingest(["trace.json.gz"], "runs/x") # traces -> a run directory
+    tracekit.diff("runs/a", "runs/b")            # what changed, per phase and kernel class
+    with tracekit.record("name") as rec: ...     # record a block of generation
+
+Everything loads lazily: ``import tracekit`` pulls in neither pandas nor torch.
 """
 
 from __future__ import annotations
@@ -12,16 +19,29 @@ import os
 import sys
 from typing import Any
 
-# Arrow memory from the C library's malloc unless the user chose otherwise. pyarrow's default pool
-# (mimalloc in the wheels) keeps freed pages resident: ingesting the 84 MB H200 trace peaked at
-# 195 MB RSS with it, 165 MB with the system pool, at the same speed (docs/ingest.md). pyarrow reads
-# this variable once, when it is imported, so it only applies if tracekit comes first.
+# Arrow memory from the C library's malloc unless the user chose otherwise: pyarrow's default
+# pool keeps freed pages resident (docs/ingest.md). pyarrow reads this variable once, when it is
+# imported, so it only applies if tracekit comes first.
 if "pyarrow" not in sys.modules:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-__version__ = "0.1.0"
+from tracekit.model.version import VERSION as __version__
 
-__all__ = ["__version__", "record"]
+__all__ = ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record"]
+
+
+def open(path: Any, *, out: Any = None, force: bool = False) -> Any:
+    """A Run (run directory or trace file, ingested when needed) or a Dataset; see tracekit._api."""
+    from tracekit._api import open_run
+
+    return open_run(path, out=out, force=force)
+
+
+def diff(a: Any, b: Any) -> Any:
+    """What changed from run A to run B, per phase and kernel class, as a DataFrame."""
+    from tracekit._api import diff as _diff
+
+    return _diff(a, b)
 
 
 def record(*args: Any, **kwargs: Any) -> Any:
@@ -32,3 +52,16 @@ def record(*args: Any, **kwargs: Any) -> Any:
     from tracekit.collectors.session import record as _record
 
     return _record(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # Run, Dataset and ingest load on first use; ``tracekit.ingest`` is the callable ingest package.
+    if name in ("Run", "Dataset"):
+        from tracekit import _api
+
+        return getattr(_api, name)
+    if name == "ingest":
+        import tracekit.ingest as ingest_package
+
+        return ingest_package
+    raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import click
 
-from tracekit import __version__
 from tracekit.errors import EXIT_INTERRUPTED, TracekitError
+from tracekit.model.version import VERSION
 
 # verb -> (module, one-line help). The help is here so `--help` imports nothing.
 VERBS: dict[str, tuple[str, str]] = {
@@ -54,7 +54,7 @@ def _available(verb: str) -> bool:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tracekit")
+@click.version_option(VERSION, prog_name="tracekit")
 def cli() -> None:
     """tracekit: where did the time of this LLM request go?
 

@@ -50,7 +50,6 @@ CONFIG = dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hi
 def calibrate(out: Path) -> None:
     try:  # the installed package (on the device: /tmp/site); the checkout's folders do not map onto it
         from tracekit.collectors import calibrate as mod
-
         from tracekit.model import ceilings
     except ImportError:
         sys.path.insert(0, str(ROOT))  # tracekit/ (errors, ceilings) from this checkout
@@ -200,9 +199,9 @@ def record(out: Path) -> None:
 
 def analyze(out: Path) -> int:
     import pandas as pd
+
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-
     from tracekit.ingest import read_trace_tables
     from tracekit.store import calibration
 

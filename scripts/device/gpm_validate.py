@@ -54,6 +54,7 @@ def import_sampler() -> Any:
 def time_nvml_calls(device_index: int) -> dict[str, Any]:
     """Cost of each NVML call from Python (pynvml), in µs: what one sampler tick is made of."""
     import pynvml
+
     from tracekit.collectors.gpm import GpmReader
     from tracekit.collectors.nvml import FAST_READERS, SLOW_READERS
 

@@ -22,6 +22,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     import torch
+
     from tracekit.collectors import presets, workload
     from tracekit.collectors.agent import timed_generate
     from tracekit.collectors.hooks import GenerationTracker, patch_generate

@@ -19,7 +19,7 @@ budget) only if the time budget (default 225 s) leaves room. Every rank has a
 timeout (the launcher kills the ranks; the process group has the same timeout).
 
 For each shape, in a scratch directory: ``tracekit.collectors.tp.launch``
-records both ranks, then ``tracekit.app.multirank.analyse_multirank`` analyses
+records both ranks, then ``tracekit.app.analyze.analyse_multirank`` analyses
 each rank as a single run and then across ranks. Written to OUT_DIR:
 
     results.json                         every figure, per shape
@@ -137,9 +137,8 @@ def _copy_small(run: Path, dst: Path, trim_traces: bool) -> dict[str, Any]:
 def run_shape(
     name: str, out: Path, scratch: Path, args: argparse.Namespace, timeout_s: float
 ) -> dict[str, Any]:
+    from tracekit.app.analyze import analyse_multirank
     from tracekit.collectors import tp
-
-    from tracekit.app.multirank import analyse_multirank
 
     result: dict[str, Any] = {"shape": name, "config": SHAPES.get(name, "tiny preset")}
     t0 = time.perf_counter()

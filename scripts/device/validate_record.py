@@ -51,6 +51,7 @@ def _spread(xs: list[float]) -> dict[str, float]:
 def separate_runs(cfg: Any, model: Any, prompts: list[Any]) -> dict[str, Any]:
     """Interleaved rounds of tracekit host timers vs plain timed generate calls, on the same model."""
     import torch
+
     from tracekit.collectors import workload as wl
     from tracekit.collectors.hooks import GenerationTracker, patch_generate
 
@@ -172,10 +173,10 @@ def main(out_dir: str) -> int:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import torch
-    from tracekit.collectors import presets
-    from tracekit.collectors import workload as wl
 
     from tracekit.cli import main as cli_main
+    from tracekit.collectors import presets
+    from tracekit.collectors import workload as wl
     from tracekit.store.rundir import RunDir
 
     if not torch.cuda.is_available():

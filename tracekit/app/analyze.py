@@ -13,21 +13,28 @@ on the first analysis they are copied to tables/recorded_steps and recorded_requ
 copies, never rewritten) before steps/requests are replaced by the analysis' tables, and every
 analysis reads them from there. The ceiling is resolved here (measured calibration preferred,
 tracekit.store.calibration.resolve) so that the passes stay free of I/O. A multi-rank run directory
-is analysed rank by rank, then across ranks (tracekit.app.multirank).
+is analysed rank by rank, then across ranks: every table is merged into the top-level run (``rank``
+column) and tracekit.analysis.ranks writes rank_steps (skew, stragglers), rank_skew, comm_steps,
+comm_phases (NCCL time split into transfer / wait / unmatched), comm_collectives and comm_instances.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
+from tracekit.analysis import ranks as _ranks
 from tracekit.errors import TracekitError, UsageError
 from tracekit.ingest import ingest, ingest_into
 from tracekit.model import schema as _schema
 from tracekit.store.calibration import resolve
-from tracekit.store.ranks import is_multirank
+from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
 from tracekit.store.rundir import RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events")
@@ -143,16 +150,110 @@ def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def analyse_trace_window(run: RunDir) -> dict[str, Any]:
+    """A sweep point's analysis: its trace (a window of a few tokens) ingested onto the recorder's clock,
+    the passes run, and phases, trace_steps and trace_requests written. The recorder's host-timed steps
+    and requests stay as they are: they are the latency numbers, the window only the split."""
+    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+
+    ingest_into(run)
+    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
+    tables["manifest"] = run.read_manifest()
+    result = run_passes(tables, DEFAULT_PASSES)
+    for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
+        df = result.get(name)
+        if df is None:
+            continue
+        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+        run.write_table(dest, table)
+    return result
+
+
 def analyze(target: Path, out: Path | None = None, force: bool = False) -> tuple[RunDir, Any]:
     """Analyze a run directory or trace file; (the run, the result).
 
     The result is the single-run analysis (a dict of tables) or, for a multi-rank run directory, a
-    tracekit.app.multirank.MultirankResult.
+    MultirankResult.
     """
     if target.is_dir() and is_multirank(target):
-        from tracekit.app.multirank import analyse_multirank
-
         run = RunDir.open(target)
         return run, analyse_multirank(run)
     run = open_or_ingest(target, out, force)
     return run, analyse_run(run)
+
+
+# --- multi-rank runs ---------------------------------------------------------------
+
+
+RANK_TABLES = ("rank_steps", "rank_skew", "comm_steps", "comm_phases", "comm_collectives", "comm_instances")
+
+
+@dataclass(frozen=True)
+class MultirankResult:
+    ranks: list[int]
+    per_rank: dict[int, dict[str, Any]]  # rank -> the single-run analysis result
+    tables: dict[str, pd.DataFrame]  # RANK_TABLES
+
+
+def _default_analyse_one(path: Path) -> dict[str, Any]:
+    # The single-run path of `tracekit analyze`, unchanged: a rank is an ordinary run.
+    return analyse_run(open_or_ingest(path, None, False))
+
+
+def _arrow(name: str, df: pd.DataFrame) -> pa.Table:
+    df = df.copy()
+    if name == "rank_skew" and "straggler_counts" in df:
+        # {rank: count} dicts: JSON text keeps the table flat for DuckDB / Spark.
+        df["straggler_counts"] = [
+            json.dumps({str(k): v for k, v in d.items()}) for d in df["straggler_counts"]
+        ]
+    for c in df.columns:
+        if df[c].dtype == object:
+            df[c] = df[c].astype("string")
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def analyse_multirank(
+    run: RunDir, analyse_one: Callable[[Path], dict[str, Any]] | None = None
+) -> MultirankResult:
+    """Analyse every rank, merge, run the cross-rank passes; write every table into ``run``."""
+    dirs = rank_dirs(run.path)
+    if not dirs:
+        raise UsageError(f"{run.path}: no {RANKS_DIR}/<k>/ run directories")
+    one = analyse_one or _default_analyse_one
+    per_rank: dict[int, dict[str, Any]] = {}
+    failed: list[str] = []
+    for d in dirs:
+        try:
+            per_rank[int(d.name)] = one(d)
+        except UsageError as exc:
+            # A rank without a trace (it failed early) must not hide the others' analysis.
+            failed.append(f"rank {d.name}: {exc.message}")
+    if not per_rank:
+        raise UsageError(f"{run.path}: no rank could be analysed ({'; '.join(failed)})")
+    rows = merge_tables(run, [d for d in dirs if int(d.name) in per_rank])
+    steps = _ranks.gpu_windows(
+        run.read_table("steps"), run.read_table("runtime"), run.read_table("gpu_activity")
+    )
+    res = _ranks.analyze_ranks(steps, run.read_table("gpu_activity"))
+    frames = {
+        "rank_steps": res.aligned_steps,
+        "rank_skew": res.skew,
+        "comm_steps": res.comm_steps,
+        "comm_phases": res.comm_phases,
+        "comm_collectives": res.collectives,
+        "comm_instances": res.comm_instances,
+    }
+    for name, df in frames.items():
+        run.write_table(name, _arrow(name, df))
+    for w in failed:
+        run.add_warning(f"analyze: {w}")
+    run.update_manifest(
+        rank_analysis={
+            "ranks": sorted(per_rank),
+            "failed": failed,
+            "tables": list(RANK_TABLES),
+            "rows": {**rows, **{k: len(v) for k, v in frames.items()}},
+        }
+    )
+    return MultirankResult(sorted(per_rank), per_rank, frames)

@@ -14,8 +14,7 @@ import click
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory when ingesting.")
 def command(target: Path, out: Path | None, force: bool) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
-    from tracekit.app.analyze import analyze
-    from tracekit.app.multirank import MultirankResult
+    from tracekit.app.analyze import MultirankResult, analyze
     from tracekit.report.terminal import analyze_lines, multirank_lines
 
     run, result = analyze(target, out, force)

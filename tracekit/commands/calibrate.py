@@ -19,7 +19,7 @@ def command(out: Path | None, device: int, quick: bool) -> int:
     """Measure this GPU's copy bandwidth and matmul rate."""
     from tracekit.collectors.calibrate import CalibrateConfig, measure
 
-    cfg = CalibrateConfig(device=device, **({"copy_mib": 256, "matmul_n": 4096, "repeats": 5} if quick else {}))
+    cfg = CalibrateConfig(device=device, copy_mib=256, matmul_n=4096, repeats=5) if quick else CalibrateConfig(device=device)
     m = measure(cfg)
     ceiling = ceilings.measured_ceiling(m["gpu"], m)
     path = calibration.save_measured(ceiling, out)

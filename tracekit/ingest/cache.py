@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tracekit import __version__
 from tracekit.model import schema as _schema
+from tracekit.model.version import VERSION
 
 _READ = 8 << 20
 
@@ -29,7 +29,7 @@ def file_digest(path: Path) -> str:
 
 def cache_key(files: Sequence[Path]) -> str:
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"schema={_schema.SCHEMA_VERSION};tracekit={__version__};".encode())
+    h.update(f"schema={_schema.SCHEMA_VERSION};tracekit={VERSION};".encode())
     for f in files:
         h.update(file_digest(f).encode())
         h.update(b";")

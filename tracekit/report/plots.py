@@ -1,20 +1,31 @@
-"""Roofline chart: kernels of each phase on log axes against the ceiling. Returns PNG bytes; callers write them.
+"""Every plot tracekit draws, with matplotlib's Agg backend (no display needed).
 
-x: arithmetic intensity (FLOP/byte, from the op models); y: achieved FLOP/s
-(the kernel's modelled FLOPs over its duration). The roof is min(peak FLOP/s,
-intensity × peak bytes/s) for each dtype present; the ridge point is where they meet.
-matplotlib's Agg backend: no display needed, nothing global changed.
+A plot function returns PNG bytes, or None when its table has no data (never an empty axis); the
+sweep's plots write their PNG file and return its path.
+
+Run report:
+  phase_timeline_png  steps over time, coloured by kind, with each step's GPU busy share
+  split_png           the split (compute / memory / other / idle-host) per phase
+  phase_roofline_png  achieved FLOP/s against arithmetic intensity per phase, with the roofs implied
+                      by the phases' % of peak (the ceiling the analysis used)
+  roofline_png        one point per shape-modelled kernel against a Ceiling
+  counters_png        NVML / GPM counters over time
+  latency_png         TTFT, decode time and end-to-end per request
+Sweep: make_sweep_plots (prefill share, TTFT/TPOT/throughput curves, KV bytes, agent loop, cost, split).
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tracekit.model.ceilings import Ceiling
+from tracekit.report.view import has_columns, implied_peak, run_phases, shown_phases
 
 _PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728", "mixed": "#2ca02c", "outside steps": "#7f7f7f"}
 
@@ -68,3 +79,399 @@ def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+# --- run report ---
+
+
+KIND_COLORS = {"prefill": "#1f77b4", "decode": "#ff7f0e", "mixed": "#9467bd"}
+SPLIT = (("compute_bound_ns", "compute-bound", "#2ca02c"), ("memory_bound_ns", "memory-bound", "#d62728"),
+         ("other_ns", "other", "#7f7f7f"), ("comm_ns", "comm", "#17becf"), ("memcpy_ns", "memcpy", "#bcbd22"),
+         ("idle_ns", "idle (host-bound)", "#dddddd"))
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def phase_timeline_png(steps: pd.DataFrame) -> bytes | None:
+    if not (has_columns(steps, "gpu_start_ns", "gpu_end_ns") or has_columns(steps, "cpu_start_ns", "cpu_end_ns")):
+        return None
+    s = steps.copy()
+    start = s["gpu_start_ns"].fillna(s.get("cpu_start_ns")) if "gpu_start_ns" in s else s["cpu_start_ns"]
+    end = s["gpu_end_ns"].fillna(s.get("cpu_end_ns")) if "gpu_end_ns" in s else s["cpu_end_ns"]
+    s = s.assign(_s=start, _e=end).dropna(subset=["_s", "_e"])
+    t0 = s["_s"].min()
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(11, 2.6))
+    kinds = s["kind"].astype(str) if "kind" in s else pd.Series(["step"] * len(s), index=s.index)
+    for kind, grp in s.groupby(kinds):
+        spans = [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(grp["_s"], grp["_e"], strict=True)]
+        ax.broken_barh(spans, (1, 0.8), color=KIND_COLORS.get(str(kind), "#8c564b"), label=str(kind))
+        if "gpu_busy_ns" in grp:
+            share = (grp["gpu_busy_ns"] / (grp["_e"] - grp["_s"]).where(lambda d: d > 0)).fillna(0).clip(0, 1)
+            busy = [((a - t0) / 1e6, (b - a) / 1e6 * f) for a, b, f in zip(grp["_s"], grp["_e"], share, strict=True)]
+            ax.broken_barh(busy, (0, 0.8), color=KIND_COLORS.get(str(kind), "#8c564b"), alpha=0.5)
+    ax.set_yticks([0.4, 1.4], ["GPU busy share", "steps"])
+    ax.set_xlabel("time since first step (ms)")
+    ax.legend(loc="upper right", ncols=3, fontsize=8)
+    ax.set_title("Phase timeline")
+    return figure_png(fig)
+
+
+def split_png(phases: pd.DataFrame) -> bytes | None:
+    ph = shown_phases(phases)
+    if not has_columns(ph, "time_ns"):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(ph)))
+    # Shares, not ms: a 40 ms prefill next to an 800 ms decode would be a sliver
+    # in ms; the question is what each phase's time went to. Totals are labelled.
+    left = [0.0] * len(ph)
+    labels = [f"{p}  ({t / 1e6:,.1f} ms)" for p, t in zip(ph["phase"].astype(str), ph["time_ns"], strict=True)]
+    for col, label, color in SPLIT:
+        if col not in ph:
+            continue
+        vals = [100 * float(v) / float(t) if t else 0.0 for v, t in zip(ph[col].fillna(0), ph["time_ns"], strict=True)]
+        if not any(vals):
+            continue
+        ax.barh(labels, vals, left=left, color=color, label=label)
+        for y, (x0, v) in enumerate(zip(left, vals, strict=True)):
+            if v >= 6:
+                ax.text(x0 + v / 2, y, f"{v:.0f}%", ha="center", va="center", fontsize=9,
+                        color="black" if col in ("idle_ns", "other_ns", "memcpy_ns") else "white")
+        left = [a + b for a, b in zip(left, vals, strict=True)]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the phase's wall time")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
+    ax.set_title("Where each phase's time went: compute-bound / memory-bound / GPU idle (host-bound)")
+    return figure_png(fig)
+
+
+def phase_roofline_png(phases: pd.DataFrame) -> bytes | None:
+    ph = run_phases(phases)
+    if not has_columns(ph, "flops", "bytes", "time_ns"):
+        return None
+    ph = ph[(ph["bytes"] > 0) & (ph["time_ns"] > 0) & (ph["flops"] > 0)]
+    if ph.empty:
+        return None
+    ai = ph["flops"] / ph["bytes"]
+    achieved = ph["flops"] / (ph["time_ns"] / 1e9) / 1e12
+    peak_f = implied_peak(ph, "achieved_tflops", "pct_peak_flops")
+    peak_b = implied_peak(ph, "achieved_tbps", "pct_peak_bandwidth")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lo, hi = max(min(ai.min() / 4, 0.1), 1e-3), max(ai.max() * 4, 1e3)
+    if peak_f and peak_b:
+        xs = [lo * (hi / lo) ** (i / 100) for i in range(101)]
+        ax.plot(xs, [min(peak_f, peak_b * x) for x in xs], color="black", lw=1.5,
+                label=f"roof: {peak_f:.0f} TFLOP/s, {peak_b:.2f} TB/s")
+        ax.axvline(peak_f / peak_b, color="grey", ls=":", lw=1)
+    for (phase, x, y) in zip(ph["phase"].astype(str), ai, achieved, strict=True):
+        ax.scatter([x], [y], s=60, color=KIND_COLORS.get(phase, "#8c564b"), label=phase, zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("achieved TFLOP/s (over the phase's wall time)")
+    ax.set_title("Roofline" + ("" if peak_f and peak_b else " (ceiling not recorded)"))
+    ax.legend(fontsize=8)
+    return figure_png(fig)
+
+
+# What a performance engineer looks at first; anything else follows in table order.
+COUNTER_PRIORITY = ("gpu_util", "dram_bw_util", "sm_util", "tensor_util", "power", "sm_clock", "mem_used",
+                    "sm_occupancy", "mem_util", "temperature")
+
+
+def counters_png(counters: pd.DataFrame, steps: pd.DataFrame | None = None, max_panels: int = 6) -> bytes | None:
+    if not has_columns(counters, "ts_ns", "value", "metric"):
+        return None
+    c = counters.dropna(subset=["ts_ns", "value"]).copy()
+    # Real tables dictionary-encode these columns (pandas categories): build the
+    # labels from plain Python strings rather than with Series arithmetic.
+    src = c["source"].astype(object).tolist() if "source" in c else [None] * len(c)
+    unit = c["unit"].astype(object).tolist() if "unit" in c else [None] * len(c)
+    dev = c["device"].astype(object).tolist() if "device" in c else [None] * len(c)
+    c["label"] = [
+        (f"GPU {int(d)} " if d is not None and not pd.isna(d) else "")
+        + (f"{s_}." if isinstance(s_, str) and s_ else "") + str(m) + (f" ({u})" if isinstance(u, str) and u else "")
+        for d, s_, m, u in zip(dev, src, c["metric"].astype(object).tolist(), unit, strict=True)
+    ]
+    # Constant series (clock limits, fp64 at 0) carry no information over time.
+    varying = c.groupby("label", sort=False)["value"].agg(lambda v: v.max() > v.min())
+    rank = {m: i for i, m in enumerate(COUNTER_PRIORITY)}
+    first = c.drop_duplicates("label").set_index("label")["metric"].astype(str)
+    labels = sorted(first.index, key=lambda lab: (not varying.get(lab, False), rank.get(first[lab], len(rank))))
+    labels = labels[:max_panels]
+    spans = _step_spans(steps)
+    aligned = bool(spans) and _overlaps(spans, int(c["ts_ns"].min()), int(c["ts_ns"].max()))
+    # Samples that never overlap a step are on another clock (e.g. a recorder's
+    # Kineto-relative ns against an ingest's epoch ns): plotting them on the
+    # steps' axis would put them a lifetime away, so they get their own axis.
+    if not aligned:
+        spans = []
+    t0 = min(s for s, _, _ in spans) if spans else c["ts_ns"].min()
+    plt = _plt()
+    fig, axes = plt.subplots(len(labels), 1, figsize=(11, 1.5 * len(labels) + 0.6), sharex=True, squeeze=False)
+    for ax, label in zip(axes[:, 0], labels, strict=True):
+        g = c[c["label"] == label].sort_values("ts_ns")
+        for s0, s1, kind in spans:
+            ax.axvspan((s0 - t0) / 1e6, (s1 - t0) / 1e6, color=KIND_COLORS.get(kind, "#8c564b"), alpha=0.15, lw=0)
+        ax.plot((g["ts_ns"] - t0) / 1e6, g["value"], lw=1.2, color="#333333", marker="." if len(g) < 30 else None)
+        ax.set_ylabel(label, fontsize=8, rotation=0, ha="right", va="center")
+    axes[-1, 0].set_xlabel("time since the first traced step (ms); shaded: steps (blue prefill, orange decode)"
+                           if spans else "time since the first sample (ms)" + (
+                               "; not aligned with the steps: the samples' clock does not overlap theirs"
+                               if steps is not None and not steps.empty else ""))
+    axes[0, 0].set_title("Counters over time")
+    return figure_png(fig)
+
+
+def _overlaps(spans: list[tuple[int, int, str]], lo: int, hi: int) -> bool:
+    return min(a for a, _, _ in spans) <= hi and max(b for _, b, _ in spans) >= lo
+
+
+def _step_spans(steps: pd.DataFrame | None) -> list[tuple[int, int, str]]:
+    if steps is None or steps.empty:
+        return []
+    out = []
+    for r in steps.to_dict("records"):
+        for a, b in (("gpu_start_ns", "gpu_end_ns"), ("cpu_start_ns", "cpu_end_ns")):
+            s0, s1 = r.get(a), r.get(b)
+            if s0 is not None and s1 is not None and not pd.isna(s0) and not pd.isna(s1):
+                out.append((int(s0), int(s1), str(r.get("kind"))))
+                break
+    return out
+
+
+def latency_png(requests: pd.DataFrame) -> bytes | None:
+    if not has_columns(requests, "e2e_ns"):
+        return None
+    r = requests.dropna(subset=["e2e_ns"]).reset_index(drop=True)
+    names = r["name"].astype(str) if "name" in r else r.index.astype(str)
+    ttft = (r["ttft_ns"].fillna(0) if "ttft_ns" in r else pd.Series(0, index=r.index)) / 1e6
+    rest = r["e2e_ns"] / 1e6 - ttft
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.4 * len(r)))
+    ax.barh(names, ttft, color=KIND_COLORS["prefill"], label="TTFT")
+    ax.barh(names, rest, left=ttft, color=KIND_COLORS["decode"], label="after first token")
+    ax.set_xlabel("ms")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(r) < 3 else -0.1))
+    ax.set_title("Per-request latency")
+    return figure_png(fig)
+
+
+# --- sweep ---
+
+
+def _ok(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
+    m = df["status"] == "complete"
+    for k, v in eq.items():
+        m &= df[k] == v
+    return df[m]
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
+def plot_prefill_share(s: pd.DataFrame, path: Path) -> Path | None:
+    d = _ok(s, group="shapes")
+    d = pd.concat([d, _ok(s, group="agent", agent_mode="resend")])
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    modes = sorted(d["mode"].unique())
+    labels = list(dict.fromkeys(d["shape"]))
+    w = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        dm = d[d["mode"] == mode].set_index("shape")
+        ys = [100 * float(dm["prefill_share"].get(lbl, float("nan"))) for lbl in labels]
+        ax.bar([x + i * w for x in range(len(labels))], ys, width=w, label=mode)
+    ax.set_xticks([x + w * (len(modes) - 1) / 2 for x in range(len(labels))], labels)
+    ax.set_ylabel("prefill share of latency (%)")
+    ax.set_title("Prefill share per request shape (batch 1)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def _line(s: pd.DataFrame, group: str, x: str, y: str, path: Path, title: str, xlabel: str, ylabel: str,
+          logx: bool = False, scale: float = 1.0) -> Path | None:  # fmt: skip
+    d = _ok(s, group=group)
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for mode, dm in d.groupby("mode"):
+        dm = dm.sort_values(x)
+        ax.plot(dm[x].astype(float), dm[y].astype(float) * scale, marker="o", label=str(mode))
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_asymmetry(s: pd.DataFrame, path: Path) -> Path | None:
+    d = s[(s["status"] == "complete") & s["ms_per_input_token"].notna() & s["ms_per_output_token"].notna()]
+    d = d[d["agent_mode"].isna()]
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    x = range(len(d))
+    ax.bar([i - 0.2 for i in x], d["ms_per_input_token"], width=0.4, label="ms per input token (prefill)")
+    ax.bar([i + 0.2 for i in x], d["ms_per_output_token"], width=0.4, label="ms per output token (decode)")
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), d["point_id"], rotation=75, fontsize=6)
+    ax.set_ylabel("ms per token (log)")
+    ax.set_title("Read/write asymmetry: cost of an input token vs an output token")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_kv(s: pd.DataFrame, path: Path) -> Path | None:
+    d = s[s["status"] == "complete"]
+    # dynamic cache (eager): its tensors are the formula
+    dyn = d[d["prefill_transient_bytes_per_prompt_token"].notna()]
+    cols = [
+        (d, "kv_formula_bytes_per_token", "formula"),
+        (dyn, "kv_cache_bytes_per_token", "cache tensors"),
+        (dyn, "kv_allocated_bytes_per_token", "allocator growth\n/ cached token"),
+        (dyn, "kv_peak_bytes_per_token", "peak growth\n/ cached token"),
+        (dyn, "prefill_transient_bytes_per_prompt_token", "prefill transient\n/ prompt token"),
+    ]
+    vals = [(label, float(x[c].dropna().median())) for x, c, label in cols if x[c].notna().any()]
+    if not vals:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar([v[0] for v in vals], [v[1] / 1e6 for v in vals])
+    ax.set_ylabel("MB (median over dynamic-cache points)")
+    ax.set_title("KV cache bytes per token: formula vs measured")
+    ax.tick_params(axis="x", labelsize=7)
+    return _save(fig, path)
+
+
+def plot_agent(a: pd.DataFrame, path: Path) -> Path | None:
+    if a.empty:
+        return None
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for (mode, am), d in a.groupby(["mode", "agent_mode"]):
+        lbl = f"{am} ({mode})"
+        ax1.plot(d["step"] + 1, d["cumulative_ms"], marker="o", label=lbl)
+        ax2.plot(d["step"] + 1, d["prefilled_tokens"], marker="o", label=f"{lbl} prefilled")
+        ax2.plot(d["step"] + 1, d["output_tokens"], linestyle="--", label=f"{lbl} output")
+    ax1.set_xlabel("agent step")
+    ax1.set_ylabel("cumulative latency (ms)")
+    ax1.set_title("Agent loop: cumulative latency")
+    ax2.set_xlabel("agent step")
+    ax2.set_ylabel("tokens per sequence")
+    ax2.set_title("Tokens per step")
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_cost(s: pd.DataFrame, path: Path) -> Path | None:
+    d = s[(s["status"] == "complete") & s["cost_vs_chat"].notna() & s["group"].isin(["shapes", "agent"])]
+    d = d[d["mode"] == "eager"] if (d["mode"] == "eager").any() else d
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar([str(x) if a is None or pd.isna(a) else f"agent {a}" for x, a in zip(d["shape"], d["agent_mode"], strict=False)],
+           d["cost_vs_chat"])  # fmt: skip
+    ax.axhline(1.0, color="grey", linestyle=":")
+    ax.set_ylabel("cost / one chat request (128/128)")
+    ax.set_title("Cost at API prices, relative to one chat request")
+    ax.tick_params(axis="x", labelsize=8)
+    return _save(fig, path)
+
+
+def plot_split(s: pd.DataFrame, path: Path) -> Path | None:
+    d = s[(s["status"] == "complete") & s["decode_idle_share"].notna()]
+    d = d[d["group"].isin(["shapes", "batch"])]
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    labels, comp, mem, idle = [], [], [], []
+    for _, r in d.iterrows():
+        for ph in ("prefill", "decode"):
+            labels.append(f"{r['shape']} b{r['batch']} {r['mode']} {ph}")
+            comp.append(_num(r[f"{ph}_compute_share"]))
+            mem.append(_num(r[f"{ph}_memory_share"]))
+            idle.append(_num(r[f"{ph}_idle_share"]))
+    x = range(len(labels))
+    ax.bar(x, comp, label="compute-bound")
+    ax.bar(x, mem, bottom=comp, label="memory-bound")
+    ax.bar(x, idle, bottom=[a + b for a, b in zip(comp, mem, strict=False)], label="idle (host-bound)")
+    ax.set_xticks(list(x), labels, rotation=75, fontsize=6)
+    ax.set_ylabel("share of phase time")
+    ax.set_title("Three-way split of prefill and decode, by mode and batch")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if f != f else f
+
+
+PlotFn = Callable[[pd.DataFrame, Path], "Path | None"]
+
+
+def make_sweep_plots(summary: pd.DataFrame, agent: pd.DataFrame, plots_dir: Path) -> dict[str, Path]:
+    """Every plot the data allows; a study with no points yields no plot, never an empty one."""
+    s = summary
+    try:
+        _plt()
+    except ImportError:  # a GPU box without matplotlib: tables and text still get written
+        return {}
+    made: dict[str, Path | None] = {
+        "prefill_share": plot_prefill_share(s, plots_dir / "prefill_share.png"),
+        "ttft_vs_prompt": _line(s, "prompt", "input_tokens", "ttft_ms", plots_dir / "ttft_vs_prompt.png",
+                                "TTFT against prompt length", "prompt tokens", "TTFT (ms)", logx=True),
+        "prefill_tps_vs_prompt": _line(s, "prompt", "input_tokens", "prefill_tok_s",
+                                       plots_dir / "prefill_tps_vs_prompt.png", "Prefill throughput against prompt length",
+                                       "prompt tokens", "prefill tok/s", logx=True),
+        "tpot_vs_batch": _line(s, "batch", "batch", "tpot_ms", plots_dir / "tpot_vs_batch.png",
+                               "TPOT against batch size", "batch", "TPOT (ms)", logx=True),
+        "decode_tps_vs_batch": _line(s, "batch", "batch", "decode_tok_s", plots_dir / "decode_tps_vs_batch.png",
+                                     "Decode throughput against batch size", "batch", "decode tok/s", logx=True),
+        "tpot_vs_output": _line(s, "output", "output_tokens", "tpot_ms", plots_dir / "tpot_vs_output.png",
+                                "TPOT against output length", "output tokens", "TPOT (ms)", logx=True),
+        "read_write_asymmetry": plot_asymmetry(s, plots_dir / "read_write_asymmetry.png"),
+        "kv_bytes_per_token": plot_kv(s, plots_dir / "kv_bytes_per_token.png"),
+        "agent_loop": plot_agent(agent, plots_dir / "agent_loop.png"),
+        "cost_vs_chat": plot_cost(s, plots_dir / "cost_vs_chat.png"),
+        "three_way_split": plot_split(s, plots_dir / "three_way_split.png"),
+    }  # fmt: skip
+    return {k: v for k, v in made.items() if v is not None}

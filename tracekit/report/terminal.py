@@ -1,6 +1,6 @@
-"""Terminal text: the lines ``tracekit analyze`` prints for a run.
+"""Terminal renderings: the lines ``tracekit analyze`` prints, the report's rich tables, the diff table.
 
-Pure formatting of what tracekit.app.analyze returns; the caller prints.
+Formatting of what tracekit.app and tracekit.report.view return; the caller says where it goes.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+
+from tracekit.report.view import ceiling_of, phase_rows, request_rows, verdicts, workload_text
 
 
 def _ms(v: Any) -> str:
@@ -127,3 +129,47 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
                 "—" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}×", _pct(r["share_a"]), _pct(r["share_b"])]
             table.add_row(*cells)
         console.print(table)
+
+
+def _cell(v: Any) -> str:
+    return "—" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+
+
+def render_terminal(views: list[Any], out: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, width=140)
+    for v in views:
+        status = v.manifest.get("status", "unknown")
+        console.print(f"[bold]run {v.run_id}[/bold] ({status})")
+        console.print(f"  {workload_text(v.manifest)}", markup=False)
+        if "phases" in v.tables:
+            console.print(f"  {ceiling_of(v.df('phases')).text()}", markup=False)
+        for line in verdicts(v.df("phases")):
+            console.print(f"  - {line}", markup=False)
+        for w in v.manifest.get("warnings") or []:
+            console.print(f"  warning: {w}", markup=False)
+        for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
+                                       ("requests", request_rows(v.df("requests")))):
+            if not rows:
+                console.print(f"  {title}: not recorded")
+                continue
+            table = Table(title=title, header_style="bold")
+            for h in headers:
+                table.add_column(h, justify="left" if h in ("phase", "request") else "right")
+            for r in rows:
+                table.add_row(*r)
+            console.print(table)
+        c = v.df("counters")
+        if c.empty or "metric" not in c:
+            console.print("  counters: not recorded")
+        else:
+            keys = [k for k in ("device", "source", "metric", "unit") if k in c]
+            g = c.groupby(keys, dropna=False, observed=True)["value"].agg(["count", "mean", "max"]).reset_index()
+            table = Table(title="counters", header_style="bold")
+            for h in [*keys, "samples", "mean", "max"]:
+                table.add_column(h)
+            for r in g.itertuples(index=False):
+                table.add_row(*[_cell(x) for x in r[: len(keys)]], str(r[-3]), f"{r[-2]:.4g}", f"{r[-1]:.4g}")
+            console.print(table)

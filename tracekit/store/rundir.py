@@ -25,9 +25,9 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit import __version__
 from tracekit.errors import RunExistsError, UsageError
 from tracekit.model import schema as _schema
+from tracekit.model.version import VERSION
 
 MANIFEST = "run.json"
 TRACE = "trace.json.gz"
@@ -138,7 +138,7 @@ class RunDir:
         run.tables_dir.mkdir(parents=True, exist_ok=True)
         now = _dt.datetime.now(_dt.timezone.utc).isoformat()
         base = {
-            "tracekit_version": __version__,
+            "tracekit_version": VERSION,
             "schema_version": _schema.SCHEMA_VERSION,
             "run_id": run.run_id,
             "status": STATUS_INCOMPLETE,

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from tracekit.errors import TraceFormatError
+from tracekit.ingest import read_file
+from tracekit.ingest.framing import is_gzip, offset_ns
 from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
 from tracekit.store.rundir import atomic_path
 
@@ -36,9 +38,9 @@ _CHUNK = 1 << 22
 
 def open_text(path: Path) -> IO[str]:
     """A trace file as text, gzip or not (decided by magic bytes, not the name)."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if is_gzip(path):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
     return open(path, encoding="utf-8")
 
@@ -72,14 +74,11 @@ def write(path: str | Path, data: dict[str, Any]) -> None:
 
 # --- clock sync ------------------------------------------------------------------
 
-_ANNOT_RE = re.compile(r'"name":\s*"(tracekit\.(?:clock_sync|step|request) [^"]*)"')
-_TS_RE = re.compile(r'"ts":\s*(-?[0-9.eE+]+)')
-_DUR_RE = re.compile(r'"dur":\s*(-?[0-9.eE+]+)')
-
 
 @dataclass(frozen=True)
 class Annotation:
-    """One of tracekit's CPU-side annotations as Kineto recorded it (trace-clock ns)."""
+    """One of tracekit's CPU-side annotations as Kineto recorded it (ns on the trace's ``ts`` clock,
+    without its baseTimeNanoseconds)."""
 
     name: str
     ts_ns: int
@@ -96,6 +95,9 @@ class ClockSync:
         return self.trace_ns - self.host_ns
 
 
+_OWN = ("tracekit.clock_sync ", "tracekit.step ", "tracekit.request ")
+
+
 def _chunks(fh: IO[str]) -> Iterator[str]:
     while True:
         block = fh.read(_CHUNK)
@@ -105,38 +107,30 @@ def _chunks(fh: IO[str]) -> Iterator[str]:
 
 
 def find_annotations(path: str | Path) -> list[Annotation]:
-    """tracekit's own annotations (clock syncs, steps, requests) in a trace, found by streaming its text."""
+    """tracekit's own annotations (clock syncs, steps, requests) in a trace, read by tracekit's ingest.
+
+    Only the CPU-side ones: Kineto mirrors CPU annotations onto the GPU timeline
+    (gpu_user_annotation), and only the CPU one is opened at the host time it names. A trace that
+    cannot be read has none.
+    """
+    try:
+        res = read_file(path)
+    except TraceFormatError:
+        return []
+    t = res.tables["annotations"]
+    if t.num_rows == 0:
+        return []
+    base = offset_ns(res.meta)
     found: dict[tuple[str, int], Annotation] = {}
-    tail = ""
-    with open_text(Path(path)) as fh:
-        for block in _chunks(fh):
-            text = tail + block
-            # Carry over the text from an object's opening brace (never from the
-            # middle of one), enough to complete an event split across chunks.
-            keep = max(0, len(text) - 4096)
-            brace = text.rfind("{", 0, keep + 1)
-            cut = brace if brace >= 0 else keep
-            for m in _ANNOT_RE.finditer(text):
-                # ts and dur are sibling keys of the same object: search only inside it.
-                lo = text.rfind("{", 0, m.start())
-                if lo < 0:
-                    continue  # its object began before what we kept: handled in the last round
-                hi = text.find("}", m.end())
-                if hi < 0:
-                    cut = min(cut, lo)  # incomplete: finish it with the next chunk
-                    break
-                obj = text[lo:hi]
-                ts = _TS_RE.search(obj)
-                if ts is None or not _is_user_annotation(obj):
-                    continue
-                dur = _DUR_RE.search(obj)
-                a = Annotation(
-                    m.group(1),
-                    round(float(ts.group(1)) * 1000),
-                    round(float(dur.group(1)) * 1000) if dur else 0,
-                )
-                found[(a.name, a.ts_ns)] = a
-            tail = text[cut:]
+    names = t.column("name").to_pylist()
+    cats = t.column("cat").to_pylist()
+    ts = t.column("ts_ns").to_pylist()
+    dur = t.column("dur_ns").to_pylist()
+    for name, cat, t0, d in zip(names, cats, ts, dur, strict=True):
+        if not name or not name.startswith(_OWN) or cat == "gpu_user_annotation" or t0 is None:
+            continue
+        a = Annotation(name, int(t0) - base, int(d or 0))
+        found[(a.name, a.ts_ns)] = a
     return sorted(found.values(), key=lambda a: a.ts_ns)
 
 
@@ -147,12 +141,6 @@ def find_clock_syncs(path: str | Path) -> list[ClockSync]:
         if a.name.startswith(CLOCK_SYNC + " host_ns="):
             out.append(ClockSync(a.ts_ns, int(a.name.split("host_ns=", 1)[1])))
     return out
-
-
-def _is_user_annotation(obj_text: str) -> bool:
-    # Kineto mirrors CPU annotations onto the GPU timeline (gpu_user_annotation);
-    # only the CPU one is opened at the host time it names.
-    return '"gpu_user_annotation"' not in obj_text
 
 
 def clock_offset(syncs: Sequence[ClockSync]) -> int | None:

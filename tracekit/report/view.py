@@ -1,0 +1,250 @@
+"""The report's view model: what a run says, as plain text and numbers, for every renderer.
+
+Terminal, HTML and Markdown renderers (tracekit.report.terminal, .html, .markdown) format these;
+nothing here escapes or styles text. Every function copes with its table being absent or empty.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from tracekit.store.rundir import RunDir
+
+NOT_RECORDED = "not recorded"
+TABLES = ("phases", "steps", "requests", "counters", "kernel_bound")  # kernel_bound: the per-kernel roofline
+
+
+@dataclass
+class RunView:
+    """What the report needs from one run: its id, manifest and tables (absent ones empty)."""
+
+    run_id: str
+    manifest: dict[str, Any]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def df(self, name: str) -> pd.DataFrame:
+        return self.tables.get(name, pd.DataFrame())
+
+
+def load_view(run: RunDir) -> RunView:
+    """A run's view: its id, manifest and the tables the report reads."""
+    return RunView(run.run_id, run.read_manifest(), {t: run.read_df(t) for t in TABLES if run.has_table(t)})
+
+
+def has_columns(df: pd.DataFrame, *cols: str) -> bool:
+    return not df.empty and all(c in df and df[c].notna().any() for c in cols)
+
+
+def run_phases(phases: pd.DataFrame) -> pd.DataFrame:
+    """The whole-run rows of the phases table (request_id null), else all rows."""
+    if phases.empty or "phase" not in phases:
+        return pd.DataFrame()
+    if "request_id" in phases and phases["request_id"].isna().any():
+        return phases[phases["request_id"].isna()].reset_index(drop=True)
+    return phases.reset_index(drop=True)
+
+
+def shown_phases(phases: pd.DataFrame) -> pd.DataFrame:
+    """Whole-run phase rows that hold time (the empty "outside" row is noise in a summary)."""
+    ph = run_phases(phases)
+    if ph.empty or "time_ns" not in ph:
+        return ph
+    return ph[ph["time_ns"].fillna(0) > 0].reset_index(drop=True)
+
+
+# Where a phase's time can go (they add up to the phase's wall time), and how a
+# summary names the one that dominates.
+LIMITERS = (("idle_ns", "the host: GPU idle (Python, kernel launches, sync)"),
+            ("memory_bound_ns", "memory bandwidth: memory-bound kernels"),
+            ("compute_bound_ns", "compute: compute-bound kernels"),
+            ("other_ns", "kernels without a cost model"),
+            ("comm_ns", "communication"), ("memcpy_ns", "memcpy"))
+SHORT_LIMITER = {"idle_ns": "host (GPU idle)", "memory_bound_ns": "memory BW", "compute_bound_ns": "compute",
+                 "other_ns": "unmodelled kernels", "comm_ns": "communication", "memcpy_ns": "memcpy"}
+
+
+def _f(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def limiter(r: dict[Any, Any]) -> tuple[str, float] | None:
+    """The column that holds most of the phase's time and its share of it."""
+    t = _f(r.get("time_ns"))
+    if not t:
+        return None
+    best = max(((c, _f(r.get(c)) or 0.0) for c, _ in LIMITERS), key=lambda cv: cv[1])
+    return (best[0], best[1] / t) if best[1] > 0 else None
+
+
+@dataclass(frozen=True)
+class CeilingInfo:
+    name: str | None
+    dtype: str | None
+    tflops: float | None
+    tbps: float | None
+
+    def text(self) -> str:
+        if not (self.name or self.tflops or self.tbps):
+            return f"ceiling: {NOT_RECORDED}"
+        peaks = ", ".join(x for x in (f"{self.tflops:,.0f} TFLOP/s" if self.tflops else "",
+                                      f"{self.tbps:.2f} TB/s" if self.tbps else "") if x)
+        ridge = f", ridge {self.tflops / self.tbps:.0f} FLOP/byte" if self.tflops and self.tbps else ""
+        dtype = f" {self.dtype}" if self.dtype else ""
+        return f"ceiling: {self.name or 'unnamed'}{dtype}: {peaks}{ridge}"
+
+
+def ceiling_of(phases: pd.DataFrame) -> CeilingInfo:
+    """The ceiling the bound pass used: its name from the table, its peaks implied by achieved / % of peak."""
+    ph = run_phases(phases)
+    if ph.empty:
+        return CeilingInfo(None, None, None, None)
+
+    def first(col: str) -> str | None:
+        if col not in ph:
+            return None
+        vals = ph[col].dropna()
+        return str(vals.iloc[0]) if len(vals) else None
+
+    return CeilingInfo(first("ceiling"), first("ceiling_dtype"), implied_peak(ph, "achieved_tflops", "pct_peak_flops"),
+                       implied_peak(ph, "achieved_tbps", "pct_peak_bandwidth"))
+
+
+def workload_text(m: dict[str, Any]) -> str:
+    """One line: what ran, on what (from run.json's workload, model and environment)."""
+    w, model, env = m.get("workload") or {}, m.get("model") or {}, m.get("environment") or {}
+    if not isinstance(w, dict):
+        w = {}
+    if not isinstance(model, dict):
+        model = {"preset": model}
+    parts = []
+    name = w.get("model") or model.get("preset")
+    if name:
+        params = model.get("parameters")
+        extra = ", ".join(str(x) for x in (model.get("model_type"),
+                                           f"{params / 1e9:.2f} B params" if isinstance(params, int | float) else None,
+                                           f"{model['weights']} weights" if model.get("weights") else None) if x)
+        parts.append(f"{name} ({extra})" if extra else str(name))
+    for key, fmt in (("dtype", "{}"), ("shape", "shape {}"), ("batch", "batch {}"), ("requests", "{} request(s)")):
+        if w.get(key) is not None:
+            parts.append(fmt.format(w[key]))
+    if w.get("input_tokens") is not None:
+        parts.append(f"{w['input_tokens']} in / {w.get('output_tokens', '?')} out tokens")
+    for key, fmt in (("gpu", "{}"), ("driver", "driver {}"), ("torch", "torch {}"), ("transformers", "transformers {}")):
+        if isinstance(env, dict) and env.get(key):
+            parts.append(fmt.format(env[key]))
+    return " · ".join(parts) if parts else "workload: not recorded"
+
+
+def verdicts(phases: pd.DataFrame) -> list[str]:
+    """One sentence per phase: what limited it, and how close the GPU got to the ceiling while busy."""
+    out = []
+    for r in shown_phases(phases).to_dict("records"):
+        t, n = _f(r.get("time_ns")), _f(r.get("steps"))
+        head = f"{r.get('phase')}: {int(n) if n is not None else '?'} step(s), {t / 1e6:,.1f} ms" if t else str(r.get("phase"))
+        if t and n and n > 1:
+            head += f" ({t / n / 1e6:,.2f} ms per step)"
+        lim = limiter(r)
+        if lim is None:
+            out.append(head + "; split not recorded")
+            continue
+        col, share = lim
+        text = f"{head}. Limited by {dict(LIMITERS)[col]}, {100 * share:.0f}% of the time"
+        busy = _f(r.get("gpu_busy_ns"))
+        cb, mb = _f(r.get("compute_bound_ns")), _f(r.get("memory_bound_ns"))
+        if busy:
+            bits = []
+            if mb is not None and cb is not None:
+                bits.append(f"memory-bound {100 * mb / busy:.0f}%, compute-bound {100 * cb / busy:.0f}% of it")
+            tb, ptb = _f(r.get("achieved_tbps")), _f(r.get("pct_peak_bandwidth"))
+            tf, ptf = _f(r.get("achieved_tflops")), _f(r.get("pct_peak_flops"))
+            if tb is not None and ptb is not None:
+                bits.append(f"{tb:.2f} TB/s = {ptb:.0f}% of peak bandwidth")
+            if tf is not None and ptf is not None:
+                bits.append(f"{tf:,.1f} TFLOP/s = {ptf:.1f}% of peak compute")
+            text += f". GPU busy {100 * busy / t:.0f}% of the time" + (": " + "; ".join(bits) if bits else "") if t else ""
+        out.append(text)
+    return out
+
+
+def implied_peak(ph: pd.DataFrame, achieved: str, pct: str) -> float | None:
+    # The analysis stored achieved and % of peak; their ratio is the ceiling it used.
+    if not has_columns(ph, achieved, pct):
+        return None
+    ok = ph[(ph[pct] > 0) & ph[achieved].notna()]
+    if ok.empty:
+        return None
+    v = float((ok[achieved] * 100 / ok[pct]).median())
+    return v if math.isfinite(v) and v > 0 else None
+
+
+
+
+# --- table rows (plain text cells) ---------------------------------------------------
+
+
+def cell(v: Any, kind: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return "—"
+    if kind == "ms":
+        return f"{float(v) / 1e6:,.2f}"
+    if kind == "pct":
+        return f"{100 * float(v):.1f}%"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    ph = shown_phases(phases)
+    headers = ["phase", "steps", "time (ms)", "ms / step", "compute", "memory", "other", "idle (host)", "limited by",
+               "TFLOP/s", "% peak", "TB/s", "% peak"]
+    rows = []
+
+    def share(r: dict[Any, Any], c: str) -> str:
+        t, v = _f(r.get("time_ns")), _f(r.get(c))
+        return cell(v / t, "pct") if t and v is not None else "—"
+
+    def pct(v: Any) -> str:
+        x = _f(v)
+        return "—" if x is None else f"{x:.1f}%"
+
+    for r in ph.to_dict("records"):
+        t, n = _f(r.get("time_ns")), _f(r.get("steps"))
+        other = sum(x for x in (_f(r.get(c)) for c in ("other_ns", "comm_ns", "memcpy_ns")) if x is not None)
+        lim = limiter(r)
+        rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
+                     share(r, "compute_bound_ns"), share(r, "memory_bound_ns"),
+                     cell(other / t, "pct") if t else "—", share(r, "idle_ns"),
+                     str(SHORT_LIMITER[lim[0]]) if lim else "—",
+                     cell(r.get("achieved_tflops")), pct(r.get("pct_peak_flops")),
+                     cell(r.get("achieved_tbps")), pct(r.get("pct_peak_bandwidth"))])
+    return headers, rows
+
+
+def request_rows(requests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p90 (ms)", "e2e (ms)",
+               "decode tok/s", "prefill share"]
+    rows = []
+    for r in requests.to_dict("records") if not requests.empty else []:
+        rows.append([str(r.get("name", r.get("request_id"))), cell(r.get("batch")), cell(r.get("input_tokens")),
+                     cell(r.get("output_tokens")), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
+                     cell(r.get("itl_p90_ns"), "ms"), cell(r.get("e2e_ns"), "ms"), cell(r.get("decode_tok_s")),
+                     cell(r.get("prefill_share"), "pct")])
+    return headers, rows
+
+
+def meta_rows(m: dict[str, Any]) -> list[list[str]]:
+    rows = [[str(k), str(v)] for k, v in m.items() if isinstance(v, str | int | float) and v != ""]
+    for group in ("workload", "environment", "profiler"):
+        sub = m.get(group)
+        if isinstance(sub, dict):
+            rows += [[str(f"{group}.{k}"), str(v)] for k, v in sub.items() if isinstance(v, str | int | float)]
+    return rows[:40]

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# Real traces other projects wrote; never copied into the repo.
-CORPUS = Path(os.environ.get("TRACEKIT_CORPUS", REPO.parent / "shared" / "corpus"))
+# Tests are grouped by room (tests/ingest, tests/analysis, ...); their shared helpers live here.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import CORPUS, FIXTURES
 
 
 def _has_cuda() -> bool:
@@ -36,5 +36,5 @@ def fixtures_dir() -> Path:
 @pytest.fixture
 def corpus_dir() -> Path:
     if not CORPUS.is_dir():
-        pytest.skip(f"trace corpus not found at {CORPUS}")
+        pytest.skip(f"trace corpus not found at {CORPUS} (set TRACEKIT_CORPUS)")
     return CORPUS

@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 
 def test_cli_reference_is_generated_from_the_current_help() -> None:

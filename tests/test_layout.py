@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO
+
 ROOTS = {"tracekit": REPO / "tracekit", "tracekit.analysis": REPO / "analysis",
          "tracekit.collectors": REPO / "collectors"}
 

@@ -1,4 +1,9 @@
-"""Synthetic run directories for the view tests (export, report, query, diff).
+"""Shared test helpers: the repository's paths, and synthetic run directories for the view tests.
+
+Paths: REPO, FIXTURES (committed real recordings), CORPUS (real traces other projects wrote, outside
+the repository: $TRACEKIT_CORPUS, default ../shared/corpus; tests that need it skip where it is absent).
+
+Synthetic run directories (export, report, query, diff):
 
 Shapes and times follow what DESIGN.md measured on an H200 (TinyLlama-1.1B,
 fp16, eager): a ~26 ms prefill with the GPU busy ~6.5 ms, ~30 ms decode steps
@@ -8,10 +13,15 @@ a batch-1 and a batch-8 run would.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tracekit.model.schema import from_columns
 from tracekit.store.rundir import RunDir
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CORPUS = Path(os.environ.get("TRACEKIT_CORPUS", REPO.parent / "shared" / "corpus"))
 
 T0 = 1_732_900_000_000_000_000  # epoch-scale ns, as Kineto writes them
 MS = 1_000_000

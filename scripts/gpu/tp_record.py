@@ -1,6 +1,6 @@
 """2-rank tensor-parallel recording on two GPUs, analysed as `tracekit analyze` does it.
 
-    python3 scripts/device/tp_record.py OUT_DIR [--only tinyllama|llama8b] [--tokens IN OUT]
+    python3 scripts/gpu/tp_record.py OUT_DIR [--only tinyllama|llama8b] [--tokens IN OUT]
                                                 [--requests N] [--budget-s S] [--cpu]
 
 Uses the INSTALLED tracekit (on the device: /tmp/site on PYTHONPATH); it never

@@ -1,6 +1,6 @@
 """Record plain model.generate traces on a GPU, with independent timers (issue 4).
 
-    python3 scripts/device/plain_generate_traces.py OUTDIR [--only abcd]
+    python3 scripts/gpu/plain_generate_fixtures.py OUTDIR [--only abcd]
 
 A random-weight LlamaForCausalLM of TinyLlama-1.1B's shape in fp16 (no weights
 downloaded), profiled with plain torch.profiler (record_shapes=True) and *no*

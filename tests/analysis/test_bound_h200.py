@@ -1,6 +1,6 @@
 """Issue 5's "done when" claims, checked on a real H200 trace.
 
-Fixture: tests/fixtures/gpu/bound_h200.json.gz, scripts/device/bound_check.py's trace
+Fixture: tests/fixtures/gpu/bound_h200.json.gz, scripts/gpu/bound_fixture.py's trace
 (TinyLlama-1.1B shape, random weights, fp16, eager Transformers 5.17, torch 2.11,
 plain generate at batch 1 of a 1,000-token prompt) trimmed by trim_bound_trace.py to
 the prefill step and the first 4 decode steps; h200_ceiling.json is what
@@ -11,12 +11,12 @@ Numbers and method: docs/roofline.md.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import FIXTURES
 
 from tracekit.analysis import bound, intervals
 from tracekit.analysis.modelcheck import decode_check, shape_from_config
@@ -24,7 +24,7 @@ from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 from tracekit.ingest import read_trace_tables
 from tracekit.store import calibration
 
-GPU = Path(__file__).resolve().parent / "fixtures" / "gpu"
+GPU = FIXTURES / "gpu"
 
 
 @pytest.fixture(scope="module")

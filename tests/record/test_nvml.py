@@ -14,15 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fake_pynvml as fk
 import pyarrow as pa
 import pynvml
 import pytest
+from helpers import REPO
 
 from tracekit.collectors.nvml import METRICS, NvmlSampler, nvml_index_for_torch_device
 from tracekit.model import schema
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fake_pynvml as fk
 
 BASIC = [
     "gpu_util",
@@ -354,7 +353,7 @@ def test_real_nvml_on_this_machine_does_not_raise() -> None:
 
 
 def _load_script(rel: str) -> Any:
-    path = Path(__file__).resolve().parent.parent / rel
+    path = REPO / rel
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -363,7 +362,7 @@ def _load_script(rel: str) -> Any:
 
 
 def test_gpm_validate_keeps_only_samples_that_describe_the_phase() -> None:
-    gv = _load_script("scripts/device/gpm_validate.py")
+    gv = _load_script("scripts/gpu/gpm.py")
     ms = 1_000_000
     t0, t1 = 1000 * ms, 2000 * ms
     rows = [

@@ -1,6 +1,6 @@
 """Validate the NVML/GPM sampler against known loads on a GPU (written for the H200).
 
-    python3 scripts/device/gpm_validate.py OUT_DIR [--device 0] [--scale 1.0]
+    python3 scripts/gpu/gpm.py OUT_DIR [--device 0] [--scale 1.0]
 
 Runs tracekit's NvmlSampler (a child process: 100 Hz basic NVML; 10 Hz GPM, energy and PCIe) while
 the GPU does, in turn:

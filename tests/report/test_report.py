@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _views_data import make_run
+from helpers import make_run
 
 from tracekit.cli import main
 from tracekit.model.schema import from_columns

@@ -1,5 +1,5 @@
 """End to end on real H200 traces of plain model.generate (tests/fixtures/gpu, recorded by
-scripts/device/plain_generate_traces.py, shrunk by trim_gpu_traces.py there): no tracekit
+scripts/gpu/plain_generate_fixtures.py, shrunk by trim_gpu_traces.py there): no tracekit
 annotations. The steps found must be exactly the forward passes that ran, and TTFT / TPOT
 from the trace must agree within 3% with the host timers taken around the same generate()
 calls (torch.cuda.synchronize + perf_counter, a streamer stamping each token)."""
@@ -10,11 +10,11 @@ import contextlib
 import io
 import json
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from helpers import FIXTURES
 
 from tracekit.cli import main
 
@@ -29,7 +29,7 @@ TOLERANCE = 0.03
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """Each fixture through `tracekit analyze` (ingest + passes), once per module, with the
     H200's measured calibration (tests/fixtures/gpu/h200_ceiling.json) in the ceiling cache."""
-    fixtures = Path(__file__).parent / "fixtures" / "gpu"
+    fixtures = FIXTURES / "gpu"
     cache = tmp_path_factory.mktemp("cache")
     (cache / "ceilings").mkdir()
     shutil.copyfile(fixtures / "h200_ceiling.json", cache / "ceilings" / "nvidia-h200.json")

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from _views_data import KERNELS, make_run
+from helpers import KERNELS, make_run
 
 from tracekit.cli import main
 from tracekit.trace.tracks import TRACEKIT_PID

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import CORPUS, FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,8 +20,6 @@ from tracekit.errors import TraceFormatError
 from tracekit.ingest import TABLES_OUT, FileResult, ingest, read_file
 from tracekit.ingest import native as ingest_native
 from tracekit.store.rundir import RunDir
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_native_scanner_is_built_and_used_by_default() -> None:
@@ -46,7 +45,7 @@ def _same(a: FileResult, b: FileResult) -> None:
 
 
 def _real_traces() -> list[Path]:
-    corpus = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hta"
+    corpus = CORPUS / "hta"
     found = sorted(corpus.glob("*.json*")) if corpus.is_dir() else []
     return found + sorted(FIXTURES.glob("gpu/*.json.gz")) + sorted(FIXTURES.glob("cpu/*.json.gz")) + [
         FIXTURES / "record_gpu_smoke" / "trace.json.gz", FIXTURES / "tp_h200" / "ranks" / "1" / "trace.json.gz"]

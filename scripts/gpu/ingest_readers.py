@@ -1,6 +1,6 @@
 """Both ingest readers on the same traces, on whatever machine this runs (the GPU host's stack).
 
-    python3 scripts/device/ingest_engines.py TRACE...
+    python3 scripts/gpu/ingest_readers.py TRACE...
 
 Prints, per trace: whether the native scanner is built here, each reader's read_file time (median of
 3), and whether counts, metadata and every table row are the same. Exit 1 if they differ.

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from helpers import FIXTURES
 from test_analysis import US, Trace
 
 from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
@@ -90,7 +91,6 @@ def test_cpu_record_with_trace_steps_then_analyze(tmp_path: Path, capsys: pytest
     assert "3 with kernel capture" in capsys.readouterr().out
 
 
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_analyze_keeps_the_recorded_counters_on_the_trace_clock(tmp_path: Path) -> None:

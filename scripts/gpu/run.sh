@@ -3,7 +3,7 @@
 # (no network there: carried wheels under .whl/), run a stage's scripts with
 # per-script time limits, two GPUs in parallel where the machine has them, and
 # pack everything into a few files under $OUT (the device tool returns at most 8).
-# Usage: bash scripts/device/run_all.sh STAGE   (STAGE: a | sweep | tp | ...)
+# Usage: bash scripts/gpu/run.sh STAGE   (STAGE: a | sweep | tp | ...)
 set -u
 STAGE=${1:?stage}
 OUT=${OUT:?OUT must be set}
@@ -25,13 +25,13 @@ run() { # run NAME LIMIT_S CMD...: log to $W/logs/NAME.log, print its tail
 case "$STAGE" in
 a)
   ( export CUDA_VISIBLE_DEVICES=0
-    run validate_record 230 python3 scripts/device/validate_record.py "$W/validate"
-    run gpm_validate 90 python3 scripts/device/gpm_validate.py "$W/gpm"
+    run validate_record 230 python3 scripts/gpu/record_timers.py "$W/validate"
+    run gpm_validate 90 python3 scripts/gpu/gpm.py "$W/gpm"
     run overhead 140 python3 benchmarks/overhead.py --out "$W/overhead"
   ) > "$W/logs/stream0.txt" 2>&1 &
   ( export CUDA_VISIBLE_DEVICES=1
-    run plain_generate 200 python3 scripts/device/plain_generate_traces.py "$W/plain"
-    run bound_check 150 python3 scripts/device/bound_check.py "$W/bound"
+    run plain_generate 200 python3 scripts/gpu/plain_generate_fixtures.py "$W/plain"
+    run bound_check 150 python3 scripts/gpu/bound_fixture.py "$W/bound"
     run calibrate 60 tracekit calibrate --out "$W/calibrate.json"
     run record80 120 tracekit record --model tinyllama-1.1b --input-tokens 128 --output-tokens 32 --warmup 1 --out "$W/record80" --no-nvml --quiet
   ) > "$W/logs/stream1.txt" 2>&1 &
@@ -67,12 +67,12 @@ seed)
   ;;
 final)  # GPU0: record validation, GPM, sampler overhead, compiled trace, bound check; GPU1: the seed sweep
   ( export CUDA_VISIBLE_DEVICES=0
-    run validate_record 170 python3 scripts/device/validate_record.py "$W/validate"
-    run gpm_validate 60 python3 scripts/device/gpm_validate.py "$W/gpm"
+    run validate_record 170 python3 scripts/gpu/record_timers.py "$W/validate"
+    run gpm_validate 60 python3 scripts/gpu/gpm.py "$W/gpm"
     run overhead 120 python3 benchmarks/overhead.py --out "$W/overhead"
-    run plain_compiled 80 python3 scripts/device/plain_generate_traces.py "$W/plain" --only d
-    run bound_check 45 python3 scripts/device/bound_check.py "$W/bound"
-    run sweep_firstuse 60 python3 scripts/device/sweep_firstuse.py "$W/firstuse"
+    run plain_compiled 80 python3 scripts/gpu/plain_generate_fixtures.py "$W/plain" --only d
+    run bound_check 45 python3 scripts/gpu/bound_fixture.py "$W/bound"
+    run sweep_firstuse 60 python3 scripts/gpu/sweep_firstuse.py "$W/firstuse"
   ) > "$W/logs/stream0.txt" 2>&1 &
   ( export CUDA_VISIBLE_DEVICES=1
     run sweep 470 tracekit sweep --preset seed --repeats 2 --out "$W/sweep" --force
@@ -93,12 +93,12 @@ overhead_compiled)
   run overhead_compiled 220 python3 benchmarks/overhead.py --out "$W/overhead_compiled" --compiled --blocks 16
   ;;
 tp)
-  run tp 400 python3 scripts/device/tp_record.py "$W/tp"
+  run tp 400 python3 scripts/gpu/tp_record.py "$W/tp"
   ;;
 gpu2)  # issue 2's open parts: record --compile on the GPU; sampler overhead, pinned / unpinned / compiled
   export CUDA_VISIBLE_DEVICES=0
   { nproc; lscpu; grep -H . /sys/devices/system/cpu/cpu*/topology/thread_siblings_list; uptime; } > "$W/logs/cpu.txt" 2>&1
-  run validate_record 190 python3 scripts/device/validate_record.py "$W/validate"
+  run validate_record 190 python3 scripts/gpu/record_timers.py "$W/validate"
   # Main process on CPUs 0-5, sampler child on 15 (disjoint; 15 is no SMT sibling of 0-5 whether
   # siblings are n/n+8 or 2k/2k+1). Arms: null = same child without NVML calls, fast = cheap reads only.
   PIN="--pin-main 0-5 --pin-sampler 15"
@@ -133,11 +133,11 @@ fold)  # the sweep's timed_generate now runs on record's GenerationTracker (stre
   run sweep_fold 420 tracekit sweep --shapes chat,agentic --modes eager,compiled --model tinyllama-1.1b \
     --repeats 2 --out "$W/sweep" --force
   find "$W/sweep" -name 'trace.json.gz' -delete
-  run sweep_firstuse 80 python3 scripts/device/sweep_firstuse.py "$W/firstuse"
+  run sweep_firstuse 80 python3 scripts/gpu/sweep_firstuse.py "$W/firstuse"
   ;;
 agent_ab)  # old _Streamer vs the tracker on eager agent loops (ABBA), then compiled kv-reuse (see agent_ab.py for the old file)
   export CUDA_VISIBLE_DEVICES=0
-  run agent_ab 330 python3 scripts/device/agent_ab.py "$W/agent_ab"
+  run agent_ab 330 python3 scripts/gpu/agent_ab.py "$W/agent_ab"
   ;;
 agent_compiled)  # after the max_cache_len guard: the agent tests on this stack, then compiled kv-reuse on the GPU
   export CUDA_VISIBLE_DEVICES=0

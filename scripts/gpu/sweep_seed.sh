@@ -4,7 +4,7 @@
 # `pip install --target /tmp/site .` with /tmp/site/bin on PATH): running
 # `python3 -m tracekit` from the checkout does not resolve the mapped packages
 # tracekit.collectors / tracekit.analysis.
-# Usage: bash scripts/device/sweep_seed.sh OUTDIR [extra tracekit sweep flags, e.g. --repeats 2]
+# Usage: bash scripts/gpu/sweep_seed.sh OUTDIR [extra tracekit sweep flags, e.g. --repeats 2]
 # Writes OUTDIR/sweep/ (points with traces, kept there) and packs the report,
 # plots, summary and per-point run.json (no traces) into OUTDIR/sweep-report/.
 # Takes ~5 min on one H200 (the estimate is printed first).

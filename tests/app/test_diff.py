@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _views_data import KERNELS, make_run
+from helpers import KERNELS, make_run
 
 from tracekit.analysis.diff import diff_runs, kernel_classes
 from tracekit.cli import main

@@ -2,7 +2,7 @@
 
 On the GPU machine (torch + transformers; tracekit need not be installed):
 
-    python3 scripts/device/bound_check.py OUTDIR            # ~1-2 min on an H200
+    python3 scripts/gpu/bound_fixture.py OUTDIR            # ~1-2 min on an H200
 
   1. calibrate: copy bandwidth and bf16/fp16/fp32/tf32 matmul rate (collectors/calibrate.py,
      loaded from this checkout) -> OUTDIR/ceiling.json (skip with --no-calibrate)
@@ -19,7 +19,7 @@ On the GPU machine (torch + transformers; tracekit need not be installed):
 
 Then, here (tracekit installed):
 
-    python scripts/device/bound_check.py --analyze OUTDIR
+    python scripts/gpu/bound_fixture.py --analyze OUTDIR
 
 ingests the trace, runs the default passes (bound included) with the measured
 ceiling if present, and prints the issue's checks: prefill GEMMs compute-bound,

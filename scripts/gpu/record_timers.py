@@ -3,7 +3,7 @@
 
 Usage (on the GPU machine, with tracekit installed; not from sys.path tricks):
 
-    python3 scripts/device/validate_record.py OUT_DIR
+    python3 scripts/gpu/record_timers.py OUT_DIR
 
 For shapes smoke and chat with the tinyllama-1.1b preset in fp16 it
   1. runs `tracekit record` in this process (the CLI's own code path). Its

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _views_data import make_run
+from helpers import make_run
 
 from tracekit.cli import main
 

@@ -1,4 +1,4 @@
-"""A real GPU run brought back by scripts/device/validate_record.py (trimmed), read as a fixture.
+"""A real GPU run brought back by scripts/gpu/record_timers.py (trimmed), read as a fixture.
 
 tests/fixtures/record_gpu_smoke/ is OUT/runs/smoke of the 2026-11-29 19:36 H200 run (torch 2.11,
 transformers 5.17, eager, tinyllama-1.1b fp16, 3 requests of 22 in / 8 out), recorded with the
@@ -7,15 +7,14 @@ current trace tracks (tracekit.trace.tracks); the trace keeps the first 3 steps.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import FIXTURES
 
 from tracekit.model.stepnames import parse_step
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 from tracekit.trace import chrome as chrome_trace
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "record_gpu_smoke"
+FIXTURE = FIXTURES / "record_gpu_smoke"
 
 pytestmark = pytest.mark.skipif(
     not FIXTURE.is_dir(), reason=f"GPU record fixture not committed yet ({FIXTURE})"

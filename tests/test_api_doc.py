@@ -1,0 +1,34 @@
+"""docs/api.md's worked example runs as written, on copies of the committed fixtures."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import FIXTURES, REPO
+
+import tracekit
+
+
+def test_the_api_doc_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(FIXTURES / "record_gpu_smoke", tmp_path / "smoke")
+    shutil.copy(FIXTURES / "gpu" / "b_two_requests.json.gz", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
+    assert len(code) == 3
+    env: dict[str, object] = {}
+    for block in code:
+        exec(compile(block, "docs/api.md", "exec"), env)
+    run = env["run"]
+    assert isinstance(run, tracekit.Run) and (tmp_path / "smoke" / "report.html").is_file()
+    assert (tmp_path / "smoke" / "trace.tracekit.pftrace").stat().st_size > 0
+    assert set(run.phases["phase"]) >= {"prefill", "decode"}
+
+
+def test_the_public_api_is_exactly_what_all_lists() -> None:
+    assert sorted(tracekit.__all__) == ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record"]
+    for name in tracekit.__all__:
+        assert getattr(tracekit, name) is not None
+    assert callable(tracekit.ingest)

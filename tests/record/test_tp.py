@@ -99,3 +99,19 @@ def test_analyse_multirank_on_a_recorded_tp_run(tp_run: RunDir) -> None:
     cp = tp_run.read_df("comm_phases")
     assert {(r, p) for r, p in zip(cp["rank"], cp["phase"], strict=True)} >= {(0, "prefill"), (1, "decode")}
     assert tp_run.read_manifest()["rank_analysis"]["ranks"] == [0, 1]
+
+
+@pytest.mark.gpu
+def test_two_gpu_tensor_parallel_run_records_nccl_kernels_on_every_rank(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    run = tp.launch(tp.TPOptions(out=tmp_path / "g", world_size=2, device="cuda", dtype="bf16", timeout_s=300))
+    from tracekit.app.analyze import analyze
+
+    analyze(run.path)
+    gpu = run.read_df("gpu_activity")
+    nccl = gpu[gpu["name"].astype(str).str.contains("nccl", case=False)]
+    assert sorted(nccl["rank"].unique()) == [0, 1]
+    assert (nccl["dur_ns"] > 0).all()

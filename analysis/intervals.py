@@ -1,6 +1,6 @@
 """Interval arithmetic on [start, end) nanosecond intervals, as int64 numpy arrays.
 
-One implementation of union, complement, clipping and lengths for every pass: busy time is a union
+One implementation of union, complement, clipping and length for every pass: busy time is a union
 (overlapping kernels on two streams count once), idle is a complement, and nothing is counted twice.
 ``step_windows`` turns a steps table into the windows the time-attribution passes use.
 """
@@ -63,16 +63,6 @@ def clip(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
     e = np.minimum(intervals[:, 1], hi)
     keep = e > s
     return np.stack([s[keep], e[keep]], axis=1)
-
-
-def intersect_length(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the intersection of two sets of disjoint intervals."""
-    if a.size == 0 or b.size == 0:
-        return 0
-    total = 0
-    for lo, hi in b:
-        total += length(clip(a, int(lo), int(hi)))
-    return total
 
 
 def step_windows(steps: pd.DataFrame) -> pd.DataFrame:

@@ -356,3 +356,11 @@ def test_analyze_run_dir_writes_tables_and_warnings(tmp_path: Path, capsys: pyte
 def test_analyze_bad_path_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(tmp_path / "nope.json")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_complement_of_intervals_within_a_span() -> None:
+    u = intervals.union([10, 30, 35], [20, 40, 50])
+    assert intervals.complement(u, 0, 60).tolist() == [[0, 10], [20, 30], [50, 60]]
+    assert intervals.complement(u, 10, 50).tolist() == [[20, 30]]  # touching ends leave nothing
+    assert intervals.complement(intervals.EMPTY, 5, 9).tolist() == [[5, 9]]
+    assert intervals.complement(u, 15, 15).size == 0

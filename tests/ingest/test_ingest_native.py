@@ -45,8 +45,9 @@ def _same(a: FileResult, b: FileResult) -> None:
 
 
 def _real_traces() -> list[Path]:
+    """The committed recordings, and every corpus trace; without the corpus, one entry that skips and says so."""
     corpus = CORPUS / "hta"
-    found = sorted(corpus.glob("*.json*")) if corpus.is_dir() else []
+    found = sorted(corpus.glob("*.json*")) if corpus.is_dir() else [corpus / "(corpus absent)"]
     return found + sorted(FIXTURES.glob("gpu/*.json.gz")) + sorted(FIXTURES.glob("cpu/*.json.gz")) + [
         FIXTURES / "record_gpu_smoke" / "trace.json.gz", FIXTURES / "tp_h200" / "ranks" / "1" / "trace.json.gz"]
 
@@ -54,6 +55,8 @@ def _real_traces() -> list[Path]:
 @pytest.mark.parametrize("path", _real_traces(), ids=lambda p: p.name if p.parent.name in ("hta", "gpu", "cpu") else str(p.parent.name))
 def test_same_tables_as_the_duckdb_reader_on_real_traces(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a real trace (every corpus trace, the committed H200 and CPU recordings)
+    if not path.exists():
+        pytest.skip(f"trace corpus not found at {CORPUS} (set TRACEKIT_CORPUS)")
     # WHEN both readers ingest it
     # THEN counts, metadata, schemas and every row of every table are the same
     _same(_read(path, "native", monkeypatch), _read(path, "duckdb", monkeypatch))

@@ -63,8 +63,9 @@ def counter_classes(counters: pd.DataFrame, threshold: float = SOL_THRESHOLD_PCT
     """``counter_class`` of every row of a counters table (columns as in ``COUNTER_COLUMNS``)."""
     cols = [counters[c] if c in counters else pd.Series(np.nan, index=counters.index)
             for c in ("dram_pct", "sm_pct", "memory_pct", "tensor_pct")]
-    return pd.Series([counter_class(*vals, threshold=threshold) for vals in zip(*cols, strict=True)],
-                     index=counters.index, dtype=object)
+    out: list[str | None] = [counter_class(d, s, m, t, threshold=threshold)
+                             for d, s, m, t in zip(*cols, strict=True)]
+    return pd.Series(out, index=counters.index, dtype=object)
 
 
 _WS = re.compile(r"\s+")
@@ -72,7 +73,7 @@ _WS = re.compile(r"\s+")
 
 def base_name(name: Any) -> str:
     """A kernel's function name without return type, namespaces, template arguments or parameters."""
-    s = _WS.sub(" ", str(name)).strip()
+    s = _WS.sub(" ", str(name)).strip().replace("(anonymous namespace)", "anonymous").replace("<unnamed>", "anonymous")
     if s.startswith("void "):
         s = s[5:]
     depth, cut = 0, len(s)

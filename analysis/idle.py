@@ -31,6 +31,7 @@ import pandas as pd
 
 from tracekit.analysis.intervals import EMPTY, union
 
+
 def _is_blocking(name: str) -> bool:
     """Runtime / driver calls that block the host until the GPU has finished something."""
     if "Synchronize" in name:

@@ -84,12 +84,31 @@ def base_name(name: Any) -> str:
     return s[:cut].split("::")[-1].strip()
 
 
-def same_kernel(a: Any, b: Any) -> str | None:
-    """"exact" if the names are equal (whitespace aside), "base" if only their function names are, else None."""
+def _dims(v: Any) -> tuple[int, ...] | None:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None
+    try:
+        d = tuple(int(x) for x in v)
+    except (TypeError, ValueError):
+        return None
+    return d or None
+
+
+def same_kernel(a: Any, b: Any, launch_a: tuple[Any, Any] = (None, None),
+                launch_b: tuple[Any, Any] = (None, None)) -> str | None:
+    """"exact" if the names are equal (whitespace aside); "base" if only their function names are and
+    their (grid, block) agree where both are known (a name Nsight Compute spelled its own way);
+    else None."""
     na, nb = _WS.sub("", str(a)), _WS.sub("", str(b))
     if na == nb:
         return "exact"
-    return "base" if base_name(a) == base_name(b) and base_name(a) else None
+    if not base_name(a) or base_name(a) != base_name(b):
+        return None
+    for x, y in zip(launch_a, launch_b, strict=True):
+        dx, dy = _dims(x), _dims(y)
+        if dx is not None and dy is not None and dx != dy:
+            return None
+    return "base"
 
 
 @dataclass(frozen=True)
@@ -171,7 +190,12 @@ def join(kernels: pd.DataFrame, counters: pd.DataFrame) -> tuple[pd.DataFrame, J
         if len(tk) != len(g):
             refused.append((sid, f"{len(g)} kernels profiled, {len(tk)} in the trace"))
             continue
-        kinds = [same_kernel(a, b) for a, b in zip(tk["name"], g["name"], strict=True)]
+        def launches(df: pd.DataFrame) -> list[tuple[Any, Any]]:
+            return list(zip(df["grid"] if "grid" in df else [None] * len(df),
+                            df["block"] if "block" in df else [None] * len(df), strict=True))
+
+        kinds = [same_kernel(a, b, la, lb) for a, b, la, lb in
+                 zip(tk["name"], g["name"], launches(tk), launches(g), strict=True)]
         bad = [i for i, m in enumerate(kinds) if m is None]
         if bad:
             i = bad[0]

@@ -69,7 +69,8 @@ def advice(row: Mapping[str, Any]) -> str | None:
         return None
     what, fix = next((w, f) for c, w, f in CAUSES if c == col)
     phase = str(row.get("phase") or "phase")
-    steps = _f(row.get("steps"))
+    # the time columns cover the steps with kernel capture only (--trace-steps)
+    steps = _f(row.get("steps_captured")) or _f(row.get("steps"))
     per = f", {v / steps / 1e6:,.2f} ms per step" if steps and steps > 1 else ""
     facts = f"{100 * v / t:.0f}% of its {t / 1e6:,.1f} ms is {what}{per}"
     detail = _detail(row, col)

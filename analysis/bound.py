@@ -381,12 +381,12 @@ def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray
         te = ts + part["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
         cls = part["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
         total += _sweep(ts, te, cls, windows)
-        issued = (pd.to_numeric(part["issued_ns"], errors="coerce").to_numpy(dtype=float) if "issued_ns" in part
-                  else np.full(len(part), np.nan))
+        issued = (_idle.as_issued(part["issued_ns"].to_numpy()) if "issued_ns" in part
+                  else np.full(len(part), _idle.UNKNOWN, dtype=np.int64))
         wait += _idle.wait_ns(windows, ts, te, issued, syncs)
     if not len(kern):
         none = np.zeros(0, dtype=np.int64)
-        wait = _idle.wait_ns(windows, none, none, np.zeros(0), syncs)
+        wait = _idle.wait_ns(windows, none, none, none, syncs)
     busy = int(total[: len(PRIORITY)].sum())
     row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
     # idle is what the sweep left: the windows (× devices) minus the union of activity in them

@@ -153,10 +153,11 @@ def launch_order(kernels: pd.DataFrame) -> pd.DataFrame:
     if "kind" in k:
         k = k[k["kind"].astype(str) == "kernel"]
     k = k[pd.to_numeric(k["step_id"], errors="coerce").notna()] if "step_id" in k else k.iloc[0:0]
-    issued = pd.to_numeric(k["issued_ns"], errors="coerce") if "issued_ns" in k else pd.Series(np.nan, index=k.index)
-    key = pd.DataFrame({"s": pd.to_numeric(k["step_id"]).astype("int64"),
-                        "i": issued.fillna(pd.to_numeric(k["ts_ns"], errors="coerce")),
-                        "t": pd.to_numeric(k["ts_ns"], errors="coerce")}, index=k.index)
+    ts = pd.to_numeric(k["ts_ns"], errors="coerce").astype("Int64")
+    # int64 throughout: epoch-scale ns lose ~256 ns in a float64
+    issued = k["issued_ns"].astype("Int64") if "issued_ns" in k else pd.Series(pd.NA, index=k.index, dtype="Int64")
+    key = pd.DataFrame({"s": pd.to_numeric(k["step_id"]).astype("int64"), "i": issued.fillna(ts), "t": ts},
+                       index=k.index)
     return k.loc[key.sort_values(["s", "i", "t"], kind="stable").index]
 
 

@@ -40,24 +40,39 @@ def _is_blocking(name: str) -> bool:
     return name.startswith(("cudaMemcpy", "cuMemcpy")) and "Async" not in name
 
 
-def issued_ns(gpu_activity: pd.DataFrame, runtime: pd.DataFrame | None) -> np.ndarray:
-    """Per activity (same order): the end of its launching runtime call, as float ns (NaN: unknown)."""
+UNKNOWN = np.iinfo(np.int64).min  # an issue time the trace does not give
+
+
+def issued_ns(gpu_activity: pd.DataFrame, runtime: pd.DataFrame | None) -> pd.arrays.IntegerArray:
+    """Per activity (same order): the end of its launching runtime call, int64 ns (NA: unknown).
+
+    Integers throughout: epoch-scale nanoseconds (~1.8e18) do not survive a float64 round trip.
+    """
     n = len(gpu_activity)
-    out = np.full(n, np.nan)
+    out = pd.array([pd.NA] * n, dtype="Int64")
     if runtime is None or len(runtime) == 0 or "correlation" not in gpu_activity or "correlation" not in runtime:
         return out
     rt = runtime[["correlation", "ts_ns", "dur_ns"]].dropna(subset=["correlation", "ts_ns"])
     if rt.empty:
         return out
-    end = pd.to_numeric(rt["ts_ns"], errors="coerce") + pd.to_numeric(rt["dur_ns"], errors="coerce").fillna(0)
+    end = pd.to_numeric(rt["ts_ns"]).astype("int64") + pd.to_numeric(rt["dur_ns"]).fillna(0).astype("int64")
     # A graph launch has one correlation for all its kernels: the first call with it issued them all.
-    by_corr = pd.Series(end.to_numpy(dtype=float), index=rt["correlation"].astype("int64").to_numpy())
-    by_corr = by_corr[~by_corr.index.duplicated(keep="first")]
+    by_corr = pd.Series(end.to_numpy(), index=pd.to_numeric(rt["correlation"]).astype("int64").to_numpy())
+    by_corr = by_corr[~by_corr.index.duplicated(keep="first")].astype("Int64")
     corr = pd.to_numeric(gpu_activity["correlation"], errors="coerce")
     ok = corr.notna().to_numpy()
     if ok.any():
-        out[ok] = by_corr.reindex(corr[ok].astype("int64").to_numpy()).to_numpy(dtype=float)
+        vals = by_corr.reindex(corr[ok].astype("int64").to_numpy())
+        out[np.flatnonzero(ok)] = vals.array
     return out
+
+
+def as_issued(values: object) -> np.ndarray:
+    """Issue times (Int64 / int / float with NaN) as int64 with UNKNOWN for missing ones."""
+    s = pd.Series(values)
+    if s.dtype == object or str(s.dtype).startswith("float"):
+        s = pd.to_numeric(s, errors="coerce").round().astype("Int64")
+    return s.astype("Int64").fillna(UNKNOWN).to_numpy(dtype=np.int64)
 
 
 def sync_intervals(runtime: pd.DataFrame | None) -> np.ndarray:
@@ -112,7 +127,7 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     total = 0
     ss = np.asarray(starts, dtype=np.int64)
     order = np.argsort(ss, kind="stable")
-    ss, iss = ss[order], np.asarray(issued, dtype=float)[order]
+    ss, iss = ss[order], as_issued(issued)[order]
     for lo, hi in windows:
         # gaps = [lo, hi) minus busy
         b = busy[(busy[:, 1] > lo) & (busy[:, 0] < hi)] if busy.size else busy
@@ -125,14 +140,11 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
         # the activity that ends each gap: the latest-issued one starting exactly at its end
         i0 = np.searchsorted(ss, gb, side="left")
         i1 = np.searchsorted(ss, gb, side="right")
-        iss_end = np.full(ga.size, np.nan)
+        split = gb.copy()  # unknown, or no activity at the gap's end: all of it the host's
         for j in np.flatnonzero(i1 > i0):
             vals = iss[i0[j]:i1[j]]
-            if np.isfinite(vals).all():
-                iss_end[j] = vals.max()
-        ends_at_kernel = np.isfinite(iss_end)
-        split = np.where(ends_at_kernel, np.clip(np.nan_to_num(iss_end) + launch_latency_ns, ga, gb), gb)
-        split = split.astype(np.int64)
+            if (vals != UNKNOWN).all():
+                split[j] = min(max(int(vals.max()) + launch_latency_ns, int(ga[j])), int(gb[j]))
         total += int((gb - split).sum())  # queued, not running
         total += _overlap(ga, split, syncs)  # host blocked in a sync while nothing was queued
     return total

@@ -102,7 +102,11 @@ def test_blocking_calls() -> None:
     assert idle.sync_intervals(rt).tolist() == [[10, 30], [60, 85]]
     g = pd.DataFrame({"correlation": [7, 7, 8, None]})
     r2 = pd.DataFrame({"correlation": [7, 8, 7], "ts_ns": [100, 200, 900], "dur_ns": [5, 3, 1]})
-    assert idle.issued_ns(g, r2)[:3].tolist() == [105, 105, 203] and np.isnan(idle.issued_ns(g, r2)[3])
+    got = idle.issued_ns(g, r2)
+    assert got[:3].tolist() == [105, 105, 203] and pd.isna(got[3])
+    # epoch-scale times keep every nanosecond (a float64 would round them to 256 ns)
+    big = pd.DataFrame({"correlation": [1], "ts_ns": [1_795_981_012_140_692_718], "dur_ns": [3]})
+    assert idle.issued_ns(pd.DataFrame({"correlation": [1]}), big)[0] == 1_795_981_012_140_692_721
 
 
 def test_steps_split_idle_exactly() -> None:

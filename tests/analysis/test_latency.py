@@ -42,7 +42,7 @@ def kernels_at(rates: list[tuple[tuple[str, list, list], float, str]]) -> pd.Dat
         peak_f = H200.flops("fp16") if tensor else H200.flops("fp32")
         # the roof the kernel is under: its time at `share` of that roof's peak
         roof_s = max(c.flops / peak_f, c.bytes / H200.peak_bytes_per_s)  # type: ignore[operator]
-        dur = int(round(roof_s / share * 1e9))
+        dur = round(roof_s / share * 1e9)
         cpu.append({"op_id": i, "name": op[0], "input_dims": json.dumps(op[1]), "input_types": json.dumps(op[2]),
                     "parent_id": None})
         gpu.append({"ts_ns": 1_000_000 * i, "dur_ns": dur, "name": name, "op_id": i, "kind": "kernel", "stream": 7})

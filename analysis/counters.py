@@ -87,6 +87,8 @@ def base_name(name: Any) -> str:
 def _dims(v: Any) -> tuple[int, ...] | None:
     if v is None or (isinstance(v, float) and np.isnan(v)):
         return None
+    if isinstance(v, str):  # "[64, 1, 1]" where a table stored the list as text
+        v = re.findall(r"\d+", v)
     try:
         d = tuple(int(x) for x in v)
     except (TypeError, ValueError):

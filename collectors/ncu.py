@@ -42,7 +42,6 @@ from tracekit.errors import TracekitError, UsageError
 
 PER_KERNEL_S = 0.025  # one-pass kernel replay on an H200 (20-27 ms per kernel, measured)
 DEFAULT_STEPS = "0:2"  # the first prefill and the first decode step of a generate
-STEP_RANGE = "tracekit.step id={}"
 CSV_NAME = "ncu_counters.csv"
 
 
@@ -281,53 +280,83 @@ def _write(run: Any, table: Any, csv_path: Path, window: StepWindow, opts: Count
 # --- the child: the workload again, with NVTX step ranges -------------------------------
 
 
-class StepMarks:
-    """Tracker callbacks: an NVTX range per step of the window, cudaProfilerStart/Stop around it."""
+class CudaMarks:
+    """The calls StepMarks makes: torch.cuda's profiler start/stop and NVTX push/pop."""
 
-    def __init__(self, window: StepWindow) -> None:
+    def __init__(self) -> None:
         import torch
 
-        self.window = window
         self.torch = torch
+
+    def start(self) -> None:
+        self.torch.cuda.synchronize()
+        self.torch.cuda.cudart().cudaProfilerStart()
+
+    def stop(self) -> None:
+        self.torch.cuda.synchronize()
+        self.torch.cuda.cudart().cudaProfilerStop()
+
+    def push(self, name: str) -> None:
+        self.torch.cuda.nvtx.range_push(name)
+
+    def pop(self) -> None:
+        self.torch.cuda.nvtx.range_pop()
+
+
+class StepMarks:
+    """Tracker callbacks: an NVTX range per step of the window, profiler start/stop around the window."""
+
+    def __init__(self, window: StepWindow, api: Any = None) -> None:
+        self.window = window
+        self.api = api if api is not None else CudaMarks()
         self.started = False
 
     def start(self, step_id: int) -> None:
+        from tracekit.ingest.ncu import STEP_RANGE
+
         w = self.window
         if not (w.start <= step_id < w.stop):
             return
         if not self.started:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.cudart().cudaProfilerStart()
+            self.api.start()
             self.started = True
-        self.torch.cuda.nvtx.range_push(STEP_RANGE.format(step_id))
+        self.api.push(STEP_RANGE.format(step_id))
 
     def end(self, step_id: int) -> None:
         w = self.window
         if not (w.start <= step_id < w.stop):
             return
-        self.torch.cuda.nvtx.range_pop()
+        self.api.pop()
         if step_id == w.stop - 1 and self.started:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.cudart().cudaProfilerStop()
+            self.api.stop()
+            self.started = False
+
+    def close(self) -> None:
+        """A window that ran past the last step: stop profiling anyway."""
+        if self.started:
+            self.api.stop()
             self.started = False
 
 
-def rerun(run_dir: Path, window: StepWindow) -> None:
-    """Replay the run's workload in this process, marking the window's steps (the child's body)."""
+def rerun(run_dir: Path, window: StepWindow, api: Any = None) -> Any:
+    """Replay the run's workload in this process, marking the window's steps (the child's body).
+
+    Returns the tracker, whose ``steps`` are the replay's steps (ids, kinds, shapes).
+    """
     import json
 
     from tracekit.collectors.hooks import GenerationTracker
 
     manifest = json.loads((run_dir / "run.json").read_text())
-    marks = StepMarks(window)
+    marks = StepMarks(window, api)
     tracker = GenerationTracker(annotate=False, on_step_start=marks.start, on_step_end=marks.end)
     w = manifest.get("workload") or {}
     if w.get("kind") == "script":
         _rerun_script(list(w.get("argv") or []), tracker)
     else:
         _rerun_builtin(w, tracker)
-    if marks.started:  # a window past the last step: close it anyway
-        marks.torch.cuda.cudart().cudaProfilerStop()
+    marks.close()
+    return tracker
 
 
 def _rerun_builtin(w: dict[str, Any], tracker: Any) -> None:

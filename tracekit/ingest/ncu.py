@@ -58,6 +58,7 @@ METRICS_SOL = (*METRICS_ONE_PASS, SM_PCT, MEMORY_PCT)
 METRICS_FLOPS = (*METRICS_ONE_PASS, *FP32_OPS, *FP16_OPS)
 METRIC_SETS = {"one-pass": METRICS_ONE_PASS, "sol": METRICS_SOL, "flops": METRICS_FLOPS}
 
+STEP_RANGE = "tracekit.step id={}"  # the NVTX range tracekit pushes around each profiled step
 STEP_PATTERN = re.compile(r"tracekit\.step id=(\d+)")
 _TIME = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 _BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3, "MB": 1e6, "GB": 1e9}
@@ -255,3 +256,52 @@ def _flops(metric: Any) -> list[float]:
                 for x, y, z in zip(a, m, f, strict=True)]
         total = part if total is None else [p + q for p, q in zip(total, part, strict=True)]
     return total if total is not None else [math.nan] * len(metric(DURATION))
+
+
+# --- writing the same layout (dry runs and tests) ----------------------------------------
+
+_PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+_START_STOP = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+_OUT = ((DRAM_READ, "dram_bytes", "byte"), (DRAM_WRITE, None, "byte"), (DRAM_PCT, "dram_pct", "%"),
+        (DURATION, "ncu_dur_ns", "ns"), (TENSOR_PCT, "tensor_pct", "%"), (SM_PCT, "sm_pct", "%"),
+        (MEMORY_PCT, "memory_pct", "%"))
+
+
+def to_csv(counters: Any, metrics: Iterable[str] = METRICS_ONE_PASS) -> str:
+    """An ncu_counters-like DataFrame written in the layout ``ncu -i ... --csv --page raw --print-units base
+    --nvtx`` uses (thousands separators, NVTX columns, units row): what ``read_csv`` reads back.
+
+    For dry runs and tests where ncu cannot run; names are written as given (mangled or not).
+    """
+    wanted = set(metrics)
+    cols = [(m, c, u) for m, c, u in _OUT if m in wanted]
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    ids = ["ID", "Process ID", "Process Name", "Host Name", _PUSH_POP, _START_STOP, "Kernel Name", "Context",
+           "Stream", "Block Size", "Grid Size", "Device", "CC"]
+    w.writerow(ids + [m for m, _, _ in sorted(cols)])
+    w.writerow([""] * len(ids) + [u for _, _, u in sorted(cols)])
+
+    def dims(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            vals: list[Any] = [1, 1, 1]
+        else:
+            vals = re.findall(r"\d+", v) if isinstance(v, str) else list(v)
+        return "(" + ", ".join(str(int(x)) for x in vals) + ")"
+
+    def num(v: Any, unit: str) -> str:
+        f = float(v) if v is not None else math.nan
+        if math.isnan(f):
+            return "n/a"
+        return f"{f:,.0f}" if unit in ("byte", "ns") else f"{f:,.2f}"
+
+    for i, r in enumerate(counters.to_dict("records")):
+        step = r.get("step_id")
+        known = step is not None and not (isinstance(step, float) and math.isnan(step))
+        nvtx = f'1  "<default domain>:{STEP_RANGE.format(int(step))}:none:none:none:none:none:none" ' if known else ""
+        row = [str(i), "1", "python3", "127.0.0.1", nvtx, "", str(r["name"]), "1", str(int(r.get("stream") or 7)),
+               dims(r.get("block")), dims(r.get("grid")), "0", "9.0"]
+        for _m, c, u in sorted(cols):
+            row.append(num(r.get(c) if c else 0.0, u))
+        w.writerow(row)
+    return buf.getvalue()

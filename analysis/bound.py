@@ -635,7 +635,8 @@ def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
                        counters=counters, manifest=t.get("manifest"),
                        options=opts if isinstance(opts, BoundOptions) else None)
     ph = out["phases"].drop(columns=["tokens"], errors="ignore")
-    ph["advice"] = [_advice.advice(r) for r in ph.to_dict("records")] if len(ph) else pd.Series(dtype=object)
+    ph["advice"] = ([_advice.advice(r) if str(r.get("phase")) != "outside" else None for r in ph.to_dict("records")]
+                    if len(ph) else pd.Series(dtype=object))
     k = out["kernels"]
     n_other = int((k["bound"] == OTHER).sum())
     if len(k) and n_other:

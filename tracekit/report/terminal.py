@@ -126,12 +126,16 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
     from rich.table import Table
 
     console = Console(file=out, width=160)
-    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)")):
+    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)"),
+                         ("bound", "per bound class (GPU kernel time)")):
         part = df[df["scope"] == scope]
-        if scope == "kernel_class":
+        if scope == "bound" and part.empty:
+            continue  # neither run went through the bound pass: the phase rows already say so
+        if scope in ("kernel_class", "bound"):
             part = part[part["metric"] == "time_ns"]
         table = Table(title=f"{title}: A = {name_a}, B = {name_b}", header_style="bold")
-        for col in ("phase", "class" if scope == "kernel_class" else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
+        keyed = scope in ("kernel_class", "bound")
+        for col in ("phase", "class" if keyed else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
             if col:
                 table.add_column(col, justify="right" if col not in ("phase", "class", "metric") else "left")
         if part.empty:
@@ -140,7 +144,7 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
         for r in part.to_dict("records"):
             m = str(r["metric"])
             ratio = r["ratio"]
-            cells = [str(r["phase"])] + ([str(r["key"])] if scope == "kernel_class" else []) + [
+            cells = [str(r["phase"])] + ([str(r["key"])] if keyed else []) + [
                 m, _fmt_metric(r["a"], m), _fmt_metric(r["b"], m), _fmt_metric(r["delta"], m),
                 "—" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}×", _pct(r["share_a"]), _pct(r["share_b"])]
             table.add_row(*cells)

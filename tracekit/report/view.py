@@ -224,7 +224,7 @@ def advice_lines(phases: pd.DataFrame) -> list[str]:
     for r in shown_phases(phases).to_dict("records"):
         if str(r.get("phase")) == "outside":
             continue  # time between steps: no phase of the work to fix
-        text = r.get("advice") if isinstance(r.get("advice"), str) else advice(r)
+        text = r.get("advice") if isinstance(r.get("advice"), str) else advice({str(k): v for k, v in r.items()})
         if text:
             out.append(text)
     return out

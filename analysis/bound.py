@@ -604,6 +604,13 @@ def pass_ceiling(t: Mapping[str, Any]) -> Any:
     return ceiling
 
 
+def _has_shapes(cpu_ops: pd.DataFrame) -> bool:
+    if cpu_ops is None or not len(cpu_ops) or "input_dims" not in cpu_ops:
+        return False
+    dims = cpu_ops["input_dims"].dropna().astype(str)
+    return bool((~dims.isin(["", "[]", "null"])).any())
+
+
 def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
 
@@ -641,6 +648,10 @@ def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     n_other = int((k["bound"] == OTHER).sum())
     if len(k) and n_other:
         warnings.append(f"bound: {n_other} of {len(k)} GPU activities have no model (counted as other_ns)")
+    if len(k) and not _has_shapes(cpu):
+        warnings.append("bound: the trace has no op shapes (record with record_shapes=True): kernels are classed by "
+                        "name only (elementwise, reduction and copy kernels by the size rule) or other; "
+                        "`tracekit counters` measures them instead")
     if out["counters_report"] is not None:
         warnings += out["counters_report"].lines()
     if _idle.overheads(t.get("manifest")) is None:

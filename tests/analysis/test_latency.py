@@ -148,3 +148,19 @@ def test_h200_phase_sums_stay_exact_with_latency(h200: dict[str, Any]) -> None:
     assert (rows["latency_bound_ns"] > 0).all()
     idle = rows["idle_host_ns"] + rows["idle_wait_ns"] + rows["idle_profiler_ns"].fillna(0)
     assert (idle == rows["idle_ns"]).all()
+
+
+def test_a_trace_without_shapes_says_so_and_classes_what_it_can() -> None:
+    gpu = pd.DataFrame({"ts_ns": [0, 10_000], "dur_ns": [3_000, 5_000], "name": ["vectorized_elementwise_kernel",
+                                                                                 "nvjet_sm90_gemm"],
+                        "kind": "kernel", "op_id": [1, 2], "stream": 7, "device": 0})
+    cpu = pd.DataFrame({"op_id": [1, 2], "name": ["aten::add", "aten::mm"], "input_dims": [None, None],
+                        "input_types": [None, None]})
+    steps = pd.DataFrame({"step_id": [0], "request_id": [0], "kind": ["decode"], "cpu_start_ns": [0],
+                          "cpu_end_ns": [20_000]})
+    out = bound.bound_pass({"gpu_activity": gpu, "cpu_ops": cpu, "steps": steps,
+                            "manifest": {"environment": {"gpu": "NVIDIA H200"}}})
+    assert list(out["kernel_bound"]["bound"]) == ["latency", "other"]
+    assert any("no op shapes" in w for w in out["warnings"])
+    ph = out["phases"].iloc[0]
+    assert sum(int(ph[c]) for c in bound.TIME_COLUMNS.values()) == int(ph["time_ns"])

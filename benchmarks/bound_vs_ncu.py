@@ -157,6 +157,9 @@ def child(stage: str, mode: str, out: Path, a: argparse.Namespace) -> int:
                                      "kv_len": s.kv_len} for s in steps}})
                 print(f"[{stage} {mode}] {shape} batch {b}: steps {sorted(cells)} ({time.perf_counter() - t0:.0f} s)",
                       flush=True)
+                # written after every cell: a stage stopped by its time limit keeps the cells it finished
+                plan["elapsed_s"] = round(time.perf_counter() - t0, 1)
+                (out / f"plan_{stage}_{mode}.json").write_text(json.dumps(plan, indent=1))
             del model
             if cuda:
                 torch.cuda.empty_cache()
@@ -442,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="compiled mode with a dynamic batch dimension: one compilation per shape instead of one "
                          "per (shape, batch); fewer seconds, dynamic-shape kernels")
     ap.add_argument("--ncu", default=None, help="the ncu executable (default: tracekit's search)")
+    ap.add_argument("--keep-traces", action="store_true", help="keep every cell's trace (default: only the fixture's)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-mode", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -495,6 +499,11 @@ def parent(a: argparse.Namespace) -> int:
                                timeout=300, check=False)
     rows = analyse(out, a, modes)
     write_fixture(out, rows)
+    if not a.keep_traces:  # tens of MB at batch 64; results.json and the fixture hold what matters
+        for p in out.glob("*_b*.json"):
+            p.unlink()
+        for p in out.glob("counters_*.ncu-rep"):
+            p.unlink()
     result = {"stages": stages, "cells": rows, "elapsed_s": round(time.perf_counter() - t0, 1),
               "dry_run": a.cpu, "thresholds": THRESHOLDS}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))

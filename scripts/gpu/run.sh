@@ -156,6 +156,10 @@ for _ in range(2):
 "
   cd "$R"
   ;;
+bound_vs_ncu)  # the latency class against Nsight Compute, every cell (docs/roofline.md section 10)
+  export CUDA_VISIBLE_DEVICES=0
+  run bound_vs_ncu 250 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --budget-s 235
+  ;;
 *) echo "unknown stage $STAGE"; exit 2;;
 esac
 # Pack: small results in one tarball, traces in another (each file <= 16 MiB comes back).

@@ -1,15 +1,20 @@
-"""Compute-bound, memory-bound or host-bound: per kernel, then per step and phase.
+"""Compute-, memory- or latency-bound, or idle: per kernel, then per step and phase.
 
-Three pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
+Pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
 
-- ``kernel_costs(gpu_activity, cpu_ops, ceiling)``: each GPU activity gets FLOPs and
-  bytes from the op that launched it (opmodels), its kernel-name class (kernels),
-  and a bound: compute | memory | other | comm | memcpy.
-- ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside
-  each step's window: compute_bound_ns + memory_bound_ns + other_ns + comm_ns +
-  memcpy_ns + idle_ns == time_ns exactly (integers).
-- ``attribute_phases(step_attr, kernels, ceiling, phases=None)``: the same sums per
-  (request, phase) and per (run, phase), plus FLOPs, bytes, achieved rates and % of ceiling.
+- ``kernel_costs(gpu_activity, cpu_ops, ceiling)``: each GPU activity gets FLOPs and bytes from the op
+  that launched it (opmodels), its kernel-name class (kernels), the roof it is closer to (``roof``:
+  intensity against the ridge), its achieved share of peak compute and bandwidth, and a bound:
+  compute | memory | latency | other | comm | memcpy. Latency: under ``latency_threshold`` of both
+  peaks (Nsight Compute's 60% rule); other: no model and no counters.
+- ``apply_counters(kernels, counters)``: Nsight Compute's counters, joined per step
+  (tracekit.analysis.counters), decide the class of every kernel they measured (``source`` = ncu).
+- ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside each step's
+  window: compute_bound_ns + memory_bound_ns + latency_bound_ns + other_ns + comm_ns + memcpy_ns +
+  idle_ns == time_ns exactly (integers); idle_ns == idle_profiler_ns + idle_host_ns + idle_wait_ns
+  (tracekit.analysis.idle).
+- ``attribute_phases(step_attr, kernels, ceiling, phases=None)``: the same sums per (request, phase)
+  and per (run, phase), plus FLOPs, bytes, achieved rates and % of ceiling.
 
 Method and conventions: docs/roofline.md.
 """
@@ -23,46 +28,74 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import advice as _advice
+from tracekit.analysis import counters as _counters
+from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.intervals import step_windows, window_union
+from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs
-from tracekit.model.ceilings import Ceiling
+from tracekit.model.ceilings import Ceiling, datasheet
 
 # Time classes in priority order: where kernels of several streams overlap, the
 # instant counts once, for the first class active (TraceLens' order: computation
 # before communication before memcpy; compute-bound before memory-bound because a
-# compute-bound kernel hides a concurrent memory-bound one, not the reverse).
-COMPUTE, MEMORY, OTHER, COMM, MEMCPY, IDLE = "compute", "memory", "other", "comm", "memcpy", "idle"
-PRIORITY = (COMPUTE, MEMORY, OTHER, COMM, MEMCPY)
+# compute-bound kernel hides a concurrent memory-bound one, not the reverse; a
+# kernel that reaches a roof before one that reaches neither).
+COMPUTE, MEMORY, LATENCY, OTHER, COMM, MEMCPY, IDLE = (
+    "compute", "memory", "latency", "other", "comm", "memcpy", "idle")
+PRIORITY = (COMPUTE, MEMORY, LATENCY, OTHER, COMM, MEMCPY)
 TIME_COLUMNS = {
     COMPUTE: "compute_bound_ns",
     MEMORY: "memory_bound_ns",
+    LATENCY: "latency_bound_ns",
     OTHER: "other_ns",
     COMM: "comm_ns",
     MEMCPY: "memcpy_ns",
     IDLE: "idle_ns",
 }
+# idle_ns by cause: the profiler's own cost (null without an unprofiled timing pass), the host still
+# issuing work, and waiting on something else (a sync, a copy, another stream, outside work).
+IDLE_COLUMNS = ("idle_profiler_ns", "idle_host_ns", "idle_wait_ns")
 
 MODEL_SHAPE = "shape"  # FLOPs/bytes from the launching op's input shapes
 MODEL_CLASS = "kernel_class"  # bound from the kernel's name class only (no FLOPs/bytes)
 MODEL_NONE = "none"
+SOURCE_MODEL, SOURCE_NCU = "model", "ncu"  # what decided a kernel's class
 
 
 @dataclass(frozen=True)
 class BoundOptions:
-    # Elementwise / reduction / copy kernels without shapes are memory-bound on
-    # every GPU in the ceilings table (their intensity is < 2 FLOP/byte, ridges
-    # are > 8): classify them so, as "kernel_class"-modelled. False: "other".
+    # Elementwise / reduction / copy kernels without shapes are on the memory side of the ridge on
+    # every GPU in the ceilings table (their intensity is < 2 FLOP/byte, ridges are > 8): classify
+    # them by the size rule below, as "kernel_class"-modelled. False: "other".
     class_fallback_memory: bool = True
     assume_causal: bool = True  # see opmodels: profiler shapes do not carry is_causal
     max_parent_depth: int = 64
+    # A modelled kernel whose achieved FLOP/s and bytes/s are both under this fraction of the peaks
+    # is latency-bound (Nsight Compute: under 60% of peak on both "typically indicate latency
+    # issues"). None: no latency class, only the roof (intensity against the ridge).
+    latency_threshold: float | None = 0.6
+    # Peaks the threshold is taken against: "datasheet" (the GPU's theoretical peaks, which Nsight
+    # Compute's % of peak are relative to; the ceiling in use where the GPU has no datasheet entry)
+    # or "ceiling" (the ceiling the run uses, measured or datasheet).
+    latency_peaks: str = "datasheet"
+    # Size rule for kernels classified by name only (no bytes to rate): shorter than this, latency;
+    # longer, memory. On the H200 no modelled elementwise/reduction/copy kernel under 20 us reached
+    # 60% of peak bandwidth in a 1,000-token prefill and decode (docs/roofline.md).
+    short_kernel_ns: int = 20_000
+    # Counter class: under this % of peak on both memory and compute throughput -> latency.
+    counter_threshold_pct: float = _counters.SOL_THRESHOLD_PCT
+
+
+ROOFLINE_ONLY = BoundOptions(latency_threshold=None)  # the roofline classification alone: compute | memory
 
 
 def _empty_kernels(gpu_activity: pd.DataFrame) -> pd.DataFrame:
     out = gpu_activity.iloc[0:0].copy()
     for c, dt in [
         ("kclass", object), ("model", object), ("op_name", object), ("flops", float), ("bytes", float),
-        ("dtype", object), ("intensity", float), ("ridge", float), ("bound", object),
+        ("dtype", object), ("intensity", float), ("ridge", float), ("roof", object),
+        ("flops_pct_of_peak", float), ("bw_pct_of_peak", float), ("bound", object), ("source", object),
     ]:
         out[c] = pd.Series(dtype=dt)
     return out
@@ -101,12 +134,14 @@ def _modelled_op_for(
 
 
 def kernel_costs(
-    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling, options: BoundOptions | None = None
+    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling | None, options: BoundOptions | None = None
 ) -> pd.DataFrame:
-    """gpu_activity plus kclass, model, op_name, flops, bytes, dtype, intensity, ridge, bound.
+    """gpu_activity plus kclass, model, op_name, flops, bytes, dtype, intensity, ridge, roof,
+    flops_pct_of_peak, bw_pct_of_peak, bound, source (model).
 
     If one op launches several kernels, the op's FLOPs and bytes are split across
-    them in proportion to their durations (evenly if all durations are 0).
+    them in proportion to their durations (evenly if all durations are 0). Without a ceiling,
+    modelled kernels keep their FLOPs and bytes but no roof and no class (``other``).
     """
     opts = options or BoundOptions()
     if gpu_activity is None or len(gpu_activity) == 0:
@@ -152,6 +187,8 @@ def kernel_costs(
             k.loc[has, "_tensor"] = c["tensor_core"].to_numpy(dtype=bool)
 
     tensor = k["_tensor"].fillna(False).astype(bool) if "_tensor" in k else pd.Series(False, index=k.index)
+    if ceiling is None:
+        return _without_ceiling(k, is_kernel, kinds, gpu_activity, opts)
     ridge_vec = ceiling.ridge_point("fp32") or np.nan
     ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
     # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
@@ -162,12 +199,42 @@ def kernel_costs(
     with np.errstate(divide="ignore", invalid="ignore"):
         k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
 
-    bound = np.full(len(k), OTHER, dtype=object)
     shape = (k["model"] == MODEL_SHAPE).to_numpy()
-    bound[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
+    roof = np.full(len(k), None, dtype=object)
+    roof[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
+    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), _latency_peaks(ceiling, opts))
+    k["flops_pct_of_peak"], k["bw_pct_of_peak"] = flops_pct, bw_pct
+    bound = np.full(len(k), OTHER, dtype=object)
+    bound[shape] = roof[shape]
+    if opts.latency_threshold is not None:
+        below = np.fmax(flops_pct, bw_pct) < 100.0 * opts.latency_threshold  # NaN (no duration) -> False
+        bound[shape & below] = LATENCY
+    _finish(k, bound, roof, shape, is_kernel, kinds, gpu_activity, opts)
+    return k.drop(columns=["_tensor"], errors="ignore")
+
+
+def _without_ceiling(k: pd.DataFrame, is_kernel: np.ndarray, kinds: pd.Series, gpu_activity: pd.DataFrame,
+                     opts: BoundOptions) -> pd.DataFrame:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
+    k["ridge"] = np.nan
+    k["flops_pct_of_peak"], k["bw_pct_of_peak"] = np.nan, np.nan
+    shape = (k["model"] == MODEL_SHAPE).to_numpy()
+    _finish(k, np.full(len(k), OTHER, dtype=object), np.full(len(k), None, dtype=object), shape, is_kernel, kinds,
+            gpu_activity, opts)
+    return k.drop(columns=["_tensor"], errors="ignore")
+
+
+def _finish(k: pd.DataFrame, bound: np.ndarray, roof: np.ndarray, shape: np.ndarray, is_kernel: np.ndarray,
+            kinds: pd.Series, gpu_activity: pd.DataFrame, opts: BoundOptions) -> None:
+    """The classes every path shares: the name-class size rule, communication, memcpy (in place)."""
     if opts.class_fallback_memory:
         fb = ~shape & is_kernel & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy()
+        roof[fb] = MEMORY
         bound[fb] = MEMORY
+        if opts.latency_threshold is not None:
+            dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
+            bound[fb & (dur < opts.short_kernel_ns)] = LATENCY
         k.loc[fb, "model"] = MODEL_CLASS
     bound[(k["kclass"] == kc.COMMUNICATION).to_numpy()] = COMM
     memcpy = kinds.isin(["memcpy", "memset"]).to_numpy()
@@ -178,8 +245,63 @@ def kernel_costs(
         mk = k["memcpy_kind"].astype(str).to_numpy() if "memcpy_kind" in k else np.array([""] * len(k))
         factor = np.where(np.char.find(mk.astype(str), "DtoD") >= 0, 2.0, 1.0)
         k.loc[memcpy, "bytes"] = (raw * factor)[memcpy]
+    k["roof"] = roof
     k["bound"] = bound
-    return k.drop(columns=["_tensor"], errors="ignore")
+    k["source"] = SOURCE_MODEL
+
+
+def _latency_peaks(ceiling: Ceiling, opts: BoundOptions) -> Ceiling:
+    """The peaks the latency threshold is taken against (see BoundOptions.latency_peaks)."""
+    if opts.latency_peaks == "datasheet":
+        ds = datasheet(ceiling.gpu)
+        if ds is not None:
+            return ds
+    return ceiling
+
+
+def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> tuple[np.ndarray, np.ndarray]:
+    """Achieved FLOP/s and bytes/s of each kernel (modelled work / measured duration) as % of ``peaks``.
+
+    GEMM and attention kernels against the tensor-core peak of their dtype (fp16, then fp32 where the
+    GPU lacks it), the rest against the fp32 CUDA-core peak. NaN without a duration or a model.
+    """
+    dur_s = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float) * 1e-9
+    fp32 = peaks.flops("fp32") or np.nan
+    tensor_peak = k["dtype"].map(
+        lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
+    ).to_numpy(dtype=float)
+    peak_f = np.where(tensor, tensor_peak, fp32)
+    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = modelled & (dur_s > 0)
+        f = np.where(ok, 100.0 * k["flops"].to_numpy(dtype=float) / dur_s / peak_f, np.nan)
+        b = np.where(ok, 100.0 * k["bytes"].to_numpy(dtype=float) / dur_s / peaks.peak_bytes_per_s, np.nan)
+    return f, b
+
+
+def apply_counters(kernels: pd.DataFrame, counters: pd.DataFrame | None,
+                   options: BoundOptions | None = None) -> tuple[pd.DataFrame, _counters.JoinReport | None]:
+    """kernels with Nsight Compute's counters joined per step; a measured kernel's class is its counter class.
+
+    Communication kernels stay ``comm`` and memcpy/memset ``memcpy`` (counters do not change what
+    they are); every other measured kernel becomes compute, memory or latency, ``source`` = ncu.
+    Without counters the kernels come back unchanged (and no report).
+    """
+    if counters is None or len(counters) == 0:
+        return kernels, None
+    opts = options or BoundOptions()
+    k, report = _counters.join(kernels, counters)
+    measured = k["ncu_match"].notna().to_numpy()
+    cls = _counters.counter_classes(k[measured], opts.counter_threshold_pct) if measured.any() else pd.Series(
+        dtype=object)
+    keep = k["bound"].isin([COMM, MEMCPY]).to_numpy()
+    take = measured.copy()
+    take[measured] = cls.notna().to_numpy()
+    take &= ~keep
+    if take.any():
+        k.loc[take, "bound"] = cls[cls.notna()].reindex(k.index[take]).to_numpy()
+        k.loc[take, "source"] = SOURCE_NCU
+    return k, report
 
 
 # --- time attribution --------------------------------------------------------
@@ -241,22 +363,37 @@ def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.Data
     return k
 
 
-def attribute_windows(windows: np.ndarray, kern: pd.DataFrame) -> dict[str, Any]:
-    """Time classes, FLOPs, bytes and kernel counts of one group: disjoint sorted windows and its kernels."""
+def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray | None = None) -> dict[str, Any]:
+    """Time classes, FLOPs, bytes and kernel counts of one group: disjoint sorted windows and its kernels.
+
+    idle_ns is split into idle_wait_ns (tracekit.analysis.idle.wait_ns; needs the kernels' ``issued_ns``)
+    and idle_host_ns; idle_profiler_ns is None here (``with_profiler`` takes its part from the host's).
+    """
     time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
     devices = kern["device"].fillna(-1).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))
     n_dev = max(len(np.unique(devices)), 1)
     total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
+    syncs = EMPTY if syncs is None else syncs
+    wait = 0
     for dev in np.unique(devices) if len(kern) else []:
         part = kern[devices == dev]
         ts = part["ts_ns"].to_numpy(dtype=np.int64)
         te = ts + part["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
         cls = part["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
         total += _sweep(ts, te, cls, windows)
+        issued = (_idle.as_issued(part["issued_ns"].to_numpy()) if "issued_ns" in part
+                  else np.full(len(part), _idle.UNKNOWN, dtype=np.int64))
+        wait += _idle.wait_ns(windows, ts, te, issued, syncs)
+    if not len(kern):
+        none = np.zeros(0, dtype=np.int64)
+        wait = _idle.wait_ns(windows, none, none, none, syncs)
     busy = int(total[: len(PRIORITY)].sum())
     row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
     # idle is what the sweep left: the windows (× devices) minus the union of activity in them
     row["idle_ns"] = time_ns * n_dev - busy
+    row["idle_profiler_ns"] = None
+    row["idle_wait_ns"] = int(min(wait, row["idle_ns"]))
+    row["idle_host_ns"] = row["idle_ns"] - row["idle_wait_ns"]
     row["time_ns"] = time_ns
     row["gpu_busy_ns"] = busy
     row["flops"] = float(kern["flops"].sum()) if len(kern) else 0.0
@@ -265,17 +402,28 @@ def attribute_windows(windows: np.ndarray, kern: pd.DataFrame) -> dict[str, Any]
     row["kernels_modelled"] = int((model == MODEL_SHAPE).sum())
     row["kernels_class_only"] = int((model == MODEL_CLASS).sum())
     row["kernels_unmodelled"] = int(((model == MODEL_NONE) & (kern["bound"] == OTHER)).sum()) if len(kern) else 0
+    row["kernels_measured"] = int((kern["source"] == SOURCE_NCU).sum()) if len(kern) and "source" in kern else 0
     return row
+
+
+def with_profiler(row: dict[str, Any], profiler_ns: int | None) -> dict[str, Any]:
+    """``row`` with the profiler's part moved out of idle_host_ns (None: unknown, left null)."""
+    if profiler_ns is None:
+        return row
+    p = int(min(max(profiler_ns, 0), row["idle_host_ns"]))
+    return {**row, "idle_profiler_ns": p, "idle_host_ns": row["idle_host_ns"] - p}
 
 
 _CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY)}
 
 
-def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarray | None = None,
+                    overheads: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per step: time_ns split into TIME_COLUMNS (they sum to time_ns × devices, exactly), FLOPs, bytes.
 
     ``kernels``: ``with_steps``' output (a step_id column). Only the step's own
-    kernels count, clipped to its window.
+    kernels count, clipped to its window. ``overheads``: tracekit.analysis.idle.overheads' result
+    (None: idle_profiler_ns stays null).
     """
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
@@ -284,24 +432,31 @@ def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     for r in w.itertuples(index=False):
         kern = by_step.get(r.step_id, k.iloc[0:0])
         win = np.array([[r.start_ns, r.end_ns]], dtype=np.int64)
-        rows.append(attribute_windows(win, kern))
+        row = attribute_windows(win, kern, syncs)
+        kind = str(getattr(r, "kind", ""))
+        rows.append(with_profiler(row, _idle.profiler_share_ns(kind, row["time_ns"], row["idle_host_ns"], overheads)))
     attr = pd.DataFrame(rows, index=w.index)
+    if "idle_profiler_ns" in attr:
+        attr["idle_profiler_ns"] = pd.to_numeric(attr["idle_profiler_ns"], errors="coerce").astype("Int64")
     return pd.concat([w.drop(columns=[c for c in attr.columns if c in w.columns]), attr], axis=1)
 
 
 def attribute_phases(
     steps: pd.DataFrame,
     kernels: pd.DataFrame,
-    ceiling: Ceiling,
+    ceiling: Ceiling | None,
     phases: pd.DataFrame | None = None,
+    syncs: np.ndarray | None = None,
+    step_attr: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Bound columns per (request, phase) and per (run, phase) (request_id null).
 
     time_ns is the union of the phase's step windows (the phases pass's definition);
     the phase's kernels are those of its steps. Then, exactly,
-    compute_bound_ns + memory_bound_ns + other_ns + comm_ns + memcpy_ns + idle_ns
-    == time_ns × devices (one device: == time_ns). achieved_* are over
-    gpu_busy_ns (the GPU's working time), achieved_*_wall over time_ns; % of
+    compute_bound_ns + memory_bound_ns + latency_bound_ns + other_ns + comm_ns + memcpy_ns + idle_ns
+    == time_ns × devices (one device: == time_ns), and idle_profiler_ns + idle_host_ns + idle_wait_ns
+    == idle_ns (idle_profiler_ns: the sum of its steps' from ``step_attr``, null if any is null).
+    achieved_* are over gpu_busy_ns (the GPU's working time), achieved_*_wall over time_ns; % of
     ceiling is on the busy-time rate, against the tensor-core peak of the phase's
     dominant GEMM dtype and the DRAM bandwidth peak.
 
@@ -309,6 +464,10 @@ def attribute_phases(
     (request_id, phase); rows that match no step (``outside``) keep nulls in
     the columns this pass adds; the columns it computes replace theirs.
     """
+    prof: pd.Series | None = None
+    if step_attr is not None and len(step_attr) and "idle_profiler_ns" in step_attr:
+        prof = pd.Series(pd.to_numeric(step_attr["idle_profiler_ns"], errors="coerce").to_numpy(dtype=float),
+                         index=step_attr["step_id"].to_numpy())
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
     sid = pd.to_numeric(k["step_id"], errors="coerce") if len(k) else pd.Series(dtype=float)
@@ -322,7 +481,10 @@ def attribute_phases(
     for rid, phase, g in groups:
         kern = k[sid.isin(g["step_id"]).to_numpy()] if len(k) else k
         win = window_union(g)
-        row = {"request_id": rid, "phase": phase, "steps": len(g), **attribute_windows(win, kern)}
+        row = {"request_id": rid, "phase": phase, "steps": len(g), **attribute_windows(win, kern, syncs)}
+        if prof is not None:
+            vals = prof.reindex(g["step_id"].to_numpy())
+            row = with_profiler(row, None if vals.isna().any() or not len(vals) else int(vals.sum()))
         if "tokens" in g:
             row["tokens"] = float(pd.to_numeric(g["tokens"], errors="coerce").sum())
         row["ceiling_dtype"] = _dominant_dtype(kern)
@@ -330,7 +492,9 @@ def attribute_phases(
     out = pd.DataFrame(rows)
     if len(out):
         out["request_id"] = out["request_id"].astype("Int64")
-        peak_f = out["ceiling_dtype"].map(lambda d: ceiling.flops(d) or ceiling.flops("fp32") or np.nan)
+        out["idle_profiler_ns"] = pd.to_numeric(out["idle_profiler_ns"], errors="coerce").astype("Int64")
+        peak_f = out["ceiling_dtype"].map(
+            lambda d: (ceiling.flops(d) or ceiling.flops("fp32") or np.nan) if ceiling is not None else np.nan)
         busy = out["gpu_busy_ns"].astype(float).where(out["gpu_busy_ns"] > 0)
         wall = out["time_ns"].astype(float).where(out["time_ns"] > 0)
         out["achieved_tflops"] = out["flops"] / busy / 1e3  # FLOP/ns / 1e3 = TFLOP/s
@@ -338,8 +502,9 @@ def attribute_phases(
         out["achieved_tflops_wall"] = out["flops"] / wall / 1e3
         out["achieved_tbps_wall"] = out["bytes"] / wall / 1e3
         out["pct_peak_flops"] = 100.0 * out["achieved_tflops"] * 1e12 / peak_f.astype(float)
-        out["pct_peak_bandwidth"] = 100.0 * out["achieved_tbps"] * 1e12 / ceiling.peak_bytes_per_s
-        out["ceiling"] = f"{ceiling.gpu} ({ceiling.kind})"
+        peak_b = ceiling.peak_bytes_per_s if ceiling is not None else np.nan
+        out["pct_peak_bandwidth"] = 100.0 * out["achieved_tbps"] * 1e12 / peak_b
+        out["ceiling"] = f"{ceiling.gpu} ({ceiling.kind})" if ceiling is not None else None
     if phases is None or len(phases) == 0:
         return out
     base = phases.copy()
@@ -373,20 +538,36 @@ def bound_tables(
     gpu_activity: pd.DataFrame,
     cpu_ops: pd.DataFrame,
     steps: pd.DataFrame,
-    ceiling: Ceiling,
+    ceiling: Ceiling | None,
     phases: pd.DataFrame | None = None,
     kernel_steps: pd.DataFrame | None = None,
     options: BoundOptions | None = None,
+    runtime: pd.DataFrame | None = None,
+    counters: pd.DataFrame | None = None,
+    manifest: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole attribution in one call: {"kernels", "step_bound", "phases"}."""
+    """The whole attribution in one call: {"kernels", "step_bound", "phases", "counters_report"}.
+
+    ``runtime`` (the runtime table) gives each kernel's issue time and the host's blocking calls for
+    the idle split; ``counters`` (ncu_counters) the measured classes; ``manifest`` (run.json) the
+    profiled and unprofiled timings for idle_profiler_ns. Without a ceiling, only kernels the
+    counters measured, communication, copies and the name-class size rule are classified; modelled
+    kernels stay ``other``.
+    """
     kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
+    if len(kernels):
+        kernels["issued_ns"] = _idle.issued_ns(gpu_activity.reset_index(drop=True), runtime)
     if len(kernels) and len(steps):
         kind = dict(zip(steps["step_id"], steps["kind"].astype(str), strict=True))
         kernels["phase"] = pd.to_numeric(kernels["step_id"], errors="coerce").map(kind)
+    kernels, report = apply_counters(kernels, counters, options)
+    syncs = _idle.sync_intervals(runtime)
+    step_attr = attribute_steps(steps, kernels, syncs, _idle.overheads(manifest))
     return {
         "kernels": kernels,
-        "step_bound": attribute_steps(steps, kernels),
-        "phases": attribute_phases(steps, kernels, ceiling, phases),
+        "step_bound": step_attr,
+        "phases": attribute_phases(steps, kernels, ceiling, phases, syncs, step_attr),
+        "counters_report": report,
     }
 
 
@@ -423,28 +604,57 @@ def pass_ceiling(t: Mapping[str, Any]) -> Any:
     return ceiling
 
 
+def _has_shapes(cpu_ops: pd.DataFrame) -> bool:
+    if cpu_ops is None or not len(cpu_ops) or "input_dims" not in cpu_ops:
+        return False
+    dims = cpu_ops["input_dims"].dropna().astype(str)
+    return bool((~dims.isin(["", "[]", "null"])).any())
+
+
 def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
 
-    The ceiling is ``pass_ceiling(t)``; without one the pass only warns.
+    The ceiling is ``pass_ceiling(t)``. Without one, and without Nsight Compute counters
+    (``t["ncu_counters"]``), the pass only warns; with counters, what they measured is classified.
+    ``t["bound_options"]`` (a BoundOptions) overrides the defaults.
     """
     from tracekit.analysis.steps import as_df
 
     gpu, cpu, steps = as_df(t["gpu_activity"]), as_df(t["cpu_ops"]), as_df(t["steps"])
     if gpu.empty or steps.empty:
         return {}  # a CPU-only trace, or no steps: there is no GPU time to split
+    counters = as_df(t["ncu_counters"]) if t.get("ncu_counters") is not None else None
+    counters = counters if counters is not None and len(counters) else None
     ceiling = pass_ceiling(t)
+    warnings: list[str] = []
     if ceiling is None:
         name = gpu_name(t.get("manifest") or {})
-        return {"warnings": [f"bound: no ceiling for GPU {name!r}; run `tracekit calibrate` on it "
-                             "(compute/memory-bound columns left empty)"]}
+        line = (f"bound: no ceiling for GPU {name!r}; run `tracekit calibrate` on it "
+                "(compute/memory-bound columns left empty)")
+        if counters is None:
+            return {"warnings": [line]}
+        warnings.append(line.replace("left empty", "only from counters"))
     ks = as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
     phases = as_df(t["phases"]) if t.get("phases") is not None else None
-    out = bound_tables(gpu, cpu, steps, ceiling, phases=phases, kernel_steps=ks)
+    runtime = as_df(t["runtime"]) if t.get("runtime") is not None else None
+    opts = t.get("bound_options")
+    out = bound_tables(gpu, cpu, steps, ceiling, phases=phases, kernel_steps=ks, runtime=runtime,
+                       counters=counters, manifest=t.get("manifest"),
+                       options=opts if isinstance(opts, BoundOptions) else None)
     ph = out["phases"].drop(columns=["tokens"], errors="ignore")
-    warnings: list[str] = []
+    ph["advice"] = ([_advice.advice(r) if str(r.get("phase")) != "outside" else None for r in ph.to_dict("records")]
+                    if len(ph) else pd.Series(dtype=object))
     k = out["kernels"]
     n_other = int((k["bound"] == OTHER).sum())
     if len(k) and n_other:
         warnings.append(f"bound: {n_other} of {len(k)} GPU activities have no model (counted as other_ns)")
+    if len(k) and not _has_shapes(cpu):
+        warnings.append("bound: the trace has no op shapes (record with record_shapes=True): kernels are classed by "
+                        "name only (elementwise, reduction and copy kernels by the size rule) or other; "
+                        "`tracekit counters` measures them instead")
+    if out["counters_report"] is not None:
+        warnings += out["counters_report"].lines()
+    if _idle.overheads(t.get("manifest")) is None:
+        warnings.append("bound: no unprofiled timing pass in run.json: idle_profiler_ns left null "
+                        "(the profiler's share of the idle time is unknown)")
     return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings}

@@ -3,7 +3,8 @@
 One long table, one row per (scope, phase, key, metric):
 
   scope "phase":         key = the phase; metrics time_ns, time_per_step_ns, steps,
-                         compute_bound_ns, memory_bound_ns, idle_ns, other_ns.
+                         compute_bound_ns, memory_bound_ns, latency_bound_ns, idle_ns
+                         (and its causes idle_host_ns, idle_wait_ns, idle_profiler_ns), other_ns.
                          share = metric / the phase's time_ns (time_ns itself:
                          / the run's total time), so a split that moved shows up
                          even when the total did not.
@@ -11,6 +12,10 @@ One long table, one row per (scope, phase, key, metric):
                          phase = the phase of the step the kernel ran in, or "all";
                          metric time_ns (kernel time) and kernels (count);
                          share = / the phase's total kernel time.
+  scope "bound":         key = the kernel's bound class (compute, memory, latency, other,
+                         comm, memcpy) from the bound pass's kernel_bound; phase and
+                         metrics as for kernel_class. A class that moved (memory-bound
+                         kernels becoming latency-bound at a smaller batch) shows here.
 
 Columns: a, b, delta = b - a, ratio = b / a (null when a is 0 or either side is
 missing), share_a, share_b. A side with no data is null, never 0: "not recorded"
@@ -26,7 +31,8 @@ import pandas as pd
 
 from tracekit.analysis.kernels import kernel_classes as shared_kernel_classes
 
-PHASE_METRICS = ("time_ns", "time_per_step_ns", "steps", "compute_bound_ns", "memory_bound_ns", "idle_ns", "other_ns")
+PHASE_METRICS = ("time_ns", "time_per_step_ns", "steps", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns",
+                 "idle_ns", "idle_host_ns", "idle_wait_ns", "idle_profiler_ns", "other_ns")
 COLUMNS = ["scope", "phase", "key", "metric", "a", "b", "delta", "ratio", "share_a", "share_b"]
 
 
@@ -60,6 +66,21 @@ def kernel_time(gpu: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
     g["key"] = kernel_classes(names.astype(object), gpu["kind"].astype(object) if "kind" in gpu else None).to_numpy()
     g["phase"] = _phase_of(g["ts_ns"], steps)
     g = g.dropna(subset=["ts_ns", "dur_ns"])
+    per = g.groupby(["phase", "key"]).agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
+    allp = g.groupby("key").agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
+    allp.insert(0, "phase", "all")
+    return pd.concat([allp, per[per["phase"] != "all"]], ignore_index=True)[cols]
+
+
+def bound_time(kernel_bound: pd.DataFrame | None) -> pd.DataFrame:
+    """Kernel time and count per (phase, bound class), plus phase "all", from the bound pass's kernel_bound."""
+    cols = ["phase", "key", "time_ns", "kernels"]
+    if kernel_bound is None or kernel_bound.empty or not {"bound", "dur_ns"} <= set(kernel_bound):
+        return pd.DataFrame(columns=cols)
+    g = pd.DataFrame({"key": kernel_bound["bound"].astype(object),
+                      "phase": kernel_bound["phase"].astype(object) if "phase" in kernel_bound else None,
+                      "dur_ns": pd.to_numeric(kernel_bound["dur_ns"], errors="coerce")}).dropna(subset=["key", "dur_ns"])
+    g["phase"] = g["phase"].where(g["phase"].notna(), "outside").astype(str)
     per = g.groupby(["phase", "key"]).agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
     allp = g.groupby("key").agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
     allp.insert(0, "phase", "all")
@@ -137,12 +158,18 @@ def _kernel_share(df: pd.DataFrame, rec: dict, m: str, v: float | None) -> float
 
 
 def diff_runs(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Compare two runs given as {table name: DataFrame} (phases, steps, gpu_activity)."""
+    """Compare two runs given as {table name: DataFrame} (phases, steps, gpu_activity, kernel_bound)."""
     pa_, pb_ = run_phases(a.get("phases")), run_phases(b.get("phases"))  # type: ignore[arg-type]
-    rows = _rows("phase", pa_, pb_, ["phase"], list(PHASE_METRICS), _phase_share)
+    # a metric neither table has (a run analysed before the latency class) is no row, not two nulls
+    metrics = [m for m in PHASE_METRICS
+               if any(m in t.columns and t[m].notna().any() for t in (pa_, pb_)) or m == "time_per_step_ns"]
+    rows = _rows("phase", pa_, pb_, ["phase"], metrics, _phase_share)
     ka = kernel_time(a.get("gpu_activity"), a.get("steps"))  # type: ignore[arg-type]
     kb = kernel_time(b.get("gpu_activity"), b.get("steps"))  # type: ignore[arg-type]
     rows += _rows("kernel_class", ka, kb, ["phase", "key"], ["time_ns", "kernels"], _kernel_share)
+    ba, bb = bound_time(a.get("kernel_bound")), bound_time(b.get("kernel_bound"))
+    if len(ba) or len(bb):
+        rows += _rows("bound", ba, bb, ["phase", "key"], ["time_ns", "kernels"], _kernel_share)
     out = pd.DataFrame(rows, columns=COLUMNS)
     for c in ("a", "b", "delta", "ratio", "share_a", "share_b"):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")

@@ -192,15 +192,17 @@ def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[
         windows = intervals.complement(inside, *span)
         k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
         row = _bound.attribute_windows(windows, k)
-        for c in (*_bound.TIME_COLUMNS.values(), "gpu_busy_ns", "time_ns"):
+        for c in (*_bound.TIME_COLUMNS.values(), *_bound.IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
             if c in after.columns:
                 after.loc[mask, c] = row[c]
     return {**out, "phases": after}
 
 
-# The compute / memory / host-bound split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU).
+# The compute / memory / latency / idle split of each phase (needs a ceiling: t["ceiling"] or the manifest's GPU;
+# Nsight Compute counters, where `tracekit counters` measured them, decide the classes of what they measured).
 BOUND = Pass("bound", _bound_pass,
-             needs=("gpu_activity", "cpu_ops", "steps", "kernel_steps", "phases", "counters"),
+             needs=("gpu_activity", "cpu_ops", "steps", "kernel_steps", "phases", "counters", "runtime",
+                    "ncu_counters"),
              adds=("phases", "kernel_bound", "step_bound"))
 # Energy per phase and GPM DRAM bandwidth, where the bound pass ran and counters exist.
 ENERGY = Pass("energy", _energy_pass, needs=("gpu_activity", "steps", "phases", "counters"), adds=("phases",))

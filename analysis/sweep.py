@@ -30,6 +30,9 @@ SUMMARY_COLUMNS = (
     "ms_per_input_token", "ms_per_output_token", "read_write_asymmetry",
     "prefill_compute_share", "prefill_memory_share", "prefill_idle_share",
     "decode_compute_share", "decode_memory_share", "decode_idle_share",
+    "prefill_latency_share", "decode_latency_share",
+    "prefill_idle_host_share", "prefill_idle_wait_share", "prefill_idle_profiler_share",
+    "decode_idle_host_share", "decode_idle_wait_share", "decode_idle_profiler_share",
     "kv_formula_bytes_per_token", "kv_cache_bytes_per_token", "kv_allocated_bytes_per_token",
     "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "kv_cache_tokens",
     "prefill_transient_bytes_per_prompt_token", "compile_s", "cost_usd", "cost_vs_chat",
@@ -86,6 +89,25 @@ def _split(phases: pd.DataFrame | None, phase: str) -> tuple[float | None, float
         # No ceiling, so no bound classification (the bound pass warned): unknown, not zero.
         return None, None, idle
     return float(rows["compute_bound_ns"].sum()) / t, float(rows["memory_bound_ns"].sum()) / t, idle
+
+
+def _more_split(phases: pd.DataFrame | None, phase: str) -> dict[str, float | None]:
+    """latency-bound and idle-by-cause shares of a phase's time; None where the table lacks them."""
+    out: dict[str, float | None] = {f"{phase}_{k}_share": None
+                                    for k in ("latency", "idle_host", "idle_wait", "idle_profiler")}
+    if phases is None or phases.empty or "phase" not in phases:
+        return out
+    rows = phases[phases["phase"].astype(str) == phase]
+    if "request_id" in rows and rows["request_id"].isna().any():
+        rows = rows[rows["request_id"].isna()]
+    t = float(rows["time_ns"].sum()) if "time_ns" in rows and len(rows) else 0.0
+    if t <= 0:
+        return out
+    for key, col in (("latency", "latency_bound_ns"), ("idle_host", "idle_host_ns"), ("idle_wait", "idle_wait_ns"),
+                     ("idle_profiler", "idle_profiler_ns")):
+        if col in rows and rows[col].notna().any():
+            out[f"{phase}_{key}_share"] = float(pd.to_numeric(rows[col], errors="coerce").sum()) / t
+    return out
 
 
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "float16": 2, "bfloat16": 2, "float32": 4}
@@ -191,6 +213,7 @@ def summarize_point(p: PointData, input_price: float, output_price: float) -> di
     row.update(
         prefill_compute_share=pc, prefill_memory_share=pm, prefill_idle_share=pi,
         decode_compute_share=dc, decode_memory_share=dm, decode_idle_share=di,
+        **_more_split(p.phases, "prefill"), **_more_split(p.phases, "decode"),
     )  # fmt: skip
     cost = (sent * input_price + generated * output_price) / 1e6
     chat = (CHAT_REFERENCE[0] * input_price + CHAT_REFERENCE[1] * output_price) / 1e6

@@ -23,6 +23,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "ingest": ("tracekit.commands.ingest", "Read torch.profiler traces into Parquet tables."),
     "analyze": ("tracekit.commands.analyze", "Split a run or trace into requests, steps and phases."),
     "calibrate": ("tracekit.commands.calibrate", "Measure this GPU's copy bandwidth and matmul rate."),
+    "counters": ("tracekit.commands.counters", "Measure a run's kernels with Nsight Compute and classify them."),
     "report": ("tracekit.commands.report", "Summarise runs in the terminal and as a self-contained HTML file."),
     "query": ("tracekit.commands.query", "SQL over the tables of many runs (DuckDB)."),
     "diff": ("tracekit.commands.diff", "What changed between two runs, per phase and kernel class."),

@@ -35,7 +35,7 @@ validate)
   run doctor 30 tracekit doctor
   run pytest_gpu 150 pytest -m gpu -q -p no:cacheprovider tests
   run graphs 100 python3 scripts/gpu/graphs.py "$W/graphs"
-  run bound_vs_ncu 250 python3 benchmarks/bound_vs_ncu.py --out "$W/bound_vs_ncu"
+  run bound_vs_ncu 250 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --budget-s 235
   run serve 120 python3 scripts/gpu/serve.py "$W/serve"
   ;;
 record)

@@ -118,10 +118,13 @@ def test_the_measured_ceiling_is_used_named_and_the_roofline_tables_written(anal
     run_rows = ph[ph["request_id"].isna() & ph["phase"].isin(["prefill", "decode"])]
     assert set(run_rows["ceiling"]) == {"NVIDIA H200 (measured)"}
     # the bound split covers each phase's time exactly (one device)
-    parts = run_rows[["compute_bound_ns", "memory_bound_ns", "other_ns", "comm_ns", "memcpy_ns", "idle_ns"]]
+    parts = run_rows[["compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns", "comm_ns", "memcpy_ns",
+                      "idle_ns"]]
     assert (parts.sum(axis=1) == run_rows["time_ns"]).all()
     assert len(t["kernel_bound"]) == len(t["kernel_steps"])
     assert len(t["step_bound"]) == len(t["steps"])
-    # 48 prompt tokens and batch-2 decode: every GEMM sits below the ridge point, so memory-bound
+    # 48 prompt tokens and batch-2 decode: every GEMM sits below the ridge point (the memory roof);
+    # the small ones reach neither roof (latency-bound)
     bounds = set(t["kernel_bound"]["bound"].dropna())
-    assert "memory" in bounds and bounds <= {"compute", "memory", "other", "comm", "memcpy"}
+    assert "memory" in set(t["kernel_bound"]["roof"].dropna())
+    assert "latency" in bounds and bounds <= {"compute", "memory", "latency", "other", "comm", "memcpy"}

@@ -17,6 +17,9 @@ from tracekit.model.ceilings import datasheet
 H200 = datasheet("NVIDIA H200")
 assert H200 is not None
 HALF = "c10::Half"
+# The synthetic kernels below have arbitrary durations: their tests check the roofline side (which roof)
+# and the attribution; the latency class has its own tests (test_latency.py).
+ROOF = bound.ROOFLINE_ONLY
 
 
 def _op(op_id: int, name: str, dims: list, types: list, parent: int | None = None) -> dict:
@@ -77,7 +80,7 @@ def tables() -> dict[str, pd.DataFrame]:
 
 def test_kernel_costs_classify_and_split(tables: dict[str, pd.DataFrame]) -> None:
     before = {k: v.copy() for k, v in tables.items()}
-    k = bound.kernel_costs(tables["gpu_activity"], tables["cpu_ops"], H200)
+    k = bound.kernel_costs(tables["gpu_activity"], tables["cpu_ops"], H200, ROOF)
     for name, df in tables.items():  # inputs untouched
         pd.testing.assert_frame_equal(df, before[name])
     gemm = op_cost("aten::linear", "[[1,1000,2048],[5632,2048],[]]", json.dumps([HALF, HALF, ""]))
@@ -98,13 +101,13 @@ def test_kernel_costs_classify_and_split(tables: dict[str, pd.DataFrame]) -> Non
 
 def test_class_fallback_can_be_switched_off(tables: dict[str, pd.DataFrame]) -> None:
     k = bound.kernel_costs(
-        tables["gpu_activity"], tables["cpu_ops"], H200, bound.BoundOptions(class_fallback_memory=False)
+        tables["gpu_activity"], tables["cpu_ops"], H200, bound.BoundOptions(class_fallback_memory=False, latency_threshold=None)
     )
     assert k.loc[4, "bound"] == "other" and k.loc[9, "bound"] == "other"
 
 
 def test_step_attribution_by_interval_arithmetic(tables: dict[str, pd.DataFrame]) -> None:
-    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200)
+    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200, options=ROOF)
     st_ = out["step_bound"].set_index("step_id")
     # prefill window [cpu_start, max(cpu_end, gpu_end)) = [0, 1100)
     p = st_.loc[0]
@@ -123,7 +126,7 @@ def test_step_attribution_by_interval_arithmetic(tables: dict[str, pd.DataFrame]
 
 
 def test_phases_identity_rates_and_ceiling_name(tables: dict[str, pd.DataFrame]) -> None:
-    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200)
+    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200, options=ROOF)
     ph = out["phases"]
     assert set(ph["phase"]) == {"prefill", "decode"}
     assert len(ph) == 4  # run-level and request-level rows
@@ -142,7 +145,8 @@ def test_merges_into_existing_phases_table(tables: dict[str, pd.DataFrame]) -> N
     given = pd.DataFrame(
         {"request_id": [None, 0, 0], "phase": ["decode", "decode", "outside"], "steps": [1, 1, 0], "time_ns": [9, 9, 5]}
     )
-    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200, phases=given)
+    out = bound.bound_tables(tables["gpu_activity"], tables["cpu_ops"], tables["steps"], H200, phases=given,
+                             options=ROOF)
     ph = out["phases"]
     assert len(ph) == 3
     assert list(ph["time_ns"][:2]) == [230, 230]
@@ -242,7 +246,7 @@ def test_real_trace_from_corpus(corpus_dir: Path) -> None:
     gpu, cpu = t["gpu_activity"].to_pandas(), t["cpu_ops"].to_pandas()
     v100 = datasheet("Tesla V100-SXM2-16GB")
     assert v100 is not None
-    k = bound.kernel_costs(gpu, cpu, v100)
+    k = bound.kernel_costs(gpu, cpu, v100, ROOF)
     assert len(k) == len(gpu)
     shape = k[k["model"] == "shape"]
     assert len(shape) > len(k) / 2  # this recsys trace has shapes: most kernels get a model
@@ -288,6 +292,7 @@ def test_pipeline_on_recorded_shapes_with_synthetic_kernels(fixtures_dir: Path) 
     })
     t["runtime"] = t["runtime"].iloc[0:0]
     t["manifest"] = {"environment": {"gpu": "NVIDIA H200"}}
+    t["bound_options"] = ROOF
     r = run_passes(t, DEFAULT_PASSES)
     ph = r["phases"][r["phases"]["phase"] != "outside"]
     assert set(ph["phase"]) == {"prefill", "decode"}

@@ -37,6 +37,9 @@ def run(timings: dict[str, Any]) -> dict[str, Any]:
     tables: dict[str, Any] = dict(read_trace_tables(GPU / "bound_h200.json.gz"))
     tables["manifest"] = {"environment": {"gpu": timings["gpu"]}, "model": {"config": timings["model_config"]}}
     tables["ceiling"] = calibration.load(GPU / "h200_ceiling.json")
+    # The claims of this module are the roofline's (which roof each kernel is under); the latency
+    # class on the same trace: tests/analysis/test_latency.py.
+    tables["bound_options"] = bound.ROOFLINE_ONLY
     res = dict(run_passes(tables, DEFAULT_PASSES))
     res["cpu_ops_in"] = tables["cpu_ops"].to_pandas()
     return res

@@ -37,7 +37,7 @@ from tracekit.store.calibration import resolve
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
 from tracekit.store.rundir import RunDir
 
-RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events")
+RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 

@@ -21,7 +21,8 @@ from tracekit.model import schema as _schema
 from tracekit.store.rundir import RunDir
 from tracekit.trace.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
 
-TRACE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "steps", "requests")
+TRACE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "steps", "requests",
+                "step_bound", "kernel_bound")  # the bound pass's, where analyze wrote them
 
 
 def _pair(text: str, opt: str, conv: type) -> tuple[float, float]:
@@ -67,7 +68,14 @@ def resolve_window(tables: dict[str, pa.Table], window: str | None, window_ms: s
 
 
 def load_tables(run: RunDir) -> dict[str, pa.Table]:
-    return {name: run.read_table(name) for name in TRACE_TABLES if run.has_table(name)}
+    tables = {name: run.read_table(name) for name in TRACE_TABLES if run.has_table(name) and name != "kernel_bound"}
+    if run.has_table("kernel_bound"):  # only the class of each kernel: the table is as long as gpu_activity
+        import pyarrow.parquet as pq
+
+        path = run.table_path("kernel_bound")
+        names = pq.read_schema(path).names
+        tables["kernel_bound"] = pq.read_table(path, columns=[c for c in ("bound", "source") if c in names])
+    return tables
 
 
 def export_run(

@@ -75,6 +75,12 @@ from tracekit.errors import UsageError
     metavar="N",
     help="Tensor parallel over N processes (one GPU each; gloo on CPU): one run per rank under ranks/.",
 )
+@click.option(
+    "--counters",
+    "with_counters",
+    is_flag=True,
+    help="Then measure the recorded steps (--trace-steps, else 0:2) with Nsight Compute (tracekit counters).",
+)
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML counters.")
 @click.option("--sample-hz", type=click.FloatRange(min=0.1, max=1000), default=100.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -97,6 +103,7 @@ def command(
     trace_steps: str | None,
     use_compile: bool,
     tp: int | None,
+    with_counters: bool,
     no_nvml: bool,
     sample_hz: float,
     seed: int,
@@ -128,6 +135,8 @@ def command(
         ("tracekit", "record", *sys.argv[2:]) if sys.argv[1:2] == ["record"] else ("tracekit", "record")
     )
 
+    if tp is not None and with_counters:
+        raise UsageError("--counters does not combine with --tp yet: run tracekit counters on a rank's run")
     if tp is not None:
         return _record_tp(
             tp,
@@ -166,6 +175,8 @@ def command(
         run, code = run_script(list(script), opts)
         if not quiet:
             click.echo(render(RunDir.open(run.path).read_manifest(), run.path), err=True)
+        if with_counters and code == 0:
+            _counters(run.path, window, quiet)
         return code
 
     from tracekit.collectors import workload as wl
@@ -215,7 +226,24 @@ def command(
     run = run_workload(cfg, opts)
     if not quiet:
         click.echo(render(run.read_manifest(), run.path), err=True)
+    if with_counters:
+        _counters(run.path, window, quiet)
     return 0
+
+
+def _counters(path: Path, window: object, quiet: bool) -> None:
+    """``--counters``: the recorded run's steps under Nsight Compute; a failure is one line, the run kept."""
+    from tracekit.collectors.ncu import CountersError, CountersOptions, collect
+
+    try:
+        res = collect(path, CountersOptions(steps=window))  # type: ignore[arg-type]
+    except CountersError as exc:
+        raise CountersError(f"run kept at {path}; counters: {exc.message}") from None
+    if not quiet:
+        click.echo(f"counters: {res.kernels:,} kernels, {res.matched:,} joined (steps {res.steps}) in "
+                   f"{res.elapsed_s:,.1f} s", err=True)
+        for line in res.lines:
+            click.echo(line, err=True)
 
 
 def _record_tp(

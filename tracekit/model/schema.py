@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _dict = pa.dictionary(pa.int32(), pa.string())
 _i64 = pa.int64()
@@ -202,7 +202,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("gpu_busy_ns", _i64),
         ("compute_bound_ns", _i64),
         ("memory_bound_ns", _i64),
-        ("idle_ns", _i64),
+        ("latency_bound_ns", _i64),  # kernels under 60% of both peaks (docs/roofline.md)
+        ("idle_ns", _i64),  # = idle_profiler_ns + idle_host_ns + idle_wait_ns
+        ("idle_profiler_ns", _i64),  # the profiler's own cost (null: no unprofiled timing pass)
+        ("idle_host_ns", _i64),  # the host had not issued the next work yet
+        ("idle_wait_ns", _i64),  # work was issued; the GPU waited (sync, copy, other stream, outside work)
         ("other_ns", _i64),
         ("comm_ns", _i64),
         ("memcpy_ns", _i64),
@@ -224,9 +228,30 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("energy_j_per_token", _f64),
         ("gpm_dram_bw_util_pct", _f64),  # GPM DRAM bandwidth utilisation, time-weighted over the phase windows
         ("gpm_dram_tbps", _f64),  # that × the ceiling's peak bandwidth
+        ("kernels_measured", _i64),  # classified by Nsight Compute counters (source ncu)
+        ("advice", pa.string()),  # what would help, from the split (analysis/advice.py)
         doc="Time attribution per (request or run, phase)",
     ),
 }
+
+SCHEMAS["ncu_counters"] = _schema(
+    ("step_id", _i64),  # tracekit step whose NVTX range the kernel ran in (null: none)
+    ("ordinal", _i64),  # position in the step's launch order
+    ("ncu_id", _i64),  # Nsight Compute's result ID
+    ("name", pa.string()),  # demangled: Kineto's spelling of the kernel name
+    ("stream", _i32),
+    ("grid", pa.list_(_i32)),
+    ("block", pa.list_(_i32)),
+    ("ncu_dur_ns", _f64),  # gpu__time_duration.sum (under replay; the trace's duration stays the time)
+    ("dram_bytes", _f64),  # dram__bytes_read.sum + dram__bytes_write.sum
+    ("dram_pct", _f64),  # dram__throughput, % of peak sustained
+    ("sm_pct", _f64),  # sm__throughput, % of peak (null: not collected)
+    ("memory_pct", _f64),  # gpu__compute_memory_throughput, % of peak (null: not collected)
+    ("tensor_pct", _f64),  # sm__pipe_tensor_cycles_active, % of peak
+    ("ncu_flops", _f64),  # from SASS FP32/FP16 instruction counters where collected
+    ("waves", _f64),  # launch__waves_per_multiprocessor
+    doc="Nsight Compute counters per profiled kernel (tracekit counters)",
+)
 
 TABLES = tuple(SCHEMAS)
 

@@ -25,6 +25,7 @@ from tracekit.report.plots import (
 from tracekit.report.view import (
     NOT_RECORDED,
     RunView,
+    advice_lines,
     ceiling_of,
     cell,
     has_columns,
@@ -45,6 +46,7 @@ th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .meta td{text-align:left}
 .summary{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:8px 0 16px}
 .summary p{margin:4px 0} .workload{font-weight:600} .ceiling{color:#444} .verdicts li{margin:4px 0}
+.advice{color:#0b5a2a}
 details{margin:16px 0;font-size:13px}
 """
 
@@ -77,8 +79,9 @@ def summary_html(run: RunView) -> str:
     ceiling = ceiling_of(run.df("phases"))
     lines = verdicts(run.df("phases"))
     items = "".join(f"<li>{_esc(v)}</li>" for v in lines) or f"<li>phases: {NOT_RECORDED}</li>"
+    helps = "".join(f'<p class="advice">What would help: {_esc(a)}</p>' for a in advice_lines(run.df("phases")))
     return (f'<div class="summary"><p class="workload">{_esc(workload_text(run.manifest))}</p>'
-            f'<p class="ceiling">{_esc(ceiling.text())}</p><ul class="verdicts">{items}</ul></div>')
+            f'<p class="ceiling">{_esc(ceiling.text())}</p><ul class="verdicts">{items}</ul>{helps}</div>')
 
 
 def kernel_roofline_png(run: RunView) -> bytes | None:

@@ -32,7 +32,7 @@ def _md_table(df: pd.DataFrame, cols: list[str]) -> str:
 
 SUMMARY_VIEW = ["point_id", "status", "repeats", "ttft_ms", "tpot_ms", "tpot_ms_min", "tpot_ms_max", "e2e_ms",
                 "prefill_share", "prefill_tok_s", "decode_tok_s", "read_write_asymmetry", "decode_idle_share",
-                "cost_vs_chat"]  # fmt: skip
+                "decode_latency_share", "decode_idle_profiler_share", "cost_vs_chat"]  # fmt: skip
 SEED_VIEW = ["claim", "unit", "seed_t4", "measured", "measured_vs_seed", "verdict"]
 AGENT_VIEW = ["agent_mode", "mode", "step", "prompt_tokens", "prefilled_tokens", "output_tokens", "prefill_ms",
               "e2e_ms", "cumulative_ms"]  # fmt: skip

@@ -86,8 +86,12 @@ def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
 
 KIND_COLORS = {"prefill": "#1f77b4", "decode": "#ff7f0e", "mixed": "#9467bd"}
 SPLIT = (("compute_bound_ns", "compute-bound", "#2ca02c"), ("memory_bound_ns", "memory-bound", "#d62728"),
+         ("latency_bound_ns", "latency-bound", "#ff7f0e"),
          ("other_ns", "other", "#7f7f7f"), ("comm_ns", "comm", "#17becf"), ("memcpy_ns", "memcpy", "#bcbd22"),
-         ("idle_ns", "idle (host-bound)", "#dddddd"))
+         ("idle_host_ns", "idle: host issuing", "#dddddd"), ("idle_wait_ns", "idle: waiting", "#c5b0d5"),
+         ("idle_profiler_ns", "idle: profiler", "#f7e1a0"))
+# The colour each class has in every view (the Perfetto bound tracks use the same names).
+CLASS_COLOURS = {label.split(":")[-1].strip().replace("-bound", ""): c for _, label, c in SPLIT}
 
 
 def _plt() -> Any:
@@ -141,23 +145,27 @@ def split_png(phases: pd.DataFrame) -> bytes | None:
     # in ms; the question is what each phase's time went to. Totals are labelled.
     left = [0.0] * len(ph)
     labels = [f"{p}  ({t / 1e6:,.1f} ms)" for p, t in zip(ph["phase"].astype(str), ph["time_ns"], strict=True)]
+    ph = ph.copy()
+    if "idle_host_ns" not in ph or ph["idle_host_ns"].isna().all():  # a table from before the idle split
+        ph["idle_host_ns"] = ph.get("idle_ns")
     for col, label, color in SPLIT:
-        if col not in ph:
+        if col not in ph or ph[col] is None:
             continue
-        vals = [100 * float(v) / float(t) if t else 0.0 for v, t in zip(ph[col].fillna(0), ph["time_ns"], strict=True)]
+        vals = [100 * float(v) / float(t) if t else 0.0
+                for v, t in zip(pd.to_numeric(ph[col], errors="coerce").fillna(0), ph["time_ns"], strict=True)]
         if not any(vals):
             continue
         ax.barh(labels, vals, left=left, color=color, label=label)
         for y, (x0, v) in enumerate(zip(left, vals, strict=True)):
             if v >= 6:
                 ax.text(x0 + v / 2, y, f"{v:.0f}%", ha="center", va="center", fontsize=9,
-                        color="black" if col in ("idle_ns", "other_ns", "memcpy_ns") else "white")
+                        color="black" if col.startswith("idle") or col in ("other_ns", "memcpy_ns") else "white")
         left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the phase's wall time")
     ax.invert_yaxis()
     ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
-    ax.set_title("Where each phase's time went: compute-bound / memory-bound / GPU idle (host-bound)")
+    ax.set_title("Where each phase's time went: compute / memory / latency-bound kernels, GPU idle by cause")
     return figure_png(fig)
 
 
@@ -419,20 +427,27 @@ def plot_split(s: pd.DataFrame, path: Path) -> Path | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    labels, comp, mem, idle = [], [], [], []
+    labels: list[str] = []
+    parts: dict[str, list[float]] = {k: [] for k in ("compute", "memory", "latency", "idle_host", "idle_wait",
+                                                     "idle_profiler")}
     for _, r in d.iterrows():
         for ph in ("prefill", "decode"):
             labels.append(f"{r['shape']} b{r['batch']} {r['mode']} {ph}")
-            comp.append(_num(r[f"{ph}_compute_share"]))
-            mem.append(_num(r[f"{ph}_memory_share"]))
-            idle.append(_num(r[f"{ph}_idle_share"]))
+            for k in parts:
+                parts[k].append(_num(r.get(f"{ph}_{k}_share")))
+            if not any(_num(r.get(f"{ph}_{k}_share")) for k in ("idle_host", "idle_wait", "idle_profiler")):
+                parts["idle_host"][-1] = _num(r[f"{ph}_idle_share"])  # a summary from before the idle split
     x = range(len(labels))
-    ax.bar(x, comp, label="compute-bound")
-    ax.bar(x, mem, bottom=comp, label="memory-bound")
-    ax.bar(x, idle, bottom=[a + b for a, b in zip(comp, mem, strict=False)], label="idle (host-bound)")
+    bottom = [0.0] * len(labels)
+    for k, label in (("compute", "compute-bound"), ("memory", "memory-bound"), ("latency", "latency-bound"),
+                     ("idle_host", "idle: host issuing"), ("idle_wait", "idle: waiting"),
+                     ("idle_profiler", "idle: profiler")):
+        colour = CLASS_COLOURS.get(label.split(":")[-1].strip().replace("-bound", ""))
+        ax.bar(x, parts[k], bottom=bottom, label=label, color=colour)
+        bottom = [a + b for a, b in zip(bottom, parts[k], strict=True)]
     ax.set_xticks(list(x), labels, rotation=75, fontsize=6)
     ax.set_ylabel("share of phase time")
-    ax.set_title("Three-way split of prefill and decode, by mode and batch")
+    ax.set_title("Where prefill and decode time went, by mode and batch")
     ax.legend(fontsize=7)
     return _save(fig, path)
 

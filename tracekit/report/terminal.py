@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.report.view import ceiling_of, phase_rows, request_rows, verdicts, workload_text
+from tracekit.report.view import advice_lines, ceiling_of, phase_rows, request_rows, verdicts, workload_text
 
 
 def _ms(v: Any) -> str:
@@ -53,7 +53,9 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"phase {r['phase']}: {r['steps']} steps ({r['steps_captured']} captured), time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "
             f"idle {_ms(r['idle_ns'])}, memcpy {_ms(r['memcpy_ns'])}, comm {_ms(r['comm_ns'])}"
+            + _bound_text(r)
         )
+    lines += [f"what would help: {a}" for a in advice_lines(ph)]
     ks = result["kernel_steps"]
     if len(ks):
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
@@ -62,6 +64,20 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+
+
+def _bound_text(r: Mapping[Any, Any]) -> str:
+    """"; compute .. memory .. latency ..; idle: host .., waiting .., profiler .." where the bound pass ran."""
+    if r.get("latency_bound_ns") is None or pd.isna(r.get("latency_bound_ns")):
+        return ""
+    text = (f"; compute {_ms(r.get('compute_bound_ns'))}, memory {_ms(r.get('memory_bound_ns'))}, "
+            f"latency {_ms(r.get('latency_bound_ns'))}")
+    if r.get("idle_host_ns") is not None and not pd.isna(r.get("idle_host_ns")):
+        prof = r.get("idle_profiler_ns")
+        ptxt = "unknown" if prof is None or pd.isna(prof) else _ms(prof)
+        text += (f"; idle: host {_ms(r['idle_host_ns'])}, waiting {_ms(r.get('idle_wait_ns'))}, "
+                 f"profiler {ptxt}")
+    return text
 
 
 def multirank_lines(result: Any) -> list[str]:
@@ -110,12 +126,16 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
     from rich.table import Table
 
     console = Console(file=out, width=160)
-    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)")):
+    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)"),
+                         ("bound", "per bound class (GPU kernel time)")):
         part = df[df["scope"] == scope]
-        if scope == "kernel_class":
+        if scope == "bound" and part.empty:
+            continue  # neither run went through the bound pass: the phase rows already say so
+        if scope in ("kernel_class", "bound"):
             part = part[part["metric"] == "time_ns"]
         table = Table(title=f"{title}: A = {name_a}, B = {name_b}", header_style="bold")
-        for col in ("phase", "class" if scope == "kernel_class" else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
+        keyed = scope in ("kernel_class", "bound")
+        for col in ("phase", "class" if keyed else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
             if col:
                 table.add_column(col, justify="right" if col not in ("phase", "class", "metric") else "left")
         if part.empty:
@@ -124,7 +144,7 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
         for r in part.to_dict("records"):
             m = str(r["metric"])
             ratio = r["ratio"]
-            cells = [str(r["phase"])] + ([str(r["key"])] if scope == "kernel_class" else []) + [
+            cells = [str(r["phase"])] + ([str(r["key"])] if keyed else []) + [
                 m, _fmt_metric(r["a"], m), _fmt_metric(r["b"], m), _fmt_metric(r["delta"], m),
                 "—" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}×", _pct(r["share_a"]), _pct(r["share_b"])]
             table.add_row(*cells)
@@ -148,6 +168,8 @@ def render_terminal(views: list[Any], out: Any) -> None:
             console.print(f"  {ceiling_of(v.df('phases')).text()}", markup=False)
         for line in verdicts(v.df("phases")):
             console.print(f"  - {line}", markup=False)
+        for line in advice_lines(v.df("phases")):
+            console.print(f"  what would help: {line}", markup=False)
         for w in v.manifest.get("warnings") or []:
             console.print(f"  warning: {w}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),

@@ -57,14 +57,21 @@ def shown_phases(phases: pd.DataFrame) -> pd.DataFrame:
 
 
 # Where a phase's time can go (they add up to the phase's wall time), and how a
-# summary names the one that dominates.
-LIMITERS = (("idle_ns", "the host: GPU idle (Python, kernel launches, sync)"),
+# summary names the one that dominates. GPU idle is split by cause (idle_host_ns +
+# idle_wait_ns + idle_profiler_ns == idle_ns); a table written before that split has
+# only idle_ns, which then counts as the host's.
+LIMITERS = (("idle_host_ns", "the host: GPU idle while the host issues work (Python, kernel launches)"),
+            ("idle_wait_ns", "waiting: GPU idle on a sync, a copy or another stream"),
+            ("idle_profiler_ns", "the profiler: GPU idle the unprofiled run does not have"),
             ("memory_bound_ns", "memory bandwidth: memory-bound kernels"),
             ("compute_bound_ns", "compute: compute-bound kernels"),
+            ("latency_bound_ns", "latency: kernels under 60% of both peaks (launch, occupancy, dependencies)"),
             ("other_ns", "kernels without a cost model"),
             ("comm_ns", "communication"), ("memcpy_ns", "memcpy"))
-SHORT_LIMITER = {"idle_ns": "host (GPU idle)", "memory_bound_ns": "memory BW", "compute_bound_ns": "compute",
-                 "other_ns": "unmodelled kernels", "comm_ns": "communication", "memcpy_ns": "memcpy"}
+SHORT_LIMITER = {"idle_host_ns": "host (GPU idle)", "idle_wait_ns": "waiting (GPU idle)",
+                 "idle_profiler_ns": "profiler (GPU idle)", "memory_bound_ns": "memory BW",
+                 "compute_bound_ns": "compute", "latency_bound_ns": "latency", "other_ns": "unmodelled kernels",
+                 "comm_ns": "communication", "memcpy_ns": "memcpy"}
 
 
 def _f(v: Any) -> float | None:
@@ -75,13 +82,39 @@ def _f(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def split_ns(r: dict[Any, Any]) -> dict[str, float]:
+    """ns per LIMITERS column of a phase row; idle_ns as the host's where the idle split is absent."""
+    out = {c: _f(r.get(c)) or 0.0 for c, _ in LIMITERS}
+    if _f(r.get("idle_host_ns")) is None and _f(r.get("idle_wait_ns")) is None:
+        out["idle_host_ns"] = _f(r.get("idle_ns")) or 0.0
+    return out
+
+
 def limiter(r: dict[Any, Any]) -> tuple[str, float] | None:
     """The column that holds most of the phase's time and its share of it."""
     t = _f(r.get("time_ns"))
     if not t:
         return None
-    best = max(((c, _f(r.get(c)) or 0.0) for c, _ in LIMITERS), key=lambda cv: cv[1])
+    best = max(split_ns(r).items(), key=lambda cv: cv[1])
     return (best[0], best[1] / t) if best[1] > 0 else None
+
+
+def idle_text(r: dict[Any, Any]) -> str:
+    """How much of a phase's idle time is the profiler's and how much waiting, in words."""
+    idle, t = _f(r.get("idle_ns")), _f(r.get("time_ns"))
+    if not idle or not t:
+        return ""
+    prof, wait = _f(r.get("idle_profiler_ns")), _f(r.get("idle_wait_ns"))
+    if wait is None and _f(r.get("idle_host_ns")) is None:
+        return ""  # a table from before the idle split
+    bits = []
+    if prof is not None:
+        bits.append(f"{100 * prof / idle:.0f}% of it is the profiler's own cost")
+    elif str(r.get("phase")) != "outside":  # time between steps has no profiled/unprofiled pair
+        bits.append("the profiler's share is unknown (no unprofiled timing pass)")
+    if wait and wait / idle >= 0.005:
+        bits.append(f"{100 * wait / idle:.0f}% waiting on syncs, copies or other streams")
+    return f"GPU idle {100 * idle / t:.0f}% of the time" + (": " + ", ".join(bits) if bits else "")
 
 
 @dataclass(frozen=True)
@@ -148,7 +181,12 @@ def verdicts(phases: pd.DataFrame) -> list[str]:
     out = []
     for r in shown_phases(phases).to_dict("records"):
         t, n = _f(r.get("time_ns")), _f(r.get("steps"))
+        cap = _f(r.get("steps_captured"))
         head = f"{r.get('phase')}: {int(n) if n is not None else '?'} step(s), {t / 1e6:,.1f} ms" if t else str(r.get("phase"))
+        if t and cap is not None and n is not None and 0 < cap < n:
+            # the time columns cover the steps with kernel capture (--trace-steps) only
+            head = f"{r.get('phase')}: {int(n)} step(s), {int(cap)} with kernels: {t / 1e6:,.1f} ms"
+            n = cap
         if t and n and n > 1:
             head += f" ({t / n / 1e6:,.2f} ms per step)"
         lim = limiter(r)
@@ -157,12 +195,16 @@ def verdicts(phases: pd.DataFrame) -> list[str]:
             continue
         col, share = lim
         text = f"{head}. Limited by {dict(LIMITERS)[col]}, {100 * share:.0f}% of the time"
+        idle = idle_text(r)
+        if idle:
+            text += f". {idle}"
         busy = _f(r.get("gpu_busy_ns"))
-        cb, mb = _f(r.get("compute_bound_ns")), _f(r.get("memory_bound_ns"))
+        cb, mb, lb = _f(r.get("compute_bound_ns")), _f(r.get("memory_bound_ns")), _f(r.get("latency_bound_ns"))
         if busy:
             bits = []
             if mb is not None and cb is not None:
-                bits.append(f"memory-bound {100 * mb / busy:.0f}%, compute-bound {100 * cb / busy:.0f}% of it")
+                lat = f", latency-bound {100 * lb / busy:.0f}%" if lb is not None else ""
+                bits.append(f"memory-bound {100 * mb / busy:.0f}%{lat}, compute-bound {100 * cb / busy:.0f}% of it")
             tb, ptb = _f(r.get("achieved_tbps")), _f(r.get("pct_peak_bandwidth"))
             tf, ptf = _f(r.get("achieved_tflops")), _f(r.get("pct_peak_flops"))
             if tb is not None and ptb is not None:
@@ -171,6 +213,20 @@ def verdicts(phases: pd.DataFrame) -> list[str]:
                 bits.append(f"{tf:,.1f} TFLOP/s = {ptf:.1f}% of peak compute")
             text += f". GPU busy {100 * busy / t:.0f}% of the time" + (": " + "; ".join(bits) if bits else "") if t else ""
         out.append(text)
+    return out
+
+
+def advice_lines(phases: pd.DataFrame) -> list[str]:
+    """What would help each shown phase (tracekit.analysis.advice), one sentence each."""
+    from tracekit.analysis.advice import advice
+
+    out = []
+    for r in shown_phases(phases).to_dict("records"):
+        if str(r.get("phase")) == "outside":
+            continue  # time between steps: no phase of the work to fix
+        text = r.get("advice") if isinstance(r.get("advice"), str) else advice({str(k): v for k, v in r.items()})
+        if text:
+            out.append(text)
     return out
 
 
@@ -204,8 +260,8 @@ def cell(v: Any, kind: str = "") -> str:
 
 def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     ph = shown_phases(phases)
-    headers = ["phase", "steps", "time (ms)", "ms / step", "compute", "memory", "other", "idle (host)", "limited by",
-               "TFLOP/s", "% peak", "TB/s", "% peak"]
+    headers = ["phase", "steps", "time (ms)", "ms / step", "compute", "memory", "latency", "other", "idle (host)",
+               "idle (wait)", "idle (profiler)", "limited by", "TFLOP/s", "% peak", "TB/s", "% peak"]
     rows = []
 
     def share(r: dict[Any, Any], c: str) -> str:
@@ -220,9 +276,12 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         t, n = _f(r.get("time_ns")), _f(r.get("steps"))
         other = sum(x for x in (_f(r.get(c)) for c in ("other_ns", "comm_ns", "memcpy_ns")) if x is not None)
         lim = limiter(r)
+        parts = split_ns(r)
+        host = cell(parts["idle_host_ns"] / t, "pct") if t and (_f(r.get("idle_ns")) is not None) else "—"
         rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
-                     share(r, "compute_bound_ns"), share(r, "memory_bound_ns"),
-                     cell(other / t, "pct") if t else "—", share(r, "idle_ns"),
+                     share(r, "compute_bound_ns"), share(r, "memory_bound_ns"), share(r, "latency_bound_ns"),
+                     cell(other / t, "pct") if t else "—", host, share(r, "idle_wait_ns"),
+                     share(r, "idle_profiler_ns"),
                      str(SHORT_LIMITER[lim[0]]) if lim else "—",
                      cell(r.get("achieved_tflops")), pct(r.get("pct_peak_flops")),
                      cell(r.get("achieved_tbps")), pct(r.get("pct_peak_bandwidth"))])

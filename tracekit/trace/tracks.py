@@ -14,9 +14,14 @@ Tracks:
                           (prefill / decode / mixed). Perfetto colours slices by
                           name, so every prefill has one colour; Chrome's legacy
                           viewer gets an explicit ``cname`` too.
-  * tracekit / bound      the step's bound class: the ``bound`` column when the
-                          roofline pass wrote one, else ``host-bound`` / ``gpu-busy``
+  * tracekit / bound      the step's bound class: the class holding most of the step's
+                          time in the bound pass's ``step_bound`` table (compute-bound,
+                          memory-bound, latency-bound, host-bound, waiting, profiler,
+                          other, comm, memcpy; every class's share in args), else the
+                          steps' ``bound`` column, else ``host-bound`` / ``gpu-busy``
                           from the step's GPU busy share (source recorded in args).
+                          Kernel slices carry their own class (``kernel_bound``) in
+                          args and, for Chrome's viewer, as their colour.
   * GPU <n> counters      one counter track per (device, source, metric).
   * the trace itself      kernels per device/stream, CPU ops and runtime calls per
                           thread, annotations: rebuilt from the tables, so a
@@ -47,10 +52,21 @@ BOUND_CNAME = {
     "compute-bound": "good",
     "memory": "bad",
     "memory-bound": "bad",
+    "latency": "yellow",
+    "latency-bound": "yellow",
     "host": "terrible",
     "host-bound": "terrible",
+    "waiting": "grey",
+    "profiler": "olive",
+    "other": "generic_work",
+    "comm": "thread_state_iowait",
+    "memcpy": "thread_state_iowait",
     "gpu-busy": "generic_work",
 }
+# step_bound's time columns and the name a step's bound slice takes when that column holds most of it
+STEP_CLASSES = (("compute_bound_ns", "compute-bound"), ("memory_bound_ns", "memory-bound"),
+                ("latency_bound_ns", "latency-bound"), ("idle_host_ns", "host-bound"), ("idle_wait_ns", "waiting"),
+                ("idle_profiler_ns", "profiler"), ("other_ns", "other"), ("comm_ns", "comm"), ("memcpy_ns", "memcpy"))
 # Below this share of the step's wall time with a kernel running, the GPU mostly
 # waited for the host (DESIGN.md: idle inside a step is host-bound time).
 HOST_BOUND_BUSY_SHARE = 0.5
@@ -195,7 +211,7 @@ def build_tracks(
     """All of a run's tracks from its tables (absent tables: no tracks, a note)."""
     ts = TrackSet()
     _request_tracks(ts, tables.get("requests"), window)
-    _step_tracks(ts, tables.get("steps"), window)
+    _step_tracks(ts, tables.get("steps"), window, tables.get("step_bound"))
     _counter_tracks(ts, tables.get("counters"), window)
     if include_trace:
         _trace_tracks(ts, tables, window)
@@ -240,7 +256,25 @@ def _request_tracks(ts: TrackSet, requests: pa.Table | None, window: Window | No
                 ts.slices.append(Slice(key, "ttft", ttft[0], ttft[1], "tracekit.request", {"request_id": rid}))
 
 
-def _step_tracks(ts: TrackSet, steps: pa.Table | None, window: Window | None) -> None:
+def _step_classes(step_bound: pa.Table | None) -> dict[int, dict[str, float]]:
+    """step_id -> {class name: share of the step's time} from the bound pass's step_bound table."""
+    if step_bound is None or "step_id" not in step_bound.column_names or "time_ns" not in step_bound.column_names:
+        return {}
+    cols = [c for c, _ in STEP_CLASSES if c in step_bound.column_names]
+    out: dict[int, dict[str, float]] = {}
+    for r in _rows(step_bound, ("step_id", "time_ns", "idle_ns", *cols)):
+        t = r["time_ns"]
+        if r["step_id"] is None or not t:
+            continue
+        vals = {name: float(r[c] or 0) / float(t) for c, name in STEP_CLASSES if c in cols}
+        if "idle_host_ns" not in cols and r.get("idle_ns") is not None:  # written before the idle split
+            vals["host-bound"] = float(r["idle_ns"]) / float(t)
+        out[int(r["step_id"])] = vals
+    return out
+
+
+def _step_tracks(ts: TrackSet, steps: pa.Table | None, window: Window | None,
+                 step_bound: pa.Table | None = None) -> None:
     names = ("step_id", "request_id", "kind", "batch", "q_len", "kv_len", "tokens", "source",
              "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns", "bound")
     rows = list(_rows(steps, names))
@@ -248,6 +282,7 @@ def _step_tracks(ts: TrackSet, steps: pa.Table | None, window: Window | None) ->
         ts.notes.append("steps: not recorded")
         return
     has_bound = steps is not None and "bound" in steps.column_names
+    classes = _step_classes(step_bound)
     step_key, bound_key = "tracekit/steps", "tracekit/bound"
     # Steps of one run are sequential forward passes; if an engine overlapped two
     # (pipelining), lanes keep the JSON valid.
@@ -266,8 +301,14 @@ def _step_tracks(ts: TrackSet, steps: pa.Table | None, window: Window | None) ->
         kind = str(r["kind"] or "unknown")
         args = {k: r[k] for k in names if r[k] is not None and k != "bound"}
         ts.slices.append(Slice(skey, kind, clipped[0], clipped[1], "tracekit.step", args, KIND_CNAME.get(kind)))
-        bound, source = _bound_of(r, e - s, has_bound)
+        shares = classes.get(int(r["step_id"])) if r["step_id"] is not None else None
+        if shares and max(shares.values()) > 0:
+            bound, source = max(shares.items(), key=lambda kv: kv[1])[0], "step_bound"
+        else:
+            bound, source = _bound_of(r, e - s, has_bound)
         bargs: dict[str, Any] = {"step_id": r["step_id"], "bound_source": source}
+        if shares:
+            bargs.update({f"{k} share": round(v, 4) for k, v in shares.items() if v > 0})
         if r["gpu_busy_ns"] is not None and e > s:
             bargs["gpu_busy_share"] = round(int(r["gpu_busy_ns"]) / (e - s), 4)
         ts.slices.append(Slice(bkey, bound, clipped[0], clipped[1], "tracekit.bound", bargs, BOUND_CNAME.get(bound)))
@@ -307,9 +348,20 @@ def _counter_tracks(ts: TrackSet, counters: pa.Table | None, window: Window | No
         ts.notes.append("counters: not recorded")
 
 
+def _kernel_classes(tables: dict[str, pa.Table]) -> list[tuple[Any, Any]] | None:
+    """(bound, source) per gpu_activity row from kernel_bound (one row per activity, same order)."""
+    gpu, kb = tables.get("gpu_activity"), tables.get("kernel_bound")
+    if gpu is None or kb is None or kb.num_rows != gpu.num_rows or "bound" not in kb.column_names:
+        return None
+    src = kb.column("source").to_pylist() if "source" in kb.column_names else [None] * kb.num_rows
+    return list(zip(kb.column("bound").to_pylist(), src, strict=True))
+
+
 def _trace_tracks(ts: TrackSet, tables: dict[str, pa.Table], window: Window | None) -> None:
     gpu = tables.get("gpu_activity")
-    for r in _rows(gpu, ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "grid", "block", "bytes")):
+    kclass = _kernel_classes(tables)
+    for i, r in enumerate(_rows(gpu, ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation",
+                                      "external_id", "grid", "block", "bytes"))):
         if r["ts_ns"] is None:
             continue
         c = _clip(int(r["ts_ns"]), int(r["dur_ns"] or 0), window)
@@ -324,7 +376,13 @@ def _trace_tracks(ts: TrackSet, tables: dict[str, pa.Table], window: Window | No
         for src, dst in (("correlation", "correlation"), ("external_id", "External id"), ("grid", "grid"), ("block", "block"), ("bytes", "bytes")):
             if r[src] is not None:
                 args[dst] = r[src]
-        ts.slices.append(Slice(key, str(r["name"]), c[0], c[1], cat, args))
+        cname = None
+        if kclass is not None and kclass[i][0] is not None:
+            args["bound"] = kclass[i][0]
+            if kclass[i][1] is not None:
+                args["bound_source"] = kclass[i][1]
+            cname = BOUND_CNAME.get(str(kclass[i][0]))
+        ts.slices.append(Slice(key, str(r["name"]), c[0], c[1], cat, args, cname))
     for table_name, cat_default in (("cpu_ops", "cpu_op"), ("runtime", "cuda_runtime"), ("annotations", "user_annotation")):
         table = tables.get(table_name)
         for r in _rows(table, ("ts_ns", "dur_ns", "name", "cat", "pid", "tid", "external_id", "correlation", "input_dims", "device", "stream")):

@@ -1,0 +1,190 @@
+"""GPU idle inside a step, split by cause: the profiler's own cost, the host still issuing, waiting.
+
+Pure functions over arrays and DataFrames (no I/O), used by the bound pass:
+
+- ``issued_ns(gpu_activity, runtime)``: per GPU activity, when the host finished issuing it (the end
+  of the runtime call with its correlation: cudaLaunchKernel, cudaGraphLaunch, cudaMemcpyAsync ...);
+  NaN where the trace does not link it.
+- ``sync_intervals(runtime)``: the host's blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize,
+  cudaEventSynchronize, synchronous cudaMemcpy), as disjoint [start, end) intervals.
+- ``wait_ns(windows, starts, ends, issued, syncs)``: of one device's idle time inside ``windows``, the
+  part where the host had already issued the work that ended the gap, or sat in a blocking call: the
+  GPU waited on something else (a dependency on another stream, a copy, work outside the trace).
+  The rest of the idle time is the host's: it had not issued the next work yet.
+- ``overheads(manifest)``: the profiler's cost per step kind, from run.json's profiled and unprofiled
+  timings (TTFT for a prefill step, TPOT for a decode step); None where there is no unprofiled pass.
+- ``profiler_share_ns(kind, time_ns, host_ns, overheads)``: the part of a step's host idle that is the
+  profiler's: its extra time per step, spread evenly over the profiled step time, this window's part
+  of it, never more than the host idle. None (null), never a silent 0, where it cannot be known.
+
+Invariant: idle_profiler_ns + idle_host_ns + idle_wait_ns == idle_ns (with a null profiler part
+counting 0). Method: docs/roofline.md, "Idle by cause".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.intervals import EMPTY, union
+
+
+def _is_blocking(name: str) -> bool:
+    """Runtime / driver calls that block the host until the GPU has finished something."""
+    if "Synchronize" in name:
+        return True
+    # cudaMemcpy (synchronous) blocks; cudaMemcpyAsync / cuMemcpy*Async do not (pageable DtoH aside).
+    return name.startswith(("cudaMemcpy", "cuMemcpy")) and "Async" not in name
+
+
+UNKNOWN = np.iinfo(np.int64).min  # an issue time the trace does not give
+
+
+def issued_ns(gpu_activity: pd.DataFrame, runtime: pd.DataFrame | None) -> pd.arrays.IntegerArray:
+    """Per activity (same order): the end of its launching runtime call, int64 ns (NA: unknown).
+
+    Integers throughout: epoch-scale nanoseconds (~1.8e18) do not survive a float64 round trip.
+    """
+    n = len(gpu_activity)
+    out = pd.array([pd.NA] * n, dtype="Int64")
+    if runtime is None or len(runtime) == 0 or "correlation" not in gpu_activity or "correlation" not in runtime:
+        return out
+    rt = runtime[["correlation", "ts_ns", "dur_ns"]].dropna(subset=["correlation", "ts_ns"])
+    if rt.empty:
+        return out
+    end = pd.to_numeric(rt["ts_ns"]).astype("int64") + pd.to_numeric(rt["dur_ns"]).fillna(0).astype("int64")
+    # A graph launch has one correlation for all its kernels: the first call with it issued them all.
+    by_corr = pd.Series(end.to_numpy(), index=pd.to_numeric(rt["correlation"]).astype("int64").to_numpy())
+    by_corr = by_corr[~by_corr.index.duplicated(keep="first")].astype("Int64")
+    corr = pd.to_numeric(gpu_activity["correlation"], errors="coerce")
+    ok = corr.notna().to_numpy()
+    if ok.any():
+        vals = by_corr.reindex(corr[ok].astype("int64").to_numpy())
+        out[np.flatnonzero(ok)] = vals.array
+    return out
+
+
+def as_issued(values: object) -> np.ndarray:
+    """Issue times (Int64 / int / float with NaN) as int64 with UNKNOWN for missing ones."""
+    s = pd.Series(values)
+    if s.dtype == object or str(s.dtype).startswith("float"):
+        s = pd.to_numeric(s, errors="coerce").round().astype("Int64")
+    return s.astype("Int64").fillna(UNKNOWN).to_numpy(dtype=np.int64)
+
+
+def sync_intervals(runtime: pd.DataFrame | None) -> np.ndarray:
+    """The host's blocking runtime calls as disjoint sorted [start, end) intervals."""
+    if runtime is None or len(runtime) == 0 or "name" not in runtime:
+        return EMPTY.copy()
+    names = runtime["name"].astype(str)
+    lut = {n: _is_blocking(n) for n in names.unique()}
+    rt = runtime[names.map(lut).to_numpy(dtype=bool)]
+    if rt.empty:
+        return EMPTY.copy()
+    s = pd.to_numeric(rt["ts_ns"], errors="coerce")
+    e = s + pd.to_numeric(rt["dur_ns"], errors="coerce").fillna(0)
+    ok = s.notna().to_numpy()
+    return union(s[ok].to_numpy(dtype=np.int64), e[ok].to_numpy(dtype=np.int64))
+
+
+def _overlap(a: np.ndarray, b: np.ndarray, syncs: np.ndarray) -> int:
+    """Total length of [a_i, b_i) intersected with the disjoint sorted ``syncs``."""
+    if syncs.size == 0 or a.size == 0:
+        return 0
+    cs = np.concatenate([[0], np.cumsum(syncs[:, 1] - syncs[:, 0])])
+
+    def covered(t: np.ndarray) -> np.ndarray:  # length of syncs before instant t
+        i = np.searchsorted(syncs[:, 0], t, side="right")
+        prev = np.clip(i - 1, 0, None)
+        inside = np.where(i > 0, np.clip(t - syncs[prev, 0], 0, syncs[prev, 1] - syncs[prev, 0]), 0)
+        return cs[prev] * (i > 0) + inside
+
+    return int((covered(b) - covered(a)).sum())
+
+
+# A launch reaches the GPU a little after its runtime call returns: on the H200, eager kernels that
+# found the GPU idle started 1.8-2.6 us after cudaLaunchKernel returned (5th-95th percentile of
+# 3,707 decode kernels, docs/roofline.md). That much of a gap is still the cost of issuing.
+LAUNCH_LATENCY_NS = 5_000
+
+
+def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
+            syncs: np.ndarray, launch_latency_ns: int = LAUNCH_LATENCY_NS) -> int:
+    """Idle ns inside ``windows`` (one device) during which the GPU waited on something other than the host.
+
+    A gap ends where an activity starts (or at the window's end). Until the host finished issuing
+    that activity, plus the launch latency, the gap is the host's; after it the work was queued and
+    the GPU waited (on another stream, an event, a copy engine, outside work). Time the host spent
+    blocked in a synchronising call counts as waiting too. An activity with no known issue time
+    leaves its gap to the host.
+    """
+    if len(windows) == 0:
+        return 0
+    busy = union(starts, ends)
+    total = 0
+    ss = np.asarray(starts, dtype=np.int64)
+    order = np.argsort(ss, kind="stable")
+    ss, iss = ss[order], as_issued(issued)[order]
+    for lo, hi in windows:
+        # gaps = [lo, hi) minus busy
+        b = busy[(busy[:, 1] > lo) & (busy[:, 0] < hi)] if busy.size else busy
+        edges_s = np.concatenate([[lo], np.clip(b[:, 1], lo, hi)]) if b.size else np.array([lo])
+        edges_e = np.concatenate([np.clip(b[:, 0], lo, hi), [hi]]) if b.size else np.array([hi])
+        keep = edges_e > edges_s
+        ga, gb = edges_s[keep].astype(np.int64), edges_e[keep].astype(np.int64)
+        if ga.size == 0:
+            continue
+        # the activity that ends each gap: the latest-issued one starting exactly at its end
+        i0 = np.searchsorted(ss, gb, side="left")
+        i1 = np.searchsorted(ss, gb, side="right")
+        split = gb.copy()  # unknown, or no activity at the gap's end: all of it the host's
+        for j in np.flatnonzero(i1 > i0):
+            vals = iss[i0[j]:i1[j]]
+            if (vals != UNKNOWN).all():
+                split[j] = min(max(int(vals.max()) + launch_latency_ns, int(ga[j])), int(gb[j]))
+        total += int((gb - split).sum())  # queued, not running
+        total += _overlap(ga, split, syncs)  # host blocked in a sync while nothing was queued
+    return total
+
+
+def _agg(timings: Mapping[str, Any] | None, key: str) -> float | None:
+    if not isinstance(timings, Mapping):
+        return None
+    agg = timings.get("aggregate")
+    v = agg.get(key) if isinstance(agg, Mapping) else None
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) and f > 0 else None
+
+
+def overheads(manifest: Mapping[str, Any] | None) -> dict[str, tuple[float, float]] | None:
+    """{step kind: (profiler ns per step, profiled step ns)} from run.json, or None without an unprofiled pass.
+
+    prefill: TTFT profiled - TTFT unprofiled (one prefill per request); decode: the same for TPOT.
+    A negative difference (the profiled pass was faster) counts as 0.
+    """
+    t = (manifest or {}).get("timings")
+    if not isinstance(t, Mapping) or not isinstance(t.get("unprofiled"), Mapping):
+        return None
+    prof, bare = t.get("profiled"), t.get("unprofiled")
+    out: dict[str, tuple[float, float]] = {}
+    for kind, key in (("prefill", "ttft_ns"), ("decode", "tpot_ns")):
+        p, u = _agg(prof, key), _agg(bare, key)
+        if p is not None and u is not None:
+            out[kind] = (max(p - u, 0.0), p)
+    return out or None
+
+
+def profiler_share_ns(kind: str, time_ns: int, host_ns: int,
+                      over: Mapping[str, tuple[float, float]] | None) -> int | None:
+    """The profiler's part of one step's host idle (see the module doc); None where unknown."""
+    if over is None or kind not in over:
+        return None
+    extra, step = over[kind]
+    share = extra * min(time_ns / step, 1.0) if step > 0 else 0.0
+    return int(min(max(round(share), 0), max(host_ns, 0)))

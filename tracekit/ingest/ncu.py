@@ -1,0 +1,307 @@
+"""Nsight Compute's CSV export -> the ``ncu_counters`` table (tracekit.model.schema).
+
+The one reader of Nsight Compute output. The file is what
+
+    ncu -i REPORT.ncu-rep --csv --page raw --print-units base --print-kernel-base mangled [--metrics ...]
+
+writes: a header row, a units row, then one row per profiled kernel in launch order. Columns are
+read by name, never by position (``--nvtx`` inserts two). Numbers may carry thousands separators;
+units are scaled to ns and bytes whatever ``--print-units`` said; ``n/a`` is null, and a metric that
+is n/a for every kernel is an error (ncu exits 0 on an unknown metric). Mangled C++ names are
+demangled (``__cxa_demangle``), which gives exactly Kineto's spelling of a kernel's name; ncu's own
+demangled spelling does not. The step of each kernel comes from tracekit's NVTX step range
+(``tracekit.step id=N``) in the push/pop or start/stop range columns.
+
+Column meanings and the metric sets: docs/roofline.md, "Measured counters".
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import ctypes.util
+import functools
+import io
+import math
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracekit.errors import TraceFormatError
+from tracekit.model import schema as _schema
+
+PCT = ".avg.pct_of_peak_sustained_elapsed"
+DURATION = "gpu__time_duration.sum"
+DRAM_READ, DRAM_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
+DRAM_PCT = "dram__throughput" + PCT
+DRAM_PCT_SOL = "gpu__dram_throughput" + PCT  # what the SpeedOfLight section shows as DRAM throughput
+TENSOR_PCT = "sm__pipe_tensor_cycles_active" + PCT
+TENSOR_PCT_ALT = "sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active" + PCT
+SM_PCT = "sm__throughput" + PCT
+MEMORY_PCT = "gpu__compute_memory_throughput" + PCT
+WAVES = "launch__waves_per_multiprocessor"
+FP32_OPS = ("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
+FP16_OPS = ("smsp__sass_thread_inst_executed_op_hadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_hmul_pred_on.sum",
+            "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum")
+
+# One replay pass on Hopper (measured with ncu 2025.3.1 on an H200): no save/restore of device memory.
+METRICS_ONE_PASS = (DURATION, DRAM_READ, DRAM_WRITE, DRAM_PCT, TENSOR_PCT)
+# Nsight Compute's own Speed Of Light inputs: ~10 passes per kernel with save/restore (opt-in).
+METRICS_SOL = (*METRICS_ONE_PASS, SM_PCT, MEMORY_PCT)
+# SASS-patched instruction counters: FP32/FP16 FLOPs (2 more passes).
+METRICS_FLOPS = (*METRICS_ONE_PASS, *FP32_OPS, *FP16_OPS)
+METRIC_SETS = {"one-pass": METRICS_ONE_PASS, "sol": METRICS_SOL, "flops": METRICS_FLOPS}
+
+STEP_RANGE = "tracekit.step id={}"  # the NVTX range tracekit pushes around each profiled step
+STEP_PATTERN = re.compile(r"tracekit\.step id=(\d+)")
+_TIME = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+_BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+_ID_COLUMNS = ("ID", "Kernel Name")
+
+
+class CountersFormatError(TraceFormatError):
+    """A counters file tracekit cannot read: not Nsight Compute's raw CSV, no kernels, metrics n/a."""
+
+
+# --- demangling ---------------------------------------------------------------------
+
+
+@functools.cache
+def _cxa_demangle() -> Any:
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+        fn = lib.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return fn, libc.free
+
+
+def _cxxfilt(names: list[str]) -> list[str] | None:
+    exe = shutil.which("c++filt")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=60,
+                             check=True).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out if len(out) == len(names) else None
+
+
+def demangle(names: Iterable[str]) -> list[str]:
+    """Itanium-mangled names (``_Z...``) demangled as c++filt does; other names unchanged.
+
+    Uses libstdc++'s ``__cxa_demangle``, else the ``c++filt`` program; a name neither can read is
+    returned as it is.
+    """
+    names = [str(n) for n in names]
+    todo = sorted({n for n in names if n.startswith("_Z")})
+    if not todo:
+        return names
+    found: dict[str, str] = {}
+    lib = _cxa_demangle()
+    if lib is not None:
+        fn, free = lib
+        for n in todo:
+            status = ctypes.c_int()
+            ptr = fn(n.encode(), None, None, ctypes.byref(status))
+            if status.value == 0 and ptr:
+                try:
+                    found[n] = ctypes.string_at(ptr).decode("utf-8", "replace")
+                finally:
+                    free(ptr)
+    rest = [n for n in todo if n not in found]
+    if rest:
+        filt = _cxxfilt(rest)
+        if filt is not None:
+            found.update({a: b for a, b in zip(rest, filt, strict=True) if b != a})
+    return [found.get(n, n) for n in names]
+
+
+# --- the CSV ------------------------------------------------------------------------
+
+
+def _number(text: str) -> float:
+    t = text.strip().replace(",", "")
+    if not t or "n/a" in t:
+        return math.nan
+    try:
+        return float(t)
+    except ValueError:
+        return math.nan
+
+
+def _dims(text: str) -> list[int] | None:
+    nums = re.findall(r"\d+", text or "")
+    return [int(x) for x in nums] if nums else None
+
+
+def _scale(unit: str) -> float:
+    """Factor to ns (times) or bytes (sizes); 1 for %, counts and unknown units."""
+    return _TIME.get(unit) or _BYTES.get(unit) or 1.0
+
+
+def _rows(text: str) -> tuple[list[str], list[str], list[list[str]]]:
+    rows = list(csv.reader(io.StringIO(text)))
+    # ncu may print ==PROF== / ==WARNING== lines before the table when stdout was captured whole
+    start = next((i for i, r in enumerate(rows) if all(c in r for c in _ID_COLUMNS)), None)
+    if start is None:
+        raise CountersFormatError("not an Nsight Compute raw-page CSV (no \"ID\" and \"Kernel Name\" columns): "
+                                  "export with ncu -i REPORT --csv --page raw --print-units base")
+    header = rows[start]
+    body = [r for r in rows[start + 1:] if len(r) == len(header)]
+    units: list[str] = [""] * len(header)
+    if body and body[0][header.index("ID")] == "":
+        units, body = body[0], body[1:]
+    return header, units, body
+
+
+def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN,
+             required: Iterable[str] = ()) -> pa.Table:
+    """An Nsight Compute raw-page CSV (a path or its text) as an ``ncu_counters`` table.
+
+    ``required``: metrics that must be present and not n/a for every kernel: a missing column, or
+    one n/a everywhere, raises CountersFormatError naming them. ``step_pattern``: the regex whose
+    first group is the step id in the NVTX range columns (kernels outside every such range get a
+    null step_id; ``ordinal`` then counts within the null group).
+    """
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and len(source) < 4096):
+        path = Path(source)
+        if not path.is_file():
+            raise CountersFormatError(f"{path}: no such counters file")
+        text = path.read_text(errors="replace")
+    else:
+        text = str(source)
+    header, units, body = _rows(text)
+    if not body:
+        raise CountersFormatError("the counters file has no kernels (ncu profiled nothing: "
+                                  "was the step window reached?)")
+    col = {name: i for i, name in enumerate(header)}
+    missing = [m for m in required if m not in col]
+    if missing:
+        raise CountersFormatError(f"metrics not in the counters file: {', '.join(missing)}")
+
+    def metric(name: str) -> list[float]:
+        if name not in col:
+            return [math.nan] * len(body)
+        i = col[name]
+        s = _scale(units[i].strip())
+        return [_number(r[i]) * s for r in body]
+
+    def first(*names: str) -> list[float]:
+        for n in names:
+            if n in col:
+                return metric(n)
+        return [math.nan] * len(body)
+
+    for m in required:
+        if all(math.isnan(v) for v in metric(m)):
+            raise CountersFormatError(f"metric {m} is n/a for every kernel: this GPU or ncu does not have it")
+    nvtx = [i for i, h in enumerate(header) if "Push/Pop_Range" in h or "Start/Stop_Range" in h]
+
+    def step_of(r: list[str]) -> int | None:
+        found: list[str] = []
+        for i in nvtx:
+            found += step_pattern.findall(r[i])
+        return int(found[-1]) if found else None
+
+    steps = [step_of(r) for r in body]
+    ordinal: list[int] = []
+    seen: dict[int | None, int] = {}
+    for s in steps:
+        ordinal.append(seen.get(s, 0))
+        seen[s] = seen.get(s, 0) + 1
+    reads, writes = metric(DRAM_READ), metric(DRAM_WRITE)
+    dram = [a + (0.0 if math.isnan(b) else b) for a, b in zip(reads, writes, strict=True)]
+    flops = _flops(metric)
+    stream = [int(v) if not math.isnan(v := _number(r[col["Stream"]])) else None for r in body] if "Stream" in col \
+        else [None] * len(body)
+    return _schema.from_columns("ncu_counters", {
+        "step_id": steps,
+        "ordinal": ordinal,
+        "ncu_id": [int(_number(r[col["ID"]])) for r in body],
+        "name": demangle(r[col["Kernel Name"]] for r in body),
+        "stream": stream,
+        "grid": [_dims(r[col["Grid Size"]]) for r in body] if "Grid Size" in col else None,
+        "block": [_dims(r[col["Block Size"]]) for r in body] if "Block Size" in col else None,
+        "ncu_dur_ns": metric(DURATION),
+        "dram_bytes": dram,
+        "dram_pct": first(DRAM_PCT, DRAM_PCT_SOL),
+        "sm_pct": metric(SM_PCT),
+        "memory_pct": metric(MEMORY_PCT),
+        "tensor_pct": first(TENSOR_PCT, TENSOR_PCT_ALT),
+        "ncu_flops": flops,
+        "waves": metric(WAVES),
+    })
+
+
+def _flops(metric: Any) -> list[float]:
+    """fadd + fmul + 2 x ffma (FP32) plus the same for FP16, where the instruction counters were collected."""
+    total: list[float] | None = None
+    for add, mul, fma in (FP32_OPS, FP16_OPS):
+        a, m, f = metric(add), metric(mul), metric(fma)
+        if all(math.isnan(x) for x in (*a, *m, *f)):
+            continue
+        part = [(0 if math.isnan(x) else x) + (0 if math.isnan(y) else y) + 2 * (0 if math.isnan(z) else z)
+                for x, y, z in zip(a, m, f, strict=True)]
+        total = part if total is None else [p + q for p, q in zip(total, part, strict=True)]
+    return total if total is not None else [math.nan] * len(metric(DURATION))
+
+
+# --- writing the same layout (dry runs and tests) ----------------------------------------
+
+_PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+_START_STOP = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+_OUT = ((DRAM_READ, "dram_bytes", "byte"), (DRAM_WRITE, None, "byte"), (DRAM_PCT, "dram_pct", "%"),
+        (DURATION, "ncu_dur_ns", "ns"), (TENSOR_PCT, "tensor_pct", "%"), (SM_PCT, "sm_pct", "%"),
+        (MEMORY_PCT, "memory_pct", "%"))
+
+
+def to_csv(counters: Any, metrics: Iterable[str] = METRICS_ONE_PASS) -> str:
+    """An ncu_counters-like DataFrame written in the layout ``ncu -i ... --csv --page raw --print-units base
+    --nvtx`` uses (thousands separators, NVTX columns, units row): what ``read_csv`` reads back.
+
+    For dry runs and tests where ncu cannot run; names are written as given (mangled or not).
+    """
+    wanted = set(metrics)
+    cols = [(m, c, u) for m, c, u in _OUT if m in wanted]
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    ids = ["ID", "Process ID", "Process Name", "Host Name", _PUSH_POP, _START_STOP, "Kernel Name", "Context",
+           "Stream", "Block Size", "Grid Size", "Device", "CC"]
+    w.writerow(ids + [m for m, _, _ in sorted(cols)])
+    w.writerow([""] * len(ids) + [u for _, _, u in sorted(cols)])
+
+    def dims(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            vals: list[Any] = [1, 1, 1]
+        else:
+            vals = re.findall(r"\d+", v) if isinstance(v, str) else list(v)
+        return "(" + ", ".join(str(int(x)) for x in vals) + ")"
+
+    def num(v: Any, unit: str) -> str:
+        f = float(v) if v is not None else math.nan
+        if math.isnan(f):
+            return "n/a"
+        return f"{f:,.0f}" if unit in ("byte", "ns") else f"{f:,.2f}"
+
+    for i, r in enumerate(counters.to_dict("records")):
+        step = r.get("step_id")
+        known = step is not None and not (isinstance(step, float) and math.isnan(step))
+        nvtx = f'1  "<default domain>:{STEP_RANGE.format(int(step))}:none:none:none:none:none:none" ' if known else ""
+        row = [str(i), "1", "python3", "127.0.0.1", nvtx, "", str(r["name"]), "1", str(int(r.get("stream") or 7)),
+               dims(r.get("block")), dims(r.get("grid")), "0", "9.0"]
+        for _m, c, u in sorted(cols):
+            row.append(num(r.get(c) if c else 0.0, u))
+        w.writerow(row)
+    return buf.getvalue()

@@ -117,12 +117,14 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):
         result["warnings"].append(f"no ceiling: {why}")
+    rank = run_rank(tables)
     for name in OUTPUTS:
         df = result.get(name)
         if df is None:
             continue
         if name in _schema.SCHEMAS:
             table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+            table = _schema.fill_rank(table, rank)
         else:  # kernel_bound / step_bound: schema-less, columns as analysis/bound.py makes them
             table = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
         run.write_table(name, table)
@@ -137,6 +139,19 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
     })
     return result
+
+
+def run_rank(tables: dict[str, Any]) -> int:
+    """The rank of a single-rank run: the one its raw tables carry (ingest sets it), else 0."""
+    import pyarrow.compute as pc
+
+    for name in RAW:
+        t = tables.get(name)
+        if isinstance(t, pa.Table) and "rank" in t.column_names and t.num_rows:
+            vals = pc.drop_null(t.column("rank"))
+            if len(vals):
+                return int(vals[0].as_py())
+    return 0
 
 
 def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -160,12 +175,13 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     tables["manifest"] = run.read_manifest()
     result = run_passes(tables, DEFAULT_PASSES)
+    rank = run_rank(tables)
     for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
         df = result.get(name)
         if df is None:
             continue
         table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-        run.write_table(dest, table)
+        run.write_table(dest, _schema.fill_rank(table, rank))
     return result
 
 

@@ -8,6 +8,7 @@ The HTML goes to ``--html FILE``; by default ``RUN/report.html`` for one run and
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -27,14 +28,25 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool) -> No
 
     dirs = [RunDir.open(p) for p in runs]
     views = [load_view(d) for d in dirs]
-    render_terminal(views, sys.stdout)
-    if no_html:
-        return
-    from tracekit.report.html import build_html
+    # Libraries' warnings (matplotlib's, pandas') are not the report's output: caught, counted in one line.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        render_terminal(views, sys.stdout)
+        if no_html:
+            _say_caught(caught)
+            return
+        from tracekit.report.html import build_html
 
-    if html_path is None:
-        html_path = dirs[0].path / "report.html" if len(dirs) == 1 else Path("report.html")
-    text = build_html(views, title="tracekit report: " + ", ".join(v.run_id for v in views))
+        if html_path is None:
+            html_path = dirs[0].path / "report.html" if len(dirs) == 1 else Path("report.html")
+        text = build_html(views, title="tracekit report: " + ", ".join(v.run_id for v in views))
     with atomic_open(html_path, "w") as fh:
         fh.write(text)
     click.echo(f"wrote {html_path} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
+    _say_caught(caught)
+
+
+def _say_caught(caught: list[warnings.WarningMessage]) -> None:
+    if caught:
+        first = str(caught[0].message).strip().splitlines()[0][:120]
+        click.echo(f"({len(caught)} library warning(s) while drawing, not shown; the first: {first})", err=True)

@@ -156,7 +156,8 @@ def split_png(phases: pd.DataFrame) -> bytes | None:
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the phase's wall time")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
+    if ax.get_legend_handles_labels()[0]:  # every class empty (no split recorded): no legend to draw
+        ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
     ax.set_title("Where each phase's time went: compute-bound / memory-bound / GPU idle (host-bound)")
     return figure_png(fig)
 

@@ -21,13 +21,15 @@ from tracekit.store.rundir import RunDir, atomic_open
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the HTML report (default RUN/report.html, or ./report.html for several runs).")
 @click.option("--no-html", is_flag=True, help="Terminal summary only.")
-def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool) -> None:
+@click.option("--warmup-requests", "warmup_requests", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Leave each run's first N requests out of its phase totals (warm-ups; default: as analysed).")
+def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmup_requests: int | None) -> None:
     """Summarise runs in the terminal and as a self-contained HTML file."""
     from tracekit.report.terminal import render_terminal
     from tracekit.report.view import load_view
 
     dirs = [RunDir.open(p) for p in runs]
-    views = [load_view(d) for d in dirs]
+    views = [load_view(d, warmup_requests) for d in dirs]
     # Libraries' warnings (matplotlib's, pandas') are not the report's output: caught, counted in one line.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

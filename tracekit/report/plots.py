@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model.ceilings import Ceiling
-from tracekit.report.view import has_columns, implied_peak, run_phases, shown_phases
+from tracekit.report.view import OUTSIDE, has_columns, implied_peak, run_phases, shown_phases
 
 _PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728", "mixed": "#2ca02c", "outside steps": "#7f7f7f"}
 
@@ -166,6 +166,7 @@ def phase_roofline_png(phases: pd.DataFrame) -> bytes | None:
     ph = run_phases(phases)
     if not has_columns(ph, "flops", "bytes", "time_ns"):
         return None
+    ph = ph[ph["phase"].astype(str) != OUTSIDE]  # time outside every step is no phase
     ph = ph[(ph["bytes"] > 0) & (ph["time_ns"] > 0) & (ph["flops"] > 0)]
     if ph.empty:
         return None

@@ -33,6 +33,7 @@ from tracekit.report.view import (
     phase_rows,
     request_rows,
     shown_phases,
+    timed_steps,
     verdicts,
     warmup_line,
     workload_text,
@@ -126,7 +127,7 @@ def comparison(runs: list[RunView]) -> str:
     notes = []
     for run in runs:
         for r in shown_phases(run.df("phases")).to_dict("records"):
-            t, n = r.get("time_ns"), r.get("steps")
+            t, n = r.get("time_ns"), timed_steps(r)
             rows.append([str(run.run_id), str(r.get("phase")), cell(n), cell(t, "ms"),
                          cell(t / n, "ms") if t and n else "—",
                          cell(r["idle_ns"] / t, "pct") if t and r.get("idle_ns") is not None else "—"])

@@ -190,14 +190,23 @@ def workload_text(m: dict[str, Any]) -> str:
     return " · ".join(parts) if parts else "workload: not recorded"
 
 
+def timed_steps(r: dict[Any, Any]) -> float | None:
+    """The steps a phase row's time covers: those with kernel capture where the row says
+    (``steps_captured``; a run recorded with --trace-steps times only those), else all its steps."""
+    cap = _f(r.get("steps_captured"))
+    return cap if cap else _f(r.get("steps"))
+
+
 def verdicts(phases: pd.DataFrame) -> list[str]:
     """One sentence per phase: what limited it, and how close the GPU got to the ceiling while busy."""
     out = []
     for r in shown_phases(phases).to_dict("records"):
-        t, n = _f(r.get("time_ns")), _f(r.get("steps"))
+        t, n, timed = _f(r.get("time_ns")), _f(r.get("steps")), timed_steps(r)
         head = f"{r.get('phase')}: {int(n) if n is not None else '?'} step(s), {t / 1e6:,.1f} ms" if t else str(r.get("phase"))
-        if t and n and n > 1:
-            head += f" ({t / n / 1e6:,.2f} ms per step)"
+        if timed is not None and n is not None and timed < n:
+            head += f" over the {int(timed)} with kernel capture"
+        if t and timed and timed > 1:
+            head += f" ({t / timed / 1e6:,.2f} ms per step)"
         lim = limiter(r)
         if lim is None:
             out.append(head + "; split not recorded")
@@ -264,7 +273,7 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         return "—" if x is None else f"{x:.1f}%"
 
     for r in ph.to_dict("records"):
-        t, n = _f(r.get("time_ns")), _f(r.get("steps"))
+        t, n = _f(r.get("time_ns")), timed_steps(r)
         other = sum(x for x in (_f(r.get(c)) for c in ("other_ns", "comm_ns", "memcpy_ns")) if x is not None)
         lim = limiter(r)
         rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",

@@ -8,7 +8,9 @@ the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
 ``warnings`` (a list of strings; what passes return under ``warnings`` is
 appended, never replaced).
 
-``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy.
+``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, warmup.
+The warmup pass (tracekit.analysis.warmup) reads the non-table input ``warmup_first`` (the first N
+requests are warm-ups, ``--warmup-requests N``) besides run.json's marks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tracekit.analysis import intervals
 from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
+from tracekit.analysis import warmup as _warmup
 from tracekit.model import schema as _schema
 
 Tables = dict[str, Any]
@@ -206,7 +209,9 @@ BOUND = Pass("bound", _bound_pass,
              adds=("phases", "kernel_bound", "step_bound"))
 # Energy per phase and GPM DRAM bandwidth, where the bound pass ran and counters exist.
 ENERGY = Pass("energy", _energy_pass, needs=("gpu_activity", "steps", "phases", "counters"), adds=("phases",))
-DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY]
+# Warm-up requests out of the run-level phase rows (their own rows stay); first-use outliers flagged.
+WARMUP = Pass("warmup", _warmup.warmup_pass, needs=("phases", "requests"), adds=("phases", "warmup"))
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, WARMUP]
 
 
 def to_frame(table: Any) -> pd.DataFrame:

@@ -6,6 +6,11 @@ kernel-level capture to a window of forward passes (a schedule driven by the
 step hooks), so long generations stay tractable while the host timers still
 cover every request.
 
+Kineto writes its own lines (``USDT: ... profiler_start``) to descriptor 2 from C++ when the
+profiler starts and stops, which happens in ``start``, in ``step`` (the schedule's transitions)
+and in ``stop``: each of those runs inside ``native()``, a context the session passes in
+(tracekit.collectors.noise.ThirdPartyOutput.native), so they land in the run's third-party log.
+
 Clock: each ``tracekit.clock_sync host_ns=<t>`` annotation is opened right
 after reading ``time.time_ns()``; its ``ts`` in the trace gives the offset
 between the host clock and the trace's clock.
@@ -13,7 +18,10 @@ between the host clock and the trace's clock.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,9 +79,15 @@ def clock_sync_marker() -> None:
 class KinetoCapture:
     """One torch.profiler session writing its Chrome trace to ``raw_path``."""
 
-    def __init__(self, config: ProfilerConfig, raw_path: Path) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        raw_path: Path,
+        native: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> None:
         self.config = config
         self.raw_path = raw_path
+        self._native = native or contextlib.nullcontext
         self.exported = False
         self._prof: Any = None
         self._active = False
@@ -107,7 +121,8 @@ class KinetoCapture:
             **kwargs,
         )
         del torch
-        self._prof.start()
+        with self._native():
+            self._prof.start()
         self._active = True
         if w is None:
             clock_sync_marker()
@@ -125,7 +140,20 @@ class KinetoCapture:
 
     def on_step_end(self, step_id: int) -> None:
         if self.windowed and self._active and not self._stopped:
-            self._prof.step()
+            if self._transition_near(step_id):
+                with self._native():  # the schedule starts and stops Kineto inside step()
+                    self._prof.step()
+            else:  # no redirect (~30 us) on the steps where the schedule changes nothing
+                self._prof.step()
+
+    def _transition_near(self, step_id: int) -> bool:
+        """Whether the step() after ``step_id`` may start or stop Kineto (a step either side of the
+        schedule's wait/warm-up/active boundaries, to be safe against an off-by-one in torch)."""
+        w = self.config.window
+        if w is None:
+            return True
+        warm = 1 if w.start > 0 else 0
+        return any(abs(step_id + 1 - b) <= 1 for b in (w.start - warm, w.start, w.stop))
 
     def stop(self) -> None:
         """Stop and export; safe to call twice and after a failure."""
@@ -134,8 +162,9 @@ class KinetoCapture:
         self._stopped = True
         if not self.windowed:
             clock_sync_marker()
-        self._prof.stop()
-        self._active = False
-        if not self.windowed or self._ready:
-            self._prof.export_chrome_trace(str(self.raw_path))
-            self.exported = True
+        with self._native():
+            self._prof.stop()
+            self._active = False
+            if not self.windowed or self._ready:
+                self._prof.export_chrome_trace(str(self.raw_path))
+                self.exported = True

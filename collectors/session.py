@@ -13,6 +13,11 @@ request with step annotations and host token timers. On exit (normal, an
 exception or Ctrl-C) whatever was captured is written: the merged trace, the
 steps/requests/counters tables, run.json; the run is marked complete only when
 the block finished without an exception.
+
+Libraries' own output (Kineto's lines, torch and transformers warnings) is not printed between
+tracekit's lines: tracekit.collectors.noise catches it, ``keep_third_party`` writes it to
+``third_party.log`` in the run directory, keeps what matters as run.json warnings ("third-party: ...")
+and counts it under run.json ``third_party`` for the summary's one line.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.hooks import GenerationTracker, RequestRecord, StepRecord, patch_generate
+from tracekit.collectors.noise import LOG_NAME, ThirdPartyOutput
 from tracekit.collectors.profiler import KinetoCapture, ProfilerConfig, StepWindow
 from tracekit.errors import TracekitError, UsageError
 from tracekit.model import schema as _schema
@@ -52,6 +58,14 @@ class RecordOptions:
     quiet: bool = True
     command: tuple[str, ...] = field(default_factory=tuple)
     nvml_off_reason: str = "disabled with --no-nvml"
+
+
+def process_rank() -> int:
+    """This process's rank: torch.distributed's ``RANK`` (set by torchrun and ``--tp``), else 0."""
+    try:
+        return max(int(os.environ.get("RANK", "0")), 0)
+    except ValueError:
+        return 0
 
 
 def default_out(label: str) -> Path:
@@ -116,11 +130,21 @@ def _make_sampler(opts: RecordOptions) -> tuple[Any, dict[str, Any] | None]:
 # --- timings -----------------------------------------------------------------------
 
 
-def timings(records: list[RequestRecord], clock: str = "host time.time_ns, synchronised") -> dict[str, Any]:
-    """Per-request metrics and their means over the requests that completed."""
+def timings(
+    records: list[RequestRecord],
+    clock: str = "host time.time_ns, synchronised",
+    warmup: frozenset[int] = frozenset(),
+) -> dict[str, Any]:
+    """Per-request metrics and their means over the requests that completed, warm-ups
+    (request ids in ``warmup``, flagged ``"warmup": true``) left out of the means."""
     per = [r.metrics() for r in records]
-    done = [m for m in per if m["complete"] and m["ttft_ns"] is not None]
+    for m in per:
+        if m["request_id"] in warmup:
+            m["warmup"] = True
+    done = [m for m in per if m["complete"] and m["ttft_ns"] is not None and not m.get("warmup")]
     agg: dict[str, Any] = {"requests": len(done)}
+    if warmup:
+        agg["warmup_requests"] = sum(1 for m in per if m.get("warmup"))
 
     def mean(key: str) -> float | None:
         vals = [m[key] for m in done if m.get(key) is not None]
@@ -183,11 +207,18 @@ class Recording:
     """Profiler, NVML sampler and generate annotations over a block; writes the run on exit."""
 
     def __init__(
-        self, run: RunDir, opts: RecordOptions, on_token: Callable[[RequestRecord], None] | None = None
+        self,
+        run: RunDir,
+        opts: RecordOptions,
+        on_token: Callable[[RequestRecord], None] | None = None,
+        noise: ThirdPartyOutput | None = None,
     ):
         self.run = run
         self.opts = opts
         self._on_token = on_token
+        # Given: the caller (the built-in workload) catches over a wider span and owns it.
+        self.noise = noise if noise is not None else ThirdPartyOutput()
+        self._own_noise = noise is None
         self.capture: KinetoCapture | None = None
         self.sampler: Any = None
         self._nvml_status: dict[str, Any] | None = None
@@ -196,6 +227,7 @@ class Recording:
         self.result: dict[str, Any] = {}
         self.extra_manifest: dict[str, Any] = {}
         self._traced_steps: dict[int, chrome_trace.Annotation] = {}
+        self._warmup: set[int] = set()
 
     @property
     def path(self) -> Path:
@@ -205,15 +237,30 @@ class Recording:
         """Name the next generate call's request (default ``request-<id>``)."""
         self.tracker.next_name = name
 
+    def warmup(self) -> Warmup:
+        """Mark warm-up requests: ``rec.warmup()`` marks the next generate call; ``with rec.warmup():``
+        marks every generate call inside the block. Warm-ups are recorded like any request but left
+        out of the timing means and of the run's phase totals (run.json ``warmup_requests``)."""
+        return Warmup(self)
+
+    def warmup_ids(self) -> frozenset[int]:
+        """The request ids marked as warm-ups that were actually issued."""
+        issued = len(self.tracker.requests)
+        return frozenset(i for i in self._warmup if i < issued)
+
     def __enter__(self) -> Recording:
         import torch
 
         cuda = torch.cuda.is_available() if self.opts.cuda is None else self.opts.cuda
+        if self._own_noise:
+            self.noise.__enter__()
         self.sampler, self._nvml_status = _make_sampler(self.opts)
         if self.sampler is not None:
             self.sampler.start()
         self.capture = KinetoCapture(
-            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps), self.run.path / RAW_TRACE
+            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps),
+            self.run.path / RAW_TRACE,
+            native=self.noise.native,
         )
         self.tracker.on_step_start = self.capture.on_step_start
         self.tracker.on_step_end = self.capture.on_step_end
@@ -227,10 +274,14 @@ class Recording:
             }
         )
         self._patch.__enter__()
+        ACTIVE.append(self)
         try:
             self.capture.start()
         except BaseException:
             self._patch.__exit__(None, None, None)
+            if self._own_noise:
+                self.noise.__exit__(None, None, None)
+            ACTIVE.remove(self)
             raise
         return self
 
@@ -241,6 +292,8 @@ class Recording:
         """Stop every collector and write what was captured; complete only if ``exc`` is None."""
         problems: list[str] = []
         self._patch.__exit__(None, None, None)
+        if self in ACTIVE:
+            ACTIVE.remove(self)
         if self.capture is not None:
             try:
                 self.capture.stop()
@@ -249,9 +302,14 @@ class Recording:
         if self.sampler is not None:
             self.sampler.stop()
             self._nvml_status = self.sampler.status()
+        if self._own_noise:
+            self.noise.__exit__(None, None, None)
         try:
             self._write(problems)
         finally:
+            keep_third_party(self.run, self.noise)
+            if self._own_noise:
+                self.noise.close()
             for p in problems:
                 self.run.add_warning(p)
             if exc is None and not problems_fatal(problems):
@@ -296,15 +354,16 @@ class Recording:
         clock["offset_ns"] = offset  # trace_ns = host_ns + offset_ns
         self._traced_steps = traced_steps
         steps_t, requests_t = self._tables(offset)
-        run.write_table("steps", steps_t)
-        run.write_table("requests", requests_t)
+        rank = process_rank()
+        run.write_table("steps", _schema.fill_rank(steps_t, rank))
+        run.write_table("requests", _schema.fill_rank(requests_t, rank))
         counters = self.sampler.counters() if self.sampler is not None else _schema.empty("counters")
         if counters.num_rows:
             import pyarrow.compute as pc
 
             shifted = pc.add(counters.column("ts_ns"), offset)
             counters = counters.set_column(counters.schema.get_field_index("ts_ns"), "ts_ns", shifted)
-        run.write_table("counters", counters)
+        run.write_table("counters", _schema.fill_rank(counters, rank))
         events = record_track_events(steps_t, requests_t, counters)
         try:
             chrome_trace.merge(raw if have_raw else None, run.trace_path, events)
@@ -319,7 +378,8 @@ class Recording:
         if blind:
             # Tokens but no forward pass: this model's generate bypassed module __call__ (hooks).
             problems.append(f"requests {blind}: tokens were timed but no forward pass was seen; no step rows")
-        profiled = timings(self.tracker.requests)
+        warm = self.warmup_ids()
+        profiled = timings(self.tracker.requests, warmup=warm)
         self.result = {"profiled": profiled}
         data = run.read_manifest()
         t = data.get("timings", {})
@@ -339,6 +399,9 @@ class Recording:
             requests=len(self.tracker.requests),
             # Requests per step source: "hooks" (one forward each) or "streamer" (token to token, compiled mode).
             step_boundaries=dict(self.tracker.step_sources),
+            # Request ids the user marked as warm-ups (rec.warmup() / tracekit.warmup()): left out of
+            # the timing means here and of the run-level phase totals in tracekit analyze.
+            warmup_requests=sorted(warm),
             **self.extra_manifest,
         )
 
@@ -395,6 +458,37 @@ class Recording:
         return steps_t, requests_t
 
 
+class Warmup:
+    """What ``Recording.warmup()`` returns: called, it has marked the next request; entered, it marks
+    every request issued until the block exits instead."""
+
+    def __init__(self, rec: Recording) -> None:
+        self._rec = rec
+        self._next = len(rec.tracker.requests)
+        rec._warmup.add(self._next)
+
+    def __enter__(self) -> Warmup:
+        self._rec._warmup.discard(self._next)
+        self._next = len(self._rec.tracker.requests)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._rec._warmup.update(range(self._next, len(self._rec.tracker.requests)))
+
+
+# The recordings open in this process, innermost last: what tracekit.warmup() marks.
+ACTIVE: list[Recording] = []
+
+
+def warmup() -> Any:
+    """``tracekit.warmup()``: ``Recording.warmup()`` of the innermost open recording (a script under
+    ``tracekit record --`` has no handle on it). Outside any recording it does nothing, so the
+    script runs unchanged without tracekit."""
+    import contextlib
+
+    return ACTIVE[-1].warmup() if ACTIVE else contextlib.nullcontext()
+
+
 def record_track_events(steps: Any, requests: Any, counters: Any) -> list[dict[str, Any]]:
     """tracekit's tracks for the recorded trace: the same builder ``tracekit export`` uses.
 
@@ -409,6 +503,28 @@ def record_track_events(steps: Any, requests: Any, counters: Any) -> list[dict[s
     ts.tracks = {k: t for k, t in ts.tracks.items() if k not in bound}
     ts.slices = [sl for sl in ts.slices if sl.track not in bound]
     return chrome_event_dicts(ts)
+
+
+def keep_third_party(run: RunDir, noise: ThirdPartyOutput) -> None:
+    """What ``noise`` caught, into the run: third_party.log, run.json ``third_party`` and warnings."""
+    info = noise.summary()
+    if not info["messages"]:
+        return
+    try:
+        noise.write_log(run.path / LOG_NAME)
+    except OSError as exc:  # the counts and warnings below still say what happened
+        info["log_error"] = str(exc)
+    run.update_manifest(
+        third_party={
+            "messages": info["messages"],
+            "routine": info["routine"],
+            "kept": len(info["warnings"]),
+            "by_origin": info["by_origin"],
+            "log": LOG_NAME,
+        }
+    )
+    for w in info["warnings"]:
+        run.add_warning(f"third-party: {w}")
 
 
 def problems_fatal(problems: list[str]) -> bool:
@@ -536,13 +652,14 @@ def run_script(argv: list[str], opts: RecordOptions) -> tuple[RunDir, int]:
 class Progress:
     """One status line on stderr while generating (``\\r``-updated on a terminal)."""
 
-    def __init__(self, quiet: bool, total_requests: int, output_tokens: int) -> None:
+    def __init__(self, quiet: bool, total_requests: int, output_tokens: int, stream: Any = None) -> None:
         self.quiet = quiet
         self.total = total_requests
         self.out = output_tokens
         self.phase = ""
         self.index = 0
-        self._tty = sys.stderr.isatty()
+        self.stream = stream if stream is not None else sys.stderr
+        self._tty = self.stream.isatty()
         self._last = 0.0
 
     def start(self, phase: str, index: int) -> None:
@@ -561,16 +678,37 @@ class Progress:
         self._last = now
         text = f"{self.phase}: request {self.index + 1}/{self.total}, {tokens}/{self.out} tokens"
         if self._tty:
-            sys.stderr.write("\r\033[K" + text)
+            self.stream.write("\r\033[K" + text)
             if tokens >= self.out:
-                sys.stderr.write("\n")
+                self.stream.write("\n")
         elif tokens >= self.out:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+            self.stream.write(text + "\n")
+        self.stream.flush()
 
 
 def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
-    """Build the model, warm up, time the requests without the profiler, then record them."""
+    """Build the model, warm up, time the requests without the profiler, then record them.
+
+    Everything here is library code, so third-party output is caught from the first line: the
+    model build, warm-up and both passes run with descriptor 2 redirected (tracekit's progress
+    line goes to the real terminal).
+    """
+    noise = ThirdPartyOutput()
+    holder: list[RunDir] = []
+    try:
+        with noise, noise.native():
+            return _run_workload(cfg, opts, noise, holder)
+    except BaseException:
+        if not holder:  # failed before the run directory existed: nowhere to keep it, so show it
+            text = noise.stderr_text()
+            if text.strip():
+                sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        raise
+    finally:
+        noise.close()
+
+
+def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder: list[RunDir]) -> RunDir:
     from tracekit.collectors import workload as wl
 
     model, model_info = wl.build_model(cfg)
@@ -587,7 +725,8 @@ def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
         if not warm:  # compilation must land in an untimed request, never in the timed ones
             warm = wl.make_prompts(cfg, vocab, 1, seed_offset=10_000)
     run = create_run(opts, workload=cfg.manifest(), model=model_info)
-    progress = Progress(opts.quiet, cfg.requests, cfg.output_tokens)
+    holder.append(run)
+    progress = Progress(opts.quiet, cfg.requests, cfg.output_tokens, stream=noise.terminal)
     phase = "warm-up"
     rec: Recording | None = None
     try:
@@ -622,7 +761,7 @@ def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
                     unprofiled["cuda_events"] = by_events
                 run.update_manifest(timings={"unprofiled": unprofiled})
             phase = "profiled"
-            rec = Recording(run, opts, on_token=progress.on_token)
+            rec = Recording(run, opts, on_token=progress.on_token, noise=noise)
             with rec:
                 for i, p in enumerate(prompts):
                     progress.start("recording", i)
@@ -632,8 +771,10 @@ def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
         if rec is None:  # failed before the profiled pass: say so in run.json
             reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
             run.mark_incomplete(f"{phase}: {reason}")
+            keep_third_party(run, noise)
         if not opts.quiet or isinstance(exc, KeyboardInterrupt | TracekitError):
-            sys.stderr.write(f"\ntracekit: partial run kept (status incomplete): {run.path}\n")
+            noise.terminal.write(f"\ntracekit: partial run kept (status incomplete): {run.path}\n")
+            noise.terminal.flush()
         raise
     return run
 

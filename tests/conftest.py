@@ -35,6 +35,6 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture
 def corpus_dir() -> Path:
-    if not CORPUS.is_dir():
-        pytest.skip(f"trace corpus not found at {CORPUS} (set TRACEKIT_CORPUS)")
+    """The HTA traces (``hta/``): tests/data's copies, or the full-size corpus at $TRACEKIT_CORPUS."""
+    assert (CORPUS / "hta").is_dir(), f"no hta/ traces under {CORPUS}"
     return CORPUS

@@ -1,7 +1,9 @@
 """Shared test helpers: the repository's paths, and synthetic run directories for the view tests.
 
-Paths: REPO, FIXTURES (committed real recordings), CORPUS (real traces other projects wrote, outside
-the repository: $TRACEKIT_CORPUS, default ../shared/corpus; tests that need it skip where it is absent).
+Paths: REPO, FIXTURES (committed real recordings), DATA (tests/data: real traces other projects wrote,
+with their origin and license in tests/data/*/README.md), CORPUS (where the corpus tests read those
+traces: $TRACEKIT_CORPUS when it names a directory holding the full-size originals, else DATA, whose
+large traces are trimmed copies; a clone runs every corpus test).
 
 Synthetic run directories (export, report, query, diff):
 
@@ -21,7 +23,9 @@ from tracekit.store.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-CORPUS = Path(os.environ.get("TRACEKIT_CORPUS", REPO.parent / "shared" / "corpus"))
+DATA = Path(__file__).resolve().parent / "data"
+_corpus_env = os.environ.get("TRACEKIT_CORPUS")
+CORPUS = Path(_corpus_env) if _corpus_env and Path(_corpus_env).is_dir() else DATA
 
 T0 = 1_732_900_000_000_000_000  # epoch-scale ns, as Kineto writes them
 MS = 1_000_000

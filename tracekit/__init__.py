@@ -9,6 +9,8 @@ The public API::
     tracekit.ingest(["trace.json.gz"], "runs/x") # traces -> a run directory
     tracekit.diff("runs/a", "runs/b")            # what changed, per phase and kernel class
     with tracekit.record("name") as rec: ...     # record a block of generation
+    with rec.warmup(): model.generate(...)      # a warm-up: out of the timing means and phase totals
+    tracekit.warmup()                            # the same, in a script run by `tracekit record --`
 
 Everything loads lazily: ``import tracekit`` pulls in neither pandas nor torch.
 """
@@ -27,7 +29,7 @@ if "pyarrow" not in sys.modules:
 
 from tracekit.model.version import VERSION as __version__
 
-__all__ = ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record"]
+__all__ = ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup"]
 
 
 def open(path: Any, *, out: Any = None, force: bool = False) -> Any:
@@ -52,6 +54,14 @@ def record(*args: Any, **kwargs: Any) -> Any:
     from tracekit.collectors.session import record as _record
 
     return _record(*args, **kwargs)
+
+
+def warmup() -> Any:
+    """Mark warm-up requests of the open recording: called, the next ``generate``; as a context
+    (``with tracekit.warmup(): ...``), every ``generate`` inside. Does nothing outside a recording."""
+    from tracekit.collectors.session import warmup as _warmup
+
+    return _warmup()
 
 
 def __getattr__(name: str) -> Any:

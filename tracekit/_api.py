@@ -76,11 +76,12 @@ class Run:
         result: pd.DataFrame = run_query(query, self.path).to_pandas()
         return result
 
-    def analyze(self) -> Run:
-        """Split the run into steps, requests and phases and attribute their time (``tracekit analyze``)."""
+    def analyze(self, *, warmup_requests: int | None = None) -> Run:
+        """Split the run into steps, requests and phases and attribute their time (``tracekit analyze``);
+        ``warmup_requests``: the first N requests are warm-ups, left out of the phase totals."""
         from tracekit.app.analyze import analyze
 
-        analyze(self.path)
+        analyze(self.path, warmup_requests=warmup_requests)
         return self
 
     def export(self, out: PathLike | None = None, *, format: str = "proto", window: str | None = None,
@@ -97,14 +98,19 @@ class Run:
         export_run(self._dir, format, target, win, tables)
         return target
 
-    def report(self, html: PathLike | None = None) -> Path:
-        """Write the self-contained HTML report (``tracekit report``); returns its path."""
+    def report(self, html: PathLike | None = None, *, warmup_requests: int | None = None) -> Path:
+        """Write the self-contained HTML report (``tracekit report``); returns its path.
+        ``warmup_requests``: leave the first N requests out of the phase totals."""
+        import warnings
+
         from tracekit.report.html import build_html
         from tracekit.report.view import load_view
         from tracekit.store.rundir import atomic_open
 
         target = Path(html) if html is not None else self.path / "report.html"
-        text = build_html([load_view(self._dir)], title=f"tracekit report: {self.id}")
+        with warnings.catch_warnings():  # plotting libraries' warnings are not the report's output
+            warnings.simplefilter("ignore")
+            text = build_html([load_view(self._dir, warmup_requests)], title=f"tracekit report: {self.id}")
         with atomic_open(target, "w") as fh:
             fh.write(text)
         return target

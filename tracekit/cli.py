@@ -29,6 +29,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "diff": ("tracekit.commands.diff", "What changed between two runs, per phase and kernel class."),
     "sweep": ("tracekit.commands.sweep", "Run a latency study over request shapes, batch sizes and modes."),
     "export": ("tracekit.commands.export", "Write a run's trace for Perfetto (JSON or protobuf, windowed)."),
+    "doctor": ("tracekit.commands.doctor", "Say what this machine can record and measure, and how to fix the rest."),
 }
 
 

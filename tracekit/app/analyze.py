@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,11 @@ def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
         return None, str(exc)
 
 
-def analyse_run(run: RunDir) -> dict[str, Any]:
-    """Run the default passes on a run directory and write their tables. Returns the tables."""
+def analyse_run(run: RunDir, warmup_requests: int | None = None) -> dict[str, Any]:
+    """Run the default passes on a run directory and write their tables. Returns the tables.
+
+    ``warmup_requests``: the first N requests are warm-ups, left out of the run's phase totals
+    (tracekit.analysis.warmup; requests the recorder marked are left out whatever N is)."""
     import pyarrow as pa
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
@@ -110,6 +114,8 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
     manifest = run.read_manifest()
     tables["manifest"] = manifest
     tables.update(recorded_tables(run, manifest))
+    if warmup_requests is not None:
+        tables["warmup_first"] = warmup_requests
     ceiling, why = resolve_ceiling(manifest)
     if ceiling is not None:
         tables["ceiling"] = ceiling
@@ -117,12 +123,14 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):
         result["warnings"].append(f"no ceiling: {why}")
+    rank = run_rank(tables)
     for name in OUTPUTS:
         df = result.get(name)
         if df is None:
             continue
         if name in _schema.SCHEMAS:
             table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+            table = _schema.fill_rank(table, rank)
         else:  # kernel_bound / step_bound: schema-less, columns as analysis/bound.py makes them
             table = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
         run.write_table(name, table)
@@ -135,8 +143,23 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
         "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
         "requests": len(result["requests"]),
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
+        # Request ids left out of the run-level phase rows (first N asked for, and those marked).
+        "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
     })
     return result
+
+
+def run_rank(tables: dict[str, Any]) -> int:
+    """The rank of a single-rank run: the one its raw tables carry (ingest sets it), else 0."""
+    import pyarrow.compute as pc
+
+    for name in RAW:
+        t = tables.get(name)
+        if isinstance(t, pa.Table) and "rank" in t.column_names and t.num_rows:
+            vals = pc.drop_null(t.column("rank"))
+            if len(vals):
+                return int(vals[0].as_py())
+    return 0
 
 
 def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -160,26 +183,30 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     tables["manifest"] = run.read_manifest()
     result = run_passes(tables, DEFAULT_PASSES)
+    rank = run_rank(tables)
     for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
         df = result.get(name)
         if df is None:
             continue
         table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-        run.write_table(dest, table)
+        run.write_table(dest, _schema.fill_rank(table, rank))
     return result
 
 
-def analyze(target: Path, out: Path | None = None, force: bool = False) -> tuple[RunDir, Any]:
+def analyze(
+    target: Path, out: Path | None = None, force: bool = False, warmup_requests: int | None = None
+) -> tuple[RunDir, Any]:
     """Analyze a run directory or trace file; (the run, the result).
 
     The result is the single-run analysis (a dict of tables) or, for a multi-rank run directory, a
-    MultirankResult.
+    MultirankResult. ``warmup_requests``: see ``analyse_run`` (every rank alike).
     """
     if target.is_dir() and is_multirank(target):
         run = RunDir.open(target)
-        return run, analyse_multirank(run)
+        one = None if warmup_requests is None else partial(_analyse_path, warmup_requests=warmup_requests)
+        return run, analyse_multirank(run, one)
     run = open_or_ingest(target, out, force)
-    return run, analyse_run(run)
+    return run, analyse_run(run, warmup_requests)
 
 
 # --- multi-rank runs ---------------------------------------------------------------
@@ -193,6 +220,10 @@ class MultirankResult:
     ranks: list[int]
     per_rank: dict[int, dict[str, Any]]  # rank -> the single-run analysis result
     tables: dict[str, pd.DataFrame]  # RANK_TABLES
+
+
+def _analyse_path(path: Path, warmup_requests: int | None = None) -> dict[str, Any]:
+    return analyse_run(open_or_ingest(path, None, False), warmup_requests)
 
 
 def _default_analyse_one(path: Path) -> dict[str, Any]:

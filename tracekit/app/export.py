@@ -50,7 +50,7 @@ def _first_ts(tables: dict[str, pa.Table]) -> int | None:
 
 def resolve_window(tables: dict[str, pa.Table], window: str | None, window_ms: str | None) -> Window | None:
     if window and window_ms:
-        raise UsageError("give --window or --window-ms, not both")
+        raise UsageError(f"--window {window} and --window-ms {window_ms} conflict: give one")
     if window:
         a, b = _pair(window, "--window", int)
         try:

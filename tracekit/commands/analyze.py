@@ -12,12 +12,14 @@ import click
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Run directory to create when TARGET is a trace file (default: <trace-stem>.tracekit/ beside it).")
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory when ingesting.")
-def command(target: Path, out: Path | None, force: bool) -> int:
+@click.option("--warmup-requests", "warmup_requests", type=click.IntRange(min=0), default=None, metavar="N",
+              help="The first N requests are warm-ups: kept, but left out of the run's phase totals.")
+def command(target: Path, out: Path | None, force: bool, warmup_requests: int | None) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
     from tracekit.app.analyze import MultirankResult, analyze
     from tracekit.report.terminal import analyze_lines, multirank_lines
 
-    run, result = analyze(target, out, force)
+    run, result = analyze(target, out, force, warmup_requests)
     click.echo(f"{run.path}")
     if isinstance(result, MultirankResult):
         lines = multirank_lines(result) + [

@@ -36,8 +36,11 @@ def command(
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite it")
     if from_trace:
-        if fmt != "json" or win is not None:
-            raise UsageError("--from-trace works with --format json and no window")
+        if fmt != "json":
+            raise UsageError(f"--from-trace and --format {fmt} conflict: --from-trace writes JSON (--format json)")
+        if win is not None:
+            given = f"--window {window}" if window else f"--window-ms {window_ms}"
+            raise UsageError(f"--from-trace and {given} conflict: --from-trace keeps the whole trace")
         ts, counts = export_from_trace(run, out, tables)
     else:
         ts, counts = export_run(run, fmt, out, win, tables)

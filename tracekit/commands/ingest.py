@@ -29,9 +29,9 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if address and engine != "ray":
-        raise UsageError("--address is for --engine ray")
+        raise UsageError(f"--address {address} and --engine {engine} conflict: --address is for --engine ray")
     if run_id and not (dataset or engine == "ray"):
-        raise UsageError("--run-id is for --dataset")
+        raise UsageError(f"--run-id {run_id} needs --dataset (or --engine ray): a run directory takes its id from --out")
     if dataset or engine == "ray":
         # One task per trace file into a partitioned dataset (tracekit.ingest.ray_engine); Ray only does this.
         from tracekit.ingest.ray_engine import ingest_command

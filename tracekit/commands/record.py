@@ -162,7 +162,15 @@ def command(
         raise UsageError(
             "--compile applies to the built-in workload, not to a script (compile in your script)"
         )
+    if no_nvml and given_options("sample_hz"):
+        raise UsageError(f"--sample-hz {sample_hz:g} and --no-nvml conflict: there is nothing to sample")
     if script:
+        workload_only = given_options(*WORKLOAD_ONLY)
+        if workload_only:
+            raise UsageError(
+                f"{', '.join(workload_only)} and the script {' '.join(script)!r} conflict: "
+                "these options shape the built-in workload; a script builds its own model and requests"
+            )
         opts = RecordOptions(
             out=out or default_out(Path(script[-1] if len(script) == 1 else script[1]).stem or "script"),
             force=force,
@@ -183,7 +191,9 @@ def command(
 
     if model_preset is not None:
         if model is not None:
-            raise UsageError("give --model or --model-preset, not both")
+            raise UsageError(
+                f"--model {model} and --model-preset {model_preset} conflict: give one (--model takes presets too)"
+            )
         if model_preset not in presets.MODEL_PRESETS:
             raise UsageError(
                 f"--model-preset {model_preset!r}: known presets: {', '.join(presets.MODEL_PRESETS)}"
@@ -244,6 +254,27 @@ def _counters(path: Path, window: object, quiet: bool) -> None:
                    f"{res.elapsed_s:,.1f} s", err=True)
         for line in res.lines:
             click.echo(line, err=True)
+
+
+# Options of the built-in workload: meaningless for a script (``tracekit record -- python my.py``).
+WORKLOAD_ONLY = ("model", "model_preset", "trust_remote_code", "device", "dtype", "shape", "input_tokens",
+                 "output_tokens", "batch", "n_requests", "warmup", "seed")
+
+
+def given_options(*names: str) -> list[str]:
+    """The options among ``names`` (parameter names) the user gave on the command line, as
+    ``--flag VALUE`` (a flag alone for on/off options), in the command's order."""
+    ctx = click.get_current_context()
+    out = []
+    for p in ctx.command.params:
+        if p.name not in names or not isinstance(p, click.Option):
+            continue
+        if ctx.get_parameter_source(p.name) not in (click.core.ParameterSource.COMMANDLINE,
+                                                    click.core.ParameterSource.ENVIRONMENT):
+            continue
+        value = ctx.params.get(p.name)
+        out.append(p.opts[0] if p.is_flag else f"{p.opts[0]} {value}")
+    return out
 
 
 def _record_tp(

@@ -8,6 +8,7 @@ The HTML goes to ``--html FILE``; by default ``RUN/report.html`` for one run and
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -20,21 +21,34 @@ from tracekit.store.rundir import RunDir, atomic_open
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the HTML report (default RUN/report.html, or ./report.html for several runs).")
 @click.option("--no-html", is_flag=True, help="Terminal summary only.")
-def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool) -> None:
+@click.option("--warmup-requests", "warmup_requests", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Leave each run's first N requests out of its phase totals (warm-ups; default: as analysed).")
+def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmup_requests: int | None) -> None:
     """Summarise runs in the terminal and as a self-contained HTML file."""
     from tracekit.report.terminal import render_terminal
     from tracekit.report.view import load_view
 
     dirs = [RunDir.open(p) for p in runs]
-    views = [load_view(d) for d in dirs]
-    render_terminal(views, sys.stdout)
-    if no_html:
-        return
-    from tracekit.report.html import build_html
+    views = [load_view(d, warmup_requests) for d in dirs]
+    # Libraries' warnings (matplotlib's, pandas') are not the report's output: caught, counted in one line.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        render_terminal(views, sys.stdout)
+        if no_html:
+            _say_caught(caught)
+            return
+        from tracekit.report.html import build_html
 
-    if html_path is None:
-        html_path = dirs[0].path / "report.html" if len(dirs) == 1 else Path("report.html")
-    text = build_html(views, title="tracekit report: " + ", ".join(v.run_id for v in views))
+        if html_path is None:
+            html_path = dirs[0].path / "report.html" if len(dirs) == 1 else Path("report.html")
+        text = build_html(views, title="tracekit report: " + ", ".join(v.run_id for v in views))
     with atomic_open(html_path, "w") as fh:
         fh.write(text)
     click.echo(f"wrote {html_path} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
+    _say_caught(caught)
+
+
+def _say_caught(caught: list[warnings.WarningMessage]) -> None:
+    if caught:
+        first = str(caught[0].message).strip().splitlines()[0][:120]
+        click.echo(f"({len(caught)} library warning(s) while drawing, not shown; the first: {first})", err=True)

@@ -38,9 +38,14 @@ def build_spec(
 ) -> sweepspec.SweepSpec:
     """--quick, --preset, --config and the point flags: exactly one source of points."""
     point_flags = {k: v for k, v in flags.items() if k in _POINT_FLAGS and v}
-    sources = [s for s in (quick, preset is not None, config is not None, bool(point_flags)) if s]
-    if len(sources) > 1:
-        raise UsageError("give one of --quick, --preset, --config or point flags (--shapes, --batch, ...)")
+    given = [text for text, on in (("--quick", quick), (f"--preset {preset}", preset is not None),
+                                   (f"--config {config}", config is not None)) if on]
+    given += [f"--{k.replace('_', '-')} {v}" for k, v in point_flags.items()]
+    if sum((quick, preset is not None, config is not None, bool(point_flags))) > 1:
+        raise UsageError(
+            f"{_and(given)} conflict: the points come from one of --quick, --preset, --config "
+            "or the point flags (--shapes, --batch, --prompt-lengths, --output-lengths, --agent-steps)"
+        )
     if quick:
         spec = sweepspec.from_preset("quick", model=flags.get("model"), device=flags.get("device") or "auto")
     elif preset is not None:
@@ -95,6 +100,10 @@ def build_spec(
 _POINT_FLAGS = ("shapes", "batch", "prompt_lengths", "output_lengths", "agent_steps")
 
 
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 @click.command("sweep")
 @click.option(
     "--preset",
@@ -136,6 +145,9 @@ _POINT_FLAGS = ("shapes", "batch", "prompt_lengths", "output_lengths", "agent_st
 def command(preset: str | None, quick: bool, config: str | None, out: str | None, resume: bool, force: bool,
             dry_run: bool, input_price: float | None, output_price: float | None, **flags: Any) -> int:  # fmt: skip
     """Run a latency study: every point is its own run directory; a summary table and a report at the end."""
+    if resume and force:
+        raise UsageError("--resume and --force conflict: --resume continues the sweep in --out, "
+                         "--force starts it over")
     spec = build_spec(preset, config, quick, flags)
     price = _pricing.from_mapping(spec.pricing) if spec.pricing else _pricing.DEFAULT
     price = _pricing.from_mapping({"input_per_mtok": input_price, "output_per_mtok": output_price}, base=price) \

@@ -312,3 +312,17 @@ def from_pandas(name: str, df: Any) -> pa.Table:
 def conform(name: str, table: pa.Table) -> pa.Table:
     """Cast a table to the named schema, adding null columns it lacks."""
     return from_columns(name, {c: table.column(c) for c in table.column_names})
+
+
+def fill_rank(table: pa.Table, rank: int) -> pa.Table:
+    """``table`` with the nulls of its ``rank`` column set to ``rank`` (a single-rank run is rank 0);
+    a table without the column is returned as it is."""
+    i = table.schema.get_field_index("rank")
+    if i < 0:
+        return table
+    col = table.column(i)
+    if not col.null_count:
+        return table
+    import pyarrow.compute as pc
+
+    return table.set_column(i, table.schema.field(i), pc.fill_null(col, pa.scalar(int(rank), col.type)))

@@ -30,10 +30,13 @@ from tracekit.report.view import (
     cell,
     has_columns,
     meta_rows,
+    outside_line,
     phase_rows,
     request_rows,
-    run_phases,
+    shown_phases,
+    timed_steps,
     verdicts,
+    warmup_line,
     workload_text,
 )
 
@@ -45,7 +48,7 @@ th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .note{color:#777;font-style:italic} .warn{color:#a15c00} img{max-width:100%;display:block;margin:8px 0}
 .meta td{text-align:left}
 .summary{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:8px 0 16px}
-.summary p{margin:4px 0} .workload{font-weight:600} .ceiling{color:#444} .verdicts li{margin:4px 0}
+.outside{color:#555;font-size:13px} .summary p{margin:4px 0} .workload{font-weight:600} .ceiling{color:#444} .verdicts li{margin:4px 0}
 .advice{color:#0b5a2a}
 details{margin:16px 0;font-size:13px}
 """
@@ -106,8 +109,11 @@ def run_section(run: RunView) -> str:
     for w in m.get("warnings") or []:
         parts.append(f'<p class="warn">warning: {_esc(w)}</p>')
     parts.append(_section_table("Phases: three-way split", *phase_rows(run.df("phases"))))
+    for line in (outside_line(run.df("phases")), warmup_line(run)):
+        if line:
+            parts.append(f'<p class="outside">{_esc(line)}</p>')
     parts.append(_img(split_png(run.df("phases")), "time split per phase"))
-    parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"))))
+    parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups)))
     parts.append(_img(latency_png(run.df("requests")), "per-request latency"))
     parts.append("<h3>Phase timeline</h3>" + _img(phase_timeline_png(run.df("steps")), "phase timeline"))
     parts.append("<h3>Counters</h3>" + _img(counters_png(run.df("counters"), run.df("steps")), "counters over time"))
@@ -121,13 +127,17 @@ def run_section(run: RunView) -> str:
 def comparison(runs: list[RunView]) -> str:
     headers = ["run", "phase", "steps", "time (ms)", "ms / step", "idle share"]
     rows = []
+    notes = []
     for run in runs:
-        for r in run_phases(run.df("phases")).to_dict("records"):
-            t, n = r.get("time_ns"), r.get("steps")
+        for r in shown_phases(run.df("phases")).to_dict("records"):
+            t, n = r.get("time_ns"), timed_steps(r)
             rows.append([str(run.run_id), str(r.get("phase")), cell(n), cell(t, "ms"),
                          cell(t / n, "ms") if t and n else "—",
                          cell(r["idle_ns"] / t, "pct") if t and r.get("idle_ns") is not None else "—"])
-    return _section_table("Runs compared", headers, rows)
+        for line in (outside_line(run.df("phases")), warmup_line(run)):
+            if line:
+                notes.append(f'<p class="outside">{_esc(run.run_id)}: {_esc(line)}</p>')
+    return _section_table("Runs compared", headers, rows) + "".join(notes)
 
 
 # Marks each image once the browser has decoded it: a test (and a reader with

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model.ceilings import Ceiling
-from tracekit.report.view import has_columns, implied_peak, run_phases, shown_phases
+from tracekit.report.view import OUTSIDE, has_columns, implied_peak, run_phases, shown_phases
 
 _PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728", "mixed": "#2ca02c", "outside steps": "#7f7f7f"}
 
@@ -164,7 +164,8 @@ def split_png(phases: pd.DataFrame) -> bytes | None:
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the phase's wall time")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
+    if ax.get_legend_handles_labels()[0]:  # every class empty (no split recorded): no legend to draw
+        ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
     ax.set_title("Where each phase's time went: compute / memory / latency-bound kernels, GPU idle by cause")
     return figure_png(fig)
 
@@ -173,6 +174,7 @@ def phase_roofline_png(phases: pd.DataFrame) -> bytes | None:
     ph = run_phases(phases)
     if not has_columns(ph, "flops", "bytes", "time_ns"):
         return None
+    ph = ph[ph["phase"].astype(str) != OUTSIDE]  # time outside every step is no phase
     ph = ph[(ph["bytes"] > 0) & (ph["time_ns"] > 0) & (ph["flops"] > 0)]
     if ph.empty:
         return None

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 PERFETTO_URL = "https://ui.perfetto.dev"
+THIRD_PARTY = "third-party: "  # the prefix of the run.json warnings the recorder kept from libraries
 
 
 def _ms(ns: float | None) -> str:
@@ -20,6 +21,20 @@ def _pct(v: float | None, signed: bool = False) -> str:
     if v is None:
         return "n/a"
     return f"{v:+.1f}%" if signed else f"{v:.1f}%"
+
+
+def third_party_line(manifest: dict[str, Any], run_path: str | Path) -> str | None:
+    """One line for what libraries printed during the recording (run.json ``third_party``), or None."""
+    info = manifest.get("third_party") or {}
+    n = int(info.get("messages") or 0)
+    if not n:
+        return None
+    origins = ", ".join(f"{k} {v}" for k, v in sorted((info.get("by_origin") or {}).items()))
+    kept = int(info.get("kept") or 0)
+    routine = int(info.get("routine") or 0)
+    log = Path(run_path) / str(info.get("log") or "third_party.log")
+    what = f"{kept} kept as run.json warnings" if kept else "none worth a warning"
+    return f"{n} message(s) captured ({origins}; {routine} routine), {what}; full text in {log}"
 
 
 def render(manifest: dict[str, Any], run_path: str | Path) -> str:
@@ -94,8 +109,12 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
         )
     else:
         lines.append(f"  NVML            off ({nvml.get('reason') or 'not available'})")
-    for w in manifest.get("warnings", [])[:5]:
+    warnings = manifest.get("warnings", [])
+    for w in [w for w in warnings if not str(w).startswith(THIRD_PARTY)][:5]:
         lines.append(f"  warning         {w}")
+    third = third_party_line(manifest, run_path)
+    if third:
+        lines.append(f"  libraries       {third}")
     trace = run_path / "trace.json.gz"
     lines += [
         f"  run dir         {run_path}",

@@ -10,7 +10,17 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.report.view import advice_lines, ceiling_of, phase_rows, request_rows, verdicts, workload_text
+from tracekit.report.view import (
+    OUTSIDE,
+    advice_lines,
+    ceiling_of,
+    outside_line,
+    phase_rows,
+    request_rows,
+    verdicts,
+    warmup_line,
+    workload_text,
+)
 
 
 def _ms(v: Any) -> str:
@@ -50,12 +60,19 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"ceiling: {ceiling.describe()}")
     ph = result["phases"]
     for r in ph[ph["request_id"].isna()].to_dict("records"):
+        if r["phase"] == OUTSIDE:  # not a phase: the time outside every step
+            lines.append(f"outside every step: time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "
+                         f"idle {_ms(r['idle_ns'])}, memcpy {_ms(r['memcpy_ns'])}, comm {_ms(r['comm_ns'])}")
+            continue
         lines.append(
             f"phase {r['phase']}: {r['steps']} steps ({r['steps_captured']} captured), time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "
             f"idle {_ms(r['idle_ns'])}, memcpy {_ms(r['memcpy_ns'])}, comm {_ms(r['comm_ns'])}"
             + _bound_text(r)
         )
     lines += [f"what would help: {a}" for a in advice_lines(ph)]
+    warm = (result.get("warmup") or {}).get("requests") or []
+    if warm:
+        lines.append(f"warm-up requests {', '.join(map(str, warm))}: left out of the phase totals above")
     ks = result["kernel_steps"]
     if len(ks):
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
@@ -172,8 +189,11 @@ def render_terminal(views: list[Any], out: Any) -> None:
             console.print(f"  what would help: {line}", markup=False)
         for w in v.manifest.get("warnings") or []:
             console.print(f"  warning: {w}", markup=False)
+        for note in (outside_line(v.df("phases")), warmup_line(v)):
+            if note:
+                console.print(f"  {note}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
-                                       ("requests", request_rows(v.df("requests")))):
+                                       ("requests", request_rows(v.df("requests"), v.warmups))):
             if not rows:
                 console.print(f"  {title}: not recorded")
                 continue

@@ -20,19 +20,37 @@ TABLES = ("phases", "steps", "requests", "counters", "kernel_bound")  # kernel_b
 
 @dataclass
 class RunView:
-    """What the report needs from one run: its id, manifest and tables (absent ones empty)."""
+    """What the report needs from one run: its id, manifest and tables (absent ones empty).
+
+    ``warmups``: the request ids left out of the run-level phase rows (warm-ups)."""
 
     run_id: str
     manifest: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    warmups: tuple[int, ...] = ()
 
     def df(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
 
 
-def load_view(run: RunDir) -> RunView:
-    """A run's view: its id, manifest and the tables the report reads."""
-    return RunView(run.run_id, run.read_manifest(), {t: run.read_df(t) for t in TABLES if run.has_table(t)})
+def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
+    """A run's view: its id, manifest and the tables the report reads.
+
+    The phases' run-level rows are as ``tracekit analyze`` stored them (without the warm-ups it left
+    out, run.json ``analysis.warmup_requests``); ``warmup_requests`` N instead leaves out the first N
+    requests and those the recorder marked (tracekit.analysis.warmup.rebase; nothing is rewritten)."""
+    m = run.read_manifest()
+    tables = {t: run.read_df(t) for t in TABLES if run.has_table(t)}
+    done = tuple(int(i) for i in ((m.get("analysis") or {}).get("warmup_requests") or []))
+    if warmup_requests is None:
+        return RunView(run.run_id, m, tables, done)
+    from tracekit.analysis.warmup import rebase, warmup_ids
+
+    want = tuple(warmup_ids(tables.get("requests", pd.DataFrame()), m.get("warmup_requests") or [],
+                            warmup_requests))
+    if "phases" in tables:
+        tables["phases"] = rebase(tables["phases"], remove=set(want) - set(done), add=set(done) - set(want))
+    return RunView(run.run_id, m, tables, want)
 
 
 def has_columns(df: pd.DataFrame, *cols: str) -> bool:
@@ -48,12 +66,38 @@ def run_phases(phases: pd.DataFrame) -> pd.DataFrame:
     return phases.reset_index(drop=True)
 
 
+OUTSIDE = "outside"  # the phases table's row for time outside every step: shown as its own line, not a phase
+
+
 def shown_phases(phases: pd.DataFrame) -> pd.DataFrame:
-    """Whole-run phase rows that hold time (the empty "outside" row is noise in a summary)."""
+    """Whole-run phase rows that hold time, without the ``outside`` row (``outside_line`` says it)."""
     ph = run_phases(phases)
     if ph.empty or "time_ns" not in ph:
         return ph
-    return ph[ph["time_ns"].fillna(0) > 0].reset_index(drop=True)
+    return ph[(ph["time_ns"].fillna(0) > 0) & (ph["phase"].astype(str) != OUTSIDE)].reset_index(drop=True)
+
+
+def outside_line(phases: pd.DataFrame) -> str | None:
+    """Time outside every step (model loading, compilation, host work between requests), or None."""
+    ph = run_phases(phases)
+    if ph.empty or "time_ns" not in ph:
+        return None
+    row = ph[ph["phase"].astype(str) == OUTSIDE]
+    t = _f(row["time_ns"].iloc[0]) if len(row) else None
+    if not t:
+        return None
+    busy = _f(row["gpu_busy_ns"].iloc[0]) if "gpu_busy_ns" in row else None
+    gpu = f", GPU busy {busy / 1e6:,.2f} ms of it" if busy is not None else ""
+    return (f"outside every step: {t / 1e6:,.1f} ms{gpu} (model loading, compilation, host work between "
+            "requests; in no phase's totals)")
+
+
+def warmup_line(view: RunView) -> str | None:
+    """Which requests are warm-ups, left out of the phase totals, or None."""
+    if not view.warmups:
+        return None
+    ids = ", ".join(str(i) for i in view.warmups)
+    return f"warm-up: request(s) {ids} left out of the phase totals (their own rows stay in the tables)"
 
 
 # Where a phase's time can go (they add up to the phase's wall time), and how a
@@ -146,8 +190,11 @@ def ceiling_of(phases: pd.DataFrame) -> CeilingInfo:
         vals = ph[col].dropna()
         return str(vals.iloc[0]) if len(vals) else None
 
-    return CeilingInfo(first("ceiling"), first("ceiling_dtype"), implied_peak(ph, "achieved_tflops", "pct_peak_flops"),
-                       implied_peak(ph, "achieved_tbps", "pct_peak_bandwidth"))
+    # Per-request rows imply the same peaks where the run's rows cannot (all their steps warm-ups).
+    rows = phases if "phase" in phases else ph
+    tflops = implied_peak(ph, "achieved_tflops", "pct_peak_flops") or implied_peak(rows, "achieved_tflops", "pct_peak_flops")
+    tbps = implied_peak(ph, "achieved_tbps", "pct_peak_bandwidth") or implied_peak(rows, "achieved_tbps", "pct_peak_bandwidth")
+    return CeilingInfo(first("ceiling"), first("ceiling_dtype"), tflops, tbps)
 
 
 def workload_text(m: dict[str, Any]) -> str:
@@ -174,6 +221,13 @@ def workload_text(m: dict[str, Any]) -> str:
         if isinstance(env, dict) and env.get(key):
             parts.append(fmt.format(env[key]))
     return " · ".join(parts) if parts else "workload: not recorded"
+
+
+def timed_steps(r: dict[Any, Any]) -> float | None:
+    """The steps a phase row's time covers: those with kernel capture where the row says
+    (``steps_captured``; a run recorded with --trace-steps times only those), else all its steps."""
+    cap = _f(r.get("steps_captured"))
+    return cap if cap else _f(r.get("steps"))
 
 
 def verdicts(phases: pd.DataFrame) -> list[str]:
@@ -273,7 +327,7 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         return "—" if x is None else f"{x:.1f}%"
 
     for r in ph.to_dict("records"):
-        t, n = _f(r.get("time_ns")), _f(r.get("steps"))
+        t, n = _f(r.get("time_ns")), timed_steps(r)
         other = sum(x for x in (_f(r.get(c)) for c in ("other_ns", "comm_ns", "memcpy_ns")) if x is not None)
         lim = limiter(r)
         parts = split_ns(r)
@@ -288,12 +342,15 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def request_rows(requests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = ()) -> tuple[list[str], list[list[str]]]:
     headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p90 (ms)", "e2e (ms)",
                "decode tok/s", "prefill share"]
     rows = []
     for r in requests.to_dict("records") if not requests.empty else []:
-        rows.append([str(r.get("name", r.get("request_id"))), cell(r.get("batch")), cell(r.get("input_tokens")),
+        name = str(r.get("name", r.get("request_id")))
+        if _f(r.get("request_id")) in {float(i) for i in warmups}:
+            name += " (warm-up)"
+        rows.append([name, cell(r.get("batch")), cell(r.get("input_tokens")),
                      cell(r.get("output_tokens")), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
                      cell(r.get("itl_p90_ns"), "ms"), cell(r.get("e2e_ns"), "ms"), cell(r.get("decode_tok_s")),
                      cell(r.get("prefill_share"), "pct")])

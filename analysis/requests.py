@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, request_labels
+from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
 
 REQUEST_COLUMNS = [
     "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns",
@@ -246,6 +246,27 @@ def _gap_windows(steps: pd.DataFrame, windows: list[tuple[int, int, str, str, An
     return sorted(result, key=lambda c: c[0]), warnings
 
 
+def _first_batch(pre: pd.DataFrame, steps: pd.DataFrame) -> int | None:
+    """The request's batch: its first prefill's, else (a trace that starts mid-generation, an engine's
+    decode-only window) its first step's that states one."""
+    for part in (pre, steps):
+        b = pd.to_numeric(part["batch"], errors="coerce").dropna() if not part.empty else part
+        if len(b):
+            return int(b.iloc[0])
+    return None
+
+
+def _step_tokens(steps: pd.DataFrame, fallback: float) -> float:
+    """Query tokens of the steps: their own ``tokens`` where every step states it (an engine step's real
+    count, e.g. 32 decodes of a 32-request batch), else ``fallback`` (steps × batch)."""
+    if steps.empty:
+        return 0.0
+    tok = pd.to_numeric(steps["tokens"], errors="coerce") if "tokens" in steps else None
+    if tok is not None and tok.notna().all():
+        return float(tok.sum())
+    return float(fallback)
+
+
 def _pct(x: np.ndarray, q: float) -> float | None:
     return float(np.percentile(x, q)) if x.size else None
 
@@ -290,6 +311,7 @@ def build(
     warnings: list[str] = []
     if steps.empty:
         return pd.DataFrame(columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+    cpu_ops = live_ops(as_df(cpu_ops))
     windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime), cpu_ops)
     windows = _after_profiler_stall(windows, cpu_ops, runtime, other_events)
     host = _host_timings(manifest)
@@ -311,7 +333,7 @@ def build(
         end = int(max(end, np.nanmax(done)))
         pre = st[st["kind"] != "decode"]
         dec = st[st["kind"] == "decode"]
-        batch = int(pre["batch"].iloc[0]) if not pre.empty and pd.notna(pre["batch"].iloc[0]) else None
+        batch = _first_batch(pre, st)
         input_tokens = int(pre["q_len"].fillna(0).sum()) if not pre.empty else 0
         output_tokens = len(dec) + (1 if not pre.empty else 0)
         if label is not None:
@@ -326,7 +348,8 @@ def build(
         b = batch or 1
         pre_busy = float(pre["gpu_busy_ns"].fillna(0).sum())
         dec_busy = float(dec["gpu_busy_ns"].fillna(0).sum())
-        dec_tokens = len(dec) * b
+        dec_tokens = _step_tokens(dec, len(dec) * b)
+        pre_tokens = _step_tokens(pre, input_tokens * b)
         h = host[i] if i < len(host) else {}
         if pre.empty:
             warnings.append(f"request {rid} ({name}): no prefill step in the trace window; TTFT is the first step's")
@@ -336,9 +359,9 @@ def build(
             "tpot_ns": tpot, "e2e_ns": e2e, "prefill_share": pre_time / e2e if e2e > 0 else None,
             "source": source, "itl_p50_ns": _pct(itl, 50), "itl_p90_ns": _pct(itl, 90),
             "itl_p99_ns": _pct(itl, 99),
-            "prefill_tok_s": input_tokens * b / (pre_time / 1e9) if pre_time > 0 and input_tokens else None,
+            "prefill_tok_s": pre_tokens / (pre_time / 1e9) if pre_time > 0 and pre_tokens else None,
             "decode_tok_s": dec_tokens / ((e2e - ttft) / 1e9) if e2e > ttft and dec_tokens else None,
-            "prefill_gpu_ns_per_token": pre_busy / (input_tokens * b) if input_tokens else None,
+            "prefill_gpu_ns_per_token": pre_busy / pre_tokens if pre_tokens else None,
             "decode_gpu_ns_per_token": dec_busy / dec_tokens if dec_tokens else None,
             "host_ttft_ns": h.get("ttft"), "host_tpot_ns": h.get("tpot"), "host_e2e_ns": h.get("e2e"),
         })

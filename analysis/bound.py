@@ -25,7 +25,7 @@ import pandas as pd
 
 from tracekit.analysis import kernels as kc
 from tracekit.analysis.intervals import step_windows, window_union
-from tracekit.analysis.opmodels import op_costs
+from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling
 
 # Time classes in priority order: where kernels of several streams overlap, the
@@ -101,12 +101,13 @@ def _modelled_op_for(
 
 
 def kernel_costs(
-    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling, options: BoundOptions | None = None
+    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling | None, options: BoundOptions | None = None
 ) -> pd.DataFrame:
     """gpu_activity plus kclass, model, op_name, flops, bytes, dtype, intensity, ridge, bound.
 
     If one op launches several kernels, the op's FLOPs and bytes are split across
-    them in proportion to their durations (evenly if all durations are 0).
+    them in proportion to their durations (evenly if all durations are 0). Without a
+    ceiling, modelled kernels keep their FLOPs and bytes but get no ridge and no class (other).
     """
     opts = options or BoundOptions()
     if gpu_activity is None or len(gpu_activity) == 0:
@@ -152,19 +153,24 @@ def kernel_costs(
             k.loc[has, "_tensor"] = c["tensor_core"].to_numpy(dtype=bool)
 
     tensor = k["_tensor"].fillna(False).astype(bool) if "_tensor" in k else pd.Series(False, index=k.index)
-    ridge_vec = ceiling.ridge_point("fp32") or np.nan
-    ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
-    # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
-    tensor_ridge = k["dtype"].map(
-        lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
-    )
-    k["ridge"] = np.where(tensor.to_numpy(), tensor_ridge.astype(float), ridge_vec)
+    if ceiling is None:
+        k["ridge"] = np.nan
+    else:
+        ridge_vec = ceiling.ridge_point("fp32") or np.nan
+        ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
+        # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
+        tensor_ridge = k["dtype"].map(
+            lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
+        )
+        k["ridge"] = np.where(tensor.to_numpy(), tensor_ridge.astype(float), ridge_vec)
     with np.errstate(divide="ignore", invalid="ignore"):
         k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
 
     bound = np.full(len(k), OTHER, dtype=object)
     shape = (k["model"] == MODEL_SHAPE).to_numpy()
-    bound[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
+    if ceiling is not None:
+        bound[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE,
+                                MEMORY)
     if opts.class_fallback_memory:
         fb = ~shape & is_kernel & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy()
         bound[fb] = MEMORY
@@ -292,7 +298,7 @@ def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
 def attribute_phases(
     steps: pd.DataFrame,
     kernels: pd.DataFrame,
-    ceiling: Ceiling,
+    ceiling: Ceiling | None,
     phases: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Bound columns per (request, phase) and per (run, phase) (request_id null).
@@ -330,7 +336,8 @@ def attribute_phases(
     out = pd.DataFrame(rows)
     if len(out):
         out["request_id"] = out["request_id"].astype("Int64")
-        peak_f = out["ceiling_dtype"].map(lambda d: ceiling.flops(d) or ceiling.flops("fp32") or np.nan)
+        peak_f = out["ceiling_dtype"].map(
+            lambda d: (ceiling.flops(d) or ceiling.flops("fp32") or np.nan) if ceiling is not None else np.nan)
         busy = out["gpu_busy_ns"].astype(float).where(out["gpu_busy_ns"] > 0)
         wall = out["time_ns"].astype(float).where(out["time_ns"] > 0)
         out["achieved_tflops"] = out["flops"] / busy / 1e3  # FLOP/ns / 1e3 = TFLOP/s
@@ -338,8 +345,9 @@ def attribute_phases(
         out["achieved_tflops_wall"] = out["flops"] / wall / 1e3
         out["achieved_tbps_wall"] = out["bytes"] / wall / 1e3
         out["pct_peak_flops"] = 100.0 * out["achieved_tflops"] * 1e12 / peak_f.astype(float)
-        out["pct_peak_bandwidth"] = 100.0 * out["achieved_tbps"] * 1e12 / ceiling.peak_bytes_per_s
-        out["ceiling"] = f"{ceiling.gpu} ({ceiling.kind})"
+        peak_b = ceiling.peak_bytes_per_s if ceiling is not None else np.nan
+        out["pct_peak_bandwidth"] = 100.0 * out["achieved_tbps"] * 1e12 / peak_b
+        out["ceiling"] = f"{ceiling.gpu} ({ceiling.kind})" if ceiling is not None else None
     if phases is None or len(phases) == 0:
         return out
     base = phases.copy()
@@ -373,12 +381,14 @@ def bound_tables(
     gpu_activity: pd.DataFrame,
     cpu_ops: pd.DataFrame,
     steps: pd.DataFrame,
-    ceiling: Ceiling,
+    ceiling: Ceiling | None,
     phases: pd.DataFrame | None = None,
     kernel_steps: pd.DataFrame | None = None,
     options: BoundOptions | None = None,
 ) -> dict[str, Any]:
     """The whole attribution in one call: {"kernels", "step_bound", "phases"}."""
+    # Serving attention (paged / varlen) is costed per step, from the sequences the step states.
+    gpu_activity, cpu_ops = serving_attention_ops(gpu_activity, cpu_ops, steps, kernel_steps)
     kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
     if len(kernels) and len(steps):
         kind = dict(zip(steps["step_id"], steps["kind"].astype(str), strict=True))
@@ -426,7 +436,8 @@ def pass_ceiling(t: Mapping[str, Any]) -> Any:
 def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
 
-    The ceiling is ``pass_ceiling(t)``; without one the pass only warns.
+    The ceiling is ``pass_ceiling(t)``; without one the pass only warns (the pipeline then runs
+    ``bound_tables`` without a ceiling: FLOPs and bytes, no compute/memory classes).
     """
     from tracekit.analysis.steps import as_df
 

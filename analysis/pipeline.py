@@ -162,7 +162,24 @@ def _captured_view(t: Mapping[str, Any]) -> Mapping[str, Any]:
 def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """The bound pass over the captured steps, plus the run-level ``outside`` row."""
     view = _captured_view(t)
-    return _outside_row(t, _steps.as_df(view["steps"]), _bound.bound_pass(view))
+    out = _bound.bound_pass(view)
+    if "kernel_bound" not in out:
+        out = {**_without_ceiling(view), "warnings": out.get("warnings", [])}
+    return _outside_row(t, _steps.as_df(view["steps"]), out)
+
+
+def _without_ceiling(t: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the GPU has no ceiling: every kernel's FLOPs and bytes and the phases' sums all the same
+    (a ceiling only decides the compute/memory classes, which stay out); nothing if there is no GPU
+    time to split."""
+    gpu, cpu, steps = (_steps.as_df(t[k]) for k in ("gpu_activity", "cpu_ops", "steps"))
+    if gpu.empty or steps.empty:
+        return {}
+    ks = _steps.as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
+    phases = _steps.as_df(t["phases"]) if t.get("phases") is not None else None
+    out = _bound.bound_tables(gpu, cpu, steps, None, phases=phases, kernel_steps=ks)
+    return {"phases": out["phases"].drop(columns=["tokens"], errors="ignore"), "kernel_bound": out["kernels"],
+            "step_bound": out["step_bound"]}
 
 
 def _energy_pass(t: Mapping[str, Any]) -> dict[str, Any]:

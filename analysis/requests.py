@@ -250,9 +250,11 @@ def _first_batch(pre: pd.DataFrame, steps: pd.DataFrame) -> int | None:
     """The request's batch: its first prefill's, else (a trace that starts mid-generation, an engine's
     decode-only window) its first step's that states one."""
     for part in (pre, steps):
-        b = pd.to_numeric(part["batch"], errors="coerce").dropna() if not part.empty else part
+        if part.empty:
+            continue
+        b = pd.to_numeric(part["batch"], errors="coerce").dropna()
         if len(b):
-            return int(b.iloc[0])
+            return int(b.to_numpy()[0])
     return None
 
 

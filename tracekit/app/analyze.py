@@ -50,18 +50,21 @@ def trace_stem(path: Path) -> str:
     return path.stem
 
 
-def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
+def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[str] | None = None) -> RunDir:
+    """The run directory to analyse: ``target`` itself (its trace read if it has no raw tables, or
+    again when ``captures`` are given), or a new one a trace file is ingested into."""
     if target.is_dir():
         run = RunDir.open(target)
-        if not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
+        if captures or not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
-                raise UsageError(f"{target}: no raw tables and no {run.trace_path.name} to ingest")
-            ingest_into(run)
+                raise UsageError(f"{target}: no {run.trace_path.name} to ingest" +
+                                 (" with the captures" if captures else " and no raw tables"))
+            ingest_into(run, captures)
         return run
     if not target.is_file():
         raise UsageError(f"{target}: no such file or run directory")
     dest = out if out is not None else target.parent / f"{trace_stem(target)}.tracekit"
-    run_dir: RunDir = ingest([target], dest, force=force)
+    run_dir: RunDir = ingest([target], dest, force=force, captures=captures)
     return run_dir
 
 
@@ -87,21 +90,57 @@ def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataF
     return out
 
 
-def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
-    """(Ceiling or None, why not) for the run's GPU: measured calibration first, else the datasheet."""
+def resolve_ceiling(manifest: dict[str, Any], override: str | None = None) -> tuple[Any, str | None]:
+    """(Ceiling or None, why not / how found) for the run's GPU.
+
+    ``override`` (``--ceiling``): a ceiling JSON file, or a GPU name (its measured calibration, else its
+    datasheet); unknown is an error. Otherwise the GPU run.json or the trace names (measured calibration
+    first, else the datasheet); where that name is empty, generic ("AMD Radeon Graphics") or unknown, the
+    GPU the trace's deviceProperties identify (tracekit.model.ceilings.identify), said in the note.
+    """
     from tracekit.analysis.bound import gpu_name
+    from tracekit.model.ceilings import GENERIC_NAMES, identify
 
+    if override:
+        path = Path(override)
+        return (resolve(override, path=path) if path.is_file() else resolve(override)), None
     name = gpu_name(manifest)
-    if not name:
-        return None, "no GPU named in run.json or the trace"
-    try:
-        return resolve(name), None
-    except TracekitError as exc:
-        return None, str(exc)
+    why = "no GPU named in run.json or the trace"
+    if name and not GENERIC_NAMES.match(name):
+        try:
+            return resolve(name), None
+        except TracekitError as exc:
+            why = str(exc)
+    props = device_properties(manifest)
+    if props:
+        ident, note = identify(props)
+        if ident is not None:
+            try:
+                c = resolve(ident)
+            except TracekitError as exc:
+                return None, f"{why}; deviceProperties identify {ident} ({note}), which has no ceiling: {exc}"
+            how = f"GPU {name or 'unnamed'!r} identified from the trace's deviceProperties as {ident}"
+            return c, how + (f" ({note})" if note else "")
+        why = f"{why}; deviceProperties: {note}"
+    return None, why
 
 
-def analyse_run(run: RunDir) -> dict[str, Any]:
-    """Run the default passes on a run directory and write their tables. Returns the tables."""
+def device_properties(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The first device's Kineto deviceProperties from run.json's trace_meta (one trace or per file)."""
+    meta = manifest.get("trace_meta") or {}
+    metas = [meta] if isinstance(meta, dict) and "deviceProperties" in meta else (
+        [m for m in meta.values() if isinstance(m, dict)] if isinstance(meta, dict) else [])
+    for m in metas:
+        props = m.get("deviceProperties")
+        if isinstance(props, list) and props and isinstance(props[0], dict):
+            return props[0]
+    return None
+
+
+def analyse_run(run: RunDir, ceiling_override: str | None = None) -> dict[str, Any]:
+    """Run the default passes on a run directory and write their tables. Returns the tables.
+
+    ``ceiling_override``: ``--ceiling`` (a GPU name or a ceiling file); default: resolve_ceiling's choice."""
     import pyarrow as pa
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
@@ -110,13 +149,15 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
     manifest = run.read_manifest()
     tables["manifest"] = manifest
     tables.update(recorded_tables(run, manifest))
-    ceiling, why = resolve_ceiling(manifest)
+    ceiling, why = resolve_ceiling(manifest, ceiling_override)
     if ceiling is not None:
         tables["ceiling"] = ceiling
     result = run_passes(tables, DEFAULT_PASSES)
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):
         result["warnings"].append(f"no ceiling: {why}")
+    elif ceiling is not None and why:
+        result["warnings"].append(why)
     for name in OUTPUTS:
         df = result.get(name)
         if df is None:
@@ -169,17 +210,21 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     return result
 
 
-def analyze(target: Path, out: Path | None = None, force: bool = False) -> tuple[RunDir, Any]:
+def analyze(target: Path, out: Path | None = None, force: bool = False, *, captures: list[str] | None = None,
+            ceiling: str | None = None) -> tuple[RunDir, Any]:
     """Analyze a run directory or trace file; (the run, the result).
 
     The result is the single-run analysis (a dict of tables) or, for a multi-rank run directory, a
-    MultirankResult.
+    MultirankResult. ``captures``: graph-capture traces to merge at ingest (default: found beside the
+    trace); ``ceiling``: a GPU name or ceiling file (resolve_ceiling).
     """
     if target.is_dir() and is_multirank(target):
         run = RunDir.open(target)
-        return run, analyse_multirank(run)
-    run = open_or_ingest(target, out, force)
-    return run, analyse_run(run)
+        one = (lambda p: analyse_run(open_or_ingest(p, None, False, captures), ceiling)) \
+            if captures or ceiling else None
+        return run, analyse_multirank(run, one)
+    run = open_or_ingest(target, out, force, captures)
+    return run, analyse_run(run, ceiling)
 
 
 # --- multi-rank runs ---------------------------------------------------------------

@@ -141,8 +141,10 @@ def kernel_costs(
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).clip(lower=0)
-            tot = dur.groupby(mo.to_numpy()).transform("sum")
-            cnt = dur.groupby(mo.to_numpy()).transform("count")
+            # Each replay of a CUDA/HIP graph runs its captured ops' kernels once: split per replay.
+            group = [mo.to_numpy(), kc.graph_replay(k.loc[has])]
+            tot = dur.groupby(group).transform("sum")
+            cnt = dur.groupby(group).transform("count")
             share = np.where(tot > 0, dur / tot.where(tot > 0, 1.0), 1.0 / cnt)
             c = costs.loc[mo.to_numpy()]
             k.loc[has, "flops"] = c["flops"].to_numpy(dtype=float) * share

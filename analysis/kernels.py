@@ -100,3 +100,16 @@ def kernel_classes(names: Any, kinds: Any = None) -> Any:
     uniq = keys.drop_duplicates()
     lut = {(n, k): kernel_class(n, k) for n, k in uniq.itertuples(index=False)}
     return pd.Series([lut[(n, k)] for n, k in keys.itertuples(index=False)], dtype=object)
+
+
+def graph_replay(gpu: Any) -> Any:
+    """Per GPU activity, the replay it belongs to: its graph launch's correlation where a CUDA/HIP graph
+    launched it (``launch_name``), else -1. An op captured into a graph launches its kernels once per
+    replay, so its cost is per (op, replay), not spread over every replay."""
+    import numpy as np
+
+    if len(gpu) == 0 or "launch_name" not in gpu or "correlation" not in gpu:
+        return np.full(len(gpu), -1, dtype=np.int64)
+    graph = gpu["launch_name"].astype(str).str.contains("GraphLaunch", case=False, regex=False).to_numpy()
+    corr = gpu["correlation"].astype("float64").fillna(-1).to_numpy().astype(np.int64)
+    return np.where(graph, corr, -1)

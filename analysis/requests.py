@@ -53,10 +53,12 @@ GAP_FLOOR_NS = 20_000_000
 def _done(steps: pd.DataFrame) -> pd.Series:
     """When each step's token is on the host: its token copy (steps.token_ns) where the
     trace shows one, else its GPU end where it launched GPU work, else its CPU end."""
-    g = steps["gpu_end_ns"].astype("Float64")
-    c = steps["cpu_end_ns"].astype("Float64")
+    def col(name: str) -> pd.Series:  # Int64: epoch-scale ns do not fit a float64's 53 bits
+        return pd.to_numeric(steps[name], errors="coerce").astype("Int64")
+
+    g, c = col("gpu_end_ns"), col("cpu_end_ns")
     if "token_ns" in steps:
-        return steps["token_ns"].astype("Float64").fillna(g).fillna(c)
+        return col("token_ns").fillna(g).fillna(c)
     return g.fillna(c)
 
 
@@ -331,8 +333,8 @@ def build(
         if st.empty:
             warnings.append(f"request {rid} ({name}): no steps inside its window")
             continue
-        done = _done(st).to_numpy(dtype="float64")
-        end = int(max(end, np.nanmax(done)))
+        done = _done(st).dropna().to_numpy(dtype=np.int64)
+        end = int(max(end, done.max())) if len(done) else int(end)
         pre = st[st["kind"] != "decode"]
         dec = st[st["kind"] == "decode"]
         batch = _first_batch(pre, st)
@@ -341,7 +343,7 @@ def build(
         if label is not None:
             batch = label.batch
             input_tokens, output_tokens = label.input_tokens, label.output_tokens
-        first = float(_done(pre).max()) if not pre.empty else float(done[0])
+        first = int(_done(pre).max()) if not pre.empty else int(done[0])
         ttft = int(first - start)
         e2e = int(end - start)
         tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens > 1 else None

@@ -629,16 +629,18 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
         return out
     launch = timeline.launch_times(d2h, rt, cpu)
     ok = launch.notna().to_numpy()
-    lt = launch.to_numpy(dtype="float64", na_value=np.nan)[ok]
-    gend = (d2h["ts_ns"] + d2h["dur_ns"].fillna(0)).to_numpy(dtype="float64")[ok]
+    # int64 throughout: epoch-scale ns do not fit a float64's 53 bits
+    lt = launch[ok].to_numpy(dtype=np.int64)
+    gend = (d2h["ts_ns"].astype("int64") + d2h["dur_ns"].fillna(0).astype("int64")).to_numpy(dtype=np.int64)[ok]
     order = np.argsort(lt, kind="stable")
     lt, gend = lt[order], gend[order]
     mm = np.sort(cpu.loc[cpu["name"].astype(str).isin(MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu.empty else np.empty(0, dtype=np.int64)
     gl = np.sort(_graph_launches(rt)["ts_ns"].to_numpy(dtype=np.int64))
     engine = steps["source"].astype(str).isin(["vllm", "sglang"]).to_numpy()
-    starts = steps["cpu_start_ns"].to_numpy(dtype="float64", na_value=np.nan)
-    nxt = np.full(len(steps), np.inf)
+    big = np.iinfo(np.int64).max
+    starts = pd.to_numeric(steps["cpu_start_ns"], errors="coerce").astype("Int64").fillna(big).to_numpy(dtype=np.int64)
+    nxt = np.full(len(steps), big, dtype=np.int64)
     order_s = np.argsort(starts, kind="stable")
     nxt[order_s[:-1]] = starts[order_s[1:]]
     for pos, (i, s0, e0) in enumerate(zip(steps.index, steps["cpu_start_ns"], steps["cpu_end_ns"], strict=True)):

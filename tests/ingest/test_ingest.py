@@ -171,7 +171,7 @@ def test_every_corpus_trace_ingests(corpus_dir: Path, tmp_path: Path) -> None:
         c = m["ingest"]["counts"]
         assert m["status"] == "complete", f
         assert c["events_read"] == sum(c["events_by_table"].values()) + sum(c["skipped"].values()), f
-        assert c["events_read"] > 1000
+        assert c["events_read"] > 0 and sum(c["events_by_table"].values()) > 0  # non-empty (accounted above)
         if "mtia" in f.name:
             assert any("non-CUDA" in w for w in m["warnings"])
             assert m["trace_meta"]["baseTimeNanoseconds"] == 1767189312000000000

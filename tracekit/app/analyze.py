@@ -105,7 +105,7 @@ def resolve_ceiling(manifest: dict[str, Any], override: str | None = None) -> tu
         path = Path(override)
         return (resolve(override, path=path) if path.is_file() else resolve(override)), None
     name = gpu_name(manifest)
-    why = "no GPU named in run.json or the trace"
+    why = f"the trace names the GPU only {name!r}" if name else "no GPU named in run.json or the trace"
     if name and not GENERIC_NAMES.match(name):
         try:
             return resolve(name), None

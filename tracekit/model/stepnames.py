@@ -289,7 +289,8 @@ def parse_sglang_step(name: str) -> EngineStep | None:
             ctx = PhaseStats(bs, sq=toks, sk=ctx.sk, sqsq=ctx.sqsq, sqsk=ctx.sqsk)
         return _engine_step("sglang", "sglang_step", ctx, None, ctx.sq, mode, kind, bs)
     # decode-phase modes: the upstream suffix is g_*; a patched TARGET_VERIFY writes c_* instead
-    gen = _sglang_phase(fields, "g", bs) or _sglang_phase(fields, "c", bs) or PhaseStats(bs)
+    prefix = "c" if not any(k.startswith("g_") for k in fields) and any(k.startswith("c_") for k in fields) else "g"
+    gen = _sglang_phase(fields, prefix, bs) or PhaseStats(bs)
     tokens = gen.sq if gen.sq is not None else (bs if mode == "DECODE" else None)
     if gen.sq is None and tokens is not None:
         gen = PhaseStats(bs, sq=tokens)

@@ -244,3 +244,11 @@ def test_which_generate_calls_may_compile() -> None:
     assert may_compile(M(GenerationConfig()), {"past_key_values": FakeCache(3)})
     with pytest.raises(ValueError, match="steps="):
         GenerationTracker(steps="forward")
+
+
+def test_graph_capture_pass_needs_a_gpu(tmp_path: Any) -> None:
+    # On CPU there are no CUDA graphs to capture again: nothing runs, run.json says why.
+    calls: list[int] = []
+    out = compiled.record_captures(lambda: calls.append(1), tmp_path, cuda=False)
+    assert out == {"captured": False, "reason": "no CUDA graphs without a GPU"}
+    assert not calls and not (tmp_path / compiled.CAPTURE_DIR).exists()

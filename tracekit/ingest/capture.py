@@ -195,6 +195,16 @@ def _frame(t: pa.Table, cols: Sequence[str]) -> dict[str, np.ndarray]:
     return out
 
 
+def _name_mask(col: Any, pattern: re.Pattern[str]) -> np.ndarray:
+    """Rows whose (dictionary-encoded) name matches: each distinct name is tested once."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_dictionary(col.type):
+        hits = np.array([bool(v) and bool(pattern.search(v)) for v in col.dictionary.to_pylist()] + [False])
+        codes = A.to_numpy(col.indices, -1).astype(np.int64)
+        return hits[np.where(codes >= 0, codes, len(hits) - 1)]
+    return np.array([bool(v) and bool(pattern.search(v)) for v in col.to_pylist()], dtype=bool)
+
+
 def _launch_ops(rt: dict[str, np.ndarray], sel: np.ndarray, cpu: dict[str, np.ndarray]) -> np.ndarray:
     """Row (in cpu_ops) of the op that made each selected runtime call, or -1: the innermost op with its
     External id, else the innermost op on its thread enclosing it."""
@@ -314,6 +324,10 @@ def _step_keys(tables: dict[str, pa.Table], launch_ts: np.ndarray) -> list[_Key 
         t = tables[name]
         if t.num_rows == 0:
             continue
+        if name == "cpu_ops":  # a reader may keep user annotations with the ops: only those
+            t = t.filter(A.from_numpy(_name_mask(t["cat"], re.compile("^user_annotation$"))))
+            if t.num_rows == 0:
+                continue
         a = _frame(t, ("ts_ns", "dur_ns", "name", "cat"))
         for ts, dur, n, cat in zip(a["ts_ns"], a["dur_ns"], a["name"], a["cat"], strict=True):
             if cat == "gpu_user_annotation" or not n:
@@ -435,10 +449,10 @@ def merge(tables: dict[str, pa.Table], captures: list[CaptureFile]) -> tuple[dic
     gpu, rt = tables["gpu_activity"], tables["runtime"]
     if gpu.num_rows == 0 or rt.num_rows == 0:
         return tables, report
-    r = _frame(rt, ("ts_ns", "name", "correlation"))
-    is_gl = np.array([bool(n) and bool(GRAPH_LAUNCH.search(n)) for n in r["name"]])
+    is_gl = _name_mask(rt["name"], GRAPH_LAUNCH)
     if not is_gl.any():
         return tables, report
+    r = _frame(rt, ("ts_ns", "correlation"))
     gl_corr = r["correlation"][is_gl]
     gl_ts = r["ts_ns"][is_gl]
     g = _frame(gpu, ("ts_ns", "correlation", "name", "kind"))

@@ -94,7 +94,7 @@ def main() -> int:
     res["compile_s"] = (manifest.get("compiled") or {}).get("compile_s")
     res["capture_pass"] = (manifest.get("compiled") or {}).get("capture")
     t1 = time.perf_counter()
-    rc, text = _cli(["analyze", str(run)])
+    rc, _ = _cli(["analyze", str(run)])
     res["analyze_s"] = round(time.perf_counter() - t1, 1)
     res["analyze_rc"] = rc
     manifest = json.loads((run / "run.json").read_text())

@@ -11,7 +11,7 @@ import pytest
 from engine_traces import Kineto, forward_ops, sglang_capture_file, vllm_capture_file, vllm_trace
 
 from tracekit.ingest import capture, read_file
-from tracekit.ingest.linkage import _nest_parents  # noqa: PLC2701 - the function under test
+from tracekit.ingest.linkage import _nest_parents
 
 
 def test_nesting_finds_the_innermost_enclosing_op_past_siblings() -> None:
@@ -97,7 +97,7 @@ def test_a_replay_longer_than_every_capture_is_not_matched(tmp_path: Path) -> No
     ops = forward_ops(8, True)
     k.replay([*ops, ops[-1]], 100.0, 100.0, None)  # one kernel more than captured
     files, _ = capture.read_captures([cap], 1)
-    tables, rep = capture.merge(_tables(k.write(tmp_path / "t.json")), files)
+    _, rep = capture.merge(_tables(k.write(tmp_path / "t.json")), files)
     assert rep.graph_launches_matched == 0 and rep.activities_matched == 0
     assert any("no captured graph has its" in w for w in rep.warnings)
 
@@ -122,7 +122,7 @@ def test_triton_names_decide_between_captures(tmp_path: Path) -> None:
     k.replay([Op("aten::mm", [], [], [("nvjet_sm90_hsh_64x8", "kernel", 2.0)]),
               Op("x", [], [], [("triton_per_fused_mean_1", "kernel", 1.0)])], 100.0, 100.0, 7)
     files, _ = capture.read_captures([a, b], 1)
-    tables, rep = capture.merge(_tables(k.write(tmp_path / "t.json")), files)
+    _, rep = capture.merge(_tables(k.write(tmp_path / "t.json")), files)
     assert rep.graph_launches_matched == 1 and files[1].graphs[0].used == 1 and files[0].graphs[0].used == 0
 
 

@@ -17,8 +17,12 @@ import pandas as pd
 import pytest
 from engine_traces import (
     MODEL,
+    Kineto,
     Model,
+    Op,
+    forward_ops,
     padded,
+    pieces,
     sglang_capture_file,
     sglang_trace,
     vllm_capture_file,
@@ -288,3 +292,31 @@ def test_execution_details_key_captures_without_labels(tmp_path: Path) -> None:
     assert cap["graph_launches_matched"] == 1
     kb = t["kernel_bound"]
     assert kb.loc[kb["op_name"] == "aten::mm", "flops"].max() >= 2 * 16 * MODEL.hidden * 2 * MODEL.inter
+
+
+def test_without_annotations_packed_inputs_and_piecewise_graphs(tmp_path: Path) -> None:
+    # vLLM with its step annotation off: each pass is an embedding of a packed [N] index, or (captured)
+    # a run of graph launches; the token's copy closes a pass
+    k = Kineto(hip=False)
+    t, g = 1000.0, 1000.0
+    for n in (40, 1):  # a packed pass of 40 tokens, then one of a single token (batch 1, decode)
+        for op in forward_ops(n, False)[:3]:  # embedding, norm, qkv: eager
+            t, g = k.eager(op, t, g)
+        t, g = k.token_copy(t + 5.0, g)
+        t += 200.0
+    for _ in range(2):  # two piecewise passes: a graph per piece, eager work between
+        for i, piece in enumerate(pieces(forward_ops(8, False))):
+            t, g = k.replay(piece, t, g, None)
+            if i < MODEL.layers:
+                t, g = k.eager(Op("aten::add", [[8, 8], [8, 8]], ["float", "float"],
+                                  [("void at::native::vectorized_elementwise_kernel<4>", "kernel", 2.0)]), t, g)
+        t, g = k.token_copy(t + 5.0, g)
+        t += 200.0
+    t = analyze(k.write(tmp_path / "plain.json.gz"))
+    st = t["steps"].sort_values("cpu_start_ns")
+    assert list(st["source"]) == ["model_ops", "model_ops", "cuda_graph", "cuda_graph"]
+    first = st.iloc[0]
+    assert first["kind"] == "mixed" and pd.isna(first["batch"]) and pd.isna(first["q_len"]) and first["tokens"] == 40
+    assert (st.iloc[1]["kind"], st.iloc[1]["batch"], st.iloc[1]["q_len"]) == ("decode", 1, 1)
+    assert list(st["graph_launches"]) == [0, 0, L + 1, L + 1]
+    assert any("packed (flat) token index" in w for w in t["manifest"]["warnings"])

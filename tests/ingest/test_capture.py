@@ -154,3 +154,18 @@ def test_no_graphs_no_change(tmp_path: Path, hip: bool) -> None:
     tables = _tables(k.write(tmp_path / "t.json"))
     out, rep = capture.merge(tables, [])
     assert out is tables and rep.graph_launches == 0 and not rep.warnings
+
+
+def test_a_graph_captured_twice_is_one_answer(tmp_path: Path) -> None:
+    # the same ops with the same shapes in two capture windows (a graph recorded again): either is right
+    k = Kineto(hip=False)
+    ops = forward_ops(8, False)
+    t = k.capture(ops, 100.0)
+    k.capture(ops, t + 50.0)
+    cap = k.write(tmp_path / "c" / "compile_capture.pt.trace.json.gz")
+    r = Kineto(hip=False)
+    r.replay(ops, 100.0, 100.0, 3)
+    files, _ = capture.read_captures([cap], 1)
+    assert len(files[0].graphs) == 2
+    _, rep = capture.merge(_tables(r.write(tmp_path / "t.json")), files)
+    assert rep.graph_launches_matched == 1 and not rep.warnings

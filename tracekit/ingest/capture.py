@@ -70,6 +70,10 @@ class Launch:
     kind: str  # kernel | memcpy | memset
     op_id: int | None
     op_name: str | None
+    op_dims: str | None = None  # the op's input_dims: two graphs with the same ops and shapes are one
+
+    def shape(self) -> tuple[str, str | None, str | None]:
+        return self.kind, self.op_name, self.op_dims
 
 
 @dataclass
@@ -235,7 +239,7 @@ def _graphs(cf: CaptureFile, detail: tuple[int | None, str | None] | None) -> li
     if rt_t.num_rows == 0:
         return []
     rt = _frame(rt_t, ("ts_ns", "dur_ns", "name", "pid", "tid", "external_id"))
-    cpu = _frame(cpu_t, ("ts_ns", "dur_ns", "name", "pid", "tid", "external_id", "op_id"))
+    cpu = _frame(cpu_t, ("ts_ns", "dur_ns", "name", "pid", "tid", "external_id", "op_id", "input_dims"))
     names = rt["name"]
     order = np.argsort(rt["ts_ns"], kind="stable")
     begins = [int(i) for i in order if names[i] and BEGIN_CAPTURE.search(names[i])]
@@ -270,7 +274,8 @@ def _graphs(cf: CaptureFile, detail: tuple[int | None, str | None] | None) -> li
         launches = [
             Launch("memcpy" if "memcpy" in str(names[r]).lower() else
                    "memset" if "memset" in str(names[r]).lower() else "kernel",
-                   int(cpu["op_id"][o]) if o >= 0 else None, str(cpu["name"][o]) if o >= 0 else None)
+                   int(cpu["op_id"][o]) if o >= 0 else None, str(cpu["name"][o]) if o >= 0 else None,
+                   cpu["input_dims"][o] if o >= 0 else None)
             for r, o in zip(sel, rows, strict=True)
         ]
         in_window = np.flatnonzero((cpu["ts_ns"] >= ws) & (cpu["ts_ns"] <= we)
@@ -413,6 +418,10 @@ def _candidates(graphs: list[CapturedGraph], key: _Key | None) -> list[CapturedG
     return []
 
 
+def _shapes(g: CapturedGraph) -> list[tuple[str, str | None, str | None]]:
+    return [launch.shape() for launch in g.launches]
+
+
 def _match(graphs: list[CapturedGraph], key: _Key | None, names: list[str], kinds: list[str]
            ) -> tuple[CapturedGraph | None, int, str]:
     """The captured graph and offset a replay matches, or (None, 0, why)."""
@@ -424,12 +433,13 @@ def _match(graphs: list[CapturedGraph], key: _Key | None, names: list[str], kind
             continue
         fits.sort(key=lambda x: -x[0][0])
         (score, off, checked), g = fits[0]
-        ties = [h for f, h in fits[1:] if f[0] == score and h.launches != g.launches]
+        # Captures of the same ops with the same shapes (a graph captured twice) are one answer.
+        ties = [h for f, h in fits[1:] if f[0] == score and _shapes(h) != _shapes(g)]
         if ties and not (keyed and len(pool) == 1):
             if keyed:
                 continue
             return None, 0, f"{len(ties) + 1} captured graphs fit equally (shapes would be a guess)"
-        if not keyed and checked == 0 and len(fits) > 1:
+        if not keyed and checked == 0 and any(_shapes(h) != _shapes(g) for _, h in fits[1:]):
             return None, 0, f"{len(fits)} captured graphs have room for it and nothing tells them apart"
         return g, off, ""
     if key is not None and not _candidates(graphs, key):

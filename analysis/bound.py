@@ -33,7 +33,7 @@ from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
-from tracekit.analysis.opmodels import op_costs
+from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet
 
 # Time classes in priority order: where kernels of several streams overlap, the
@@ -175,8 +175,10 @@ def kernel_costs(
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).clip(lower=0)
-            tot = dur.groupby(mo.to_numpy()).transform("sum")
-            cnt = dur.groupby(mo.to_numpy()).transform("count")
+            # Each replay of a CUDA/HIP graph runs its captured ops' kernels once: split per replay.
+            group = [mo.to_numpy(), kc.graph_replay(k.loc[has])]
+            tot = dur.groupby(group).transform("sum")
+            cnt = dur.groupby(group).transform("count")
             share = np.where(tot > 0, dur / tot.where(tot > 0, 1.0), 1.0 / cnt)
             c = costs.loc[mo.to_numpy()]
             k.loc[has, "flops"] = c["flops"].to_numpy(dtype=float) * share
@@ -554,6 +556,8 @@ def bound_tables(
     counters measured, communication, copies and the name-class size rule are classified; modelled
     kernels stay ``other``.
     """
+    # Serving attention (paged / varlen) is costed per step, from the sequences the step states.
+    gpu_activity, cpu_ops = serving_attention_ops(gpu_activity, cpu_ops, steps, kernel_steps)
     kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
     if len(kernels):
         kernels["issued_ns"] = _idle.issued_ns(gpu_activity.reset_index(drop=True), runtime)

@@ -273,6 +273,24 @@ def _norm(flops_per_elem: float) -> Callable[..., OpCost | None]:
     return model
 
 
+def _rms_norm_aten(ts: list[_Tensor | None]) -> OpCost | None:
+    """aten::rms_norm / _fused_rms_norm(x, normalized_shape, weight, eps): TraceLens's RMSNorm model,
+    flops = rows*(2C + 2) + 2*numel (affine), bytes = read x, write y, read the weight."""
+    x, w = _get(ts, 0), _get(ts, 2)
+    if x is None or not x.shape:
+        return None
+    c = w.numel if w is not None else x.shape[-1]
+    return _rms(x, c, w, x.itemsize)
+
+
+def _rms(x: _Tensor, c: int, w: _Tensor | None, out_itemsize: int, extra_flops: float = 0.0,
+         extra_bytes: float = 0.0) -> OpCost:
+    rows = x.numel / c if c else 0
+    flops = rows * (2 * c + 2) + 2 * x.numel + extra_flops
+    nbytes = x.nbytes + x.numel * out_itemsize + (w.nbytes if w is not None else 0) + extra_bytes
+    return OpCost(float(flops), float(nbytes), REDUCTION, _key(x), False)
+
+
 def _softmax(ts: list[_Tensor | None]) -> OpCost | None:
     x = _get(ts, 0)
     if x is None:
@@ -350,8 +368,8 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "_safe_softmax": _softmax,
     "layer_norm": _norm(8),
     "native_layer_norm": _norm(8),
-    "rms_norm": _norm(4),
-    "_fused_rms_norm": _norm(4),
+    "rms_norm": _rms_norm_aten,
+    "_fused_rms_norm": _rms_norm_aten,
     "group_norm": _norm(8),
     "native_group_norm": _norm(8),
     "mean": _reduction(1),
@@ -392,6 +410,282 @@ _ATTN: dict[str, str] = {
 }
 
 
+# --- serving kernels (vLLM, SGLang, aiter custom ops) ---------------------------------------
+#
+# The ops engines call instead of aten's, by their registered names. Where TraceLens models the same
+# op, its formula is used exactly (docs/roofline.md, "Serving kernels"): SiLU-mul, aiter RMSNorm,
+# fused MoE, grouped GEMM, paged/varlen attention.
+
+
+def _rms_out_in_w(ts: list[_Tensor | None]) -> OpCost | None:
+    """vLLM _C::rms_norm(out, input, weight, eps), sgl_kernel::rmsnorm(out, input, weight, ...)."""
+    x, w = _get(ts, 1), _get(ts, 2)
+    if x is None or w is None or not x.shape:
+        return None
+    out = _get(ts, 0)
+    return _rms(x, w.numel, w, out.itemsize if out is not None else x.itemsize)
+
+
+def _rms_in_w(ts: list[_Tensor | None]) -> OpCost | None:
+    """aiter::rms_norm(input, weight, eps) and aiter's rmsnorm2d (TraceLens: C = weight's size)."""
+    x, w = _get(ts, 0), _get(ts, 1)
+    if x is None or w is None or not x.shape:
+        return None
+    return _rms(x, w.numel, w, x.itemsize)
+
+
+def _fused_add_rms(ts: list[_Tensor | None]) -> OpCost | None:
+    """_C::fused_add_rms_norm(input, residual, weight, eps) (sgl_kernel::fused_add_rmsnorm): residual +=
+    input, input = RMSNorm(residual): the norm, plus the add (1 FLOP/elem) and the residual read and written."""
+    x, r, w = _get(ts, 0), _get(ts, 1), _get(ts, 2)
+    if x is None or r is None or w is None or not x.shape:
+        return None
+    return _rms(x, w.numel, w, x.itemsize, extra_flops=x.numel, extra_bytes=2 * r.nbytes)
+
+
+def _act_and_mul(flops_per_elem: float) -> Callable[..., OpCost | None]:
+    """silu_and_mul(out [T, I], input [T, 2I]) and the gelu variants: TraceLens's model,
+    flops = k * numel(out), bytes = 2 * numel(out) * bpe(input) + numel(out) * bpe(out)."""
+
+    def model(ts: list[_Tensor | None]) -> OpCost | None:
+        out, x = _get(ts, 0), _get(ts, 1)
+        if out is None or x is None:
+            return None
+        n = out.numel
+        return OpCost(flops_per_elem * n, float(2 * n * x.itemsize + n * out.itemsize), ELEMENTWISE, _key(x), False)
+
+    return model
+
+
+def _rotary(ts: list[_Tensor | None]) -> OpCost | None:
+    """_C::rotary_embedding(positions [T], query [T, Hq*D], key [T, Hkv*D], head_size, cos_sin_cache, is_neox):
+    query and key rotated in place (3 FLOPs and a read and a write per element, TraceLens's RoPE
+    model), plus the positions and the cache rows they select."""
+    pos, q, k, cache = _get(ts, 0), _get(ts, 1), _get(ts, 2), _get(ts, 4)
+    if q is None:
+        return None
+    n = q.numel + (k.numel if k is not None else 0)
+    rows = pos.numel if pos is not None else (q.shape[0] if q.shape else 1)
+    cache_bytes = rows * cache.shape[-1] * cache.itemsize if cache is not None and cache.shape else 0
+    return OpCost(3.0 * n, float(2 * n * q.itemsize + (pos.nbytes if pos is not None else 0) + cache_bytes),
+                  ELEMENTWISE, _key(q), False)
+
+
+def _fused_experts(ts: list[_Tensor | None]) -> OpCost | None:
+    """vLLM / SGLang fused_experts(hidden [M, K], w1 [E, (2)N, K], w2 [E, K, N], topk_weights [M, top_k],
+    topk_ids [M, top_k], ...): TraceLens's fused-MoE model. Tokens x top-k experts, gated (SwiGLU) when
+    w1 has twice w2's N: flops = 2MKN*top_k*(2 if gated) + 2MKN*top_k + MK(2*top_k - 1); bytes = the
+    tokens in and out and the weights of the experts expected to be hit under uniform routing,
+    E_active = E(1 - ((E - top_k)/E)^M)."""
+    x, w1, w2, ids = _get(ts, 0), _get(ts, 1), _get(ts, 2), _get(ts, 4)
+    if x is None or w1 is None or w2 is None or ids is None or len(w1.shape) != 3 or len(w2.shape) != 3:
+        return None
+    if len(x.shape) != 2 or len(ids.shape) != 2:
+        return None
+    m, k = x.shape
+    e, n = w2.shape[0], w2.shape[2]
+    top = ids.shape[1]
+    gated = w1.shape[1] == 2 * n
+    g = 2 if gated else 1
+    flops = 2.0 * m * k * n * top * g + 2.0 * m * k * n * top + m * k * (2 * top - 1)
+    e_active = e * (1 - ((e - top) / e) ** m) if e else 0.0
+    nbytes = m * k * x.itemsize + e_active * n * k * w1.itemsize * (g + 1) + m * k * x.itemsize
+    return OpCost(flops, float(nbytes), GEMM, _key(x), True)
+
+
+def _grouped_mm(ts: list[_Tensor | None]) -> OpCost | None:
+    """aten::_grouped_mm(mat_a [M, K], mat_b [G, K, N], offs [G], ...): TraceLens's grouped GEMM,
+    flops = 2MKN, bytes = (MK + GKN) * bpe_in + MN * bpe_out."""
+    a, b = _get(ts, 0), _get(ts, 1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 3:
+        return None
+    m, k = a.shape
+    gsz, n = b.shape[0], b.shape[2]
+    out_size = 2 if a.itemsize == 1 else a.itemsize
+    return OpCost(2.0 * m * k * n, float((m * k + gsz * k * n) * a.itemsize + m * n * out_size), GEMM, _key(a), True)
+
+
+_SERVING: dict[str, Callable[..., OpCost | None]] = {
+    "_C::rms_norm": _rms_out_in_w,
+    "sgl_kernel::rmsnorm": _rms_out_in_w,
+    "_C::fused_add_rms_norm": _fused_add_rms,
+    "sgl_kernel::fused_add_rmsnorm": _fused_add_rms,
+    "aiter::rms_norm": _rms_in_w,
+    "aiter::rmsnorm2d_fwd": _rms_in_w,
+    "_C::silu_and_mul": _act_and_mul(5),
+    "sgl_kernel::silu_and_mul": _act_and_mul(5),
+    "aiter::silu_and_mul": _act_and_mul(5),
+    "_C::gelu_and_mul": _act_and_mul(8),
+    "sgl_kernel::gelu_and_mul": _act_and_mul(8),
+    "_C::gelu_tanh_and_mul": _act_and_mul(10),
+    "sgl_kernel::gelu_tanh_and_mul": _act_and_mul(10),
+    "_C::rotary_embedding": _rotary,
+    "vllm::inplace_fused_experts": _fused_experts,
+    "vllm::outplace_fused_experts": _fused_experts,
+    "sglang::inplace_fused_experts": _fused_experts,
+    "sglang::outplace_fused_experts": _fused_experts,
+    "aten::_grouped_mm": _grouped_mm,
+    "aten::_scaled_grouped_mm": _grouped_mm,
+}
+
+# Attention over a paged KV cache or packed (varlen) sequences: the shapes hold the new tokens only;
+# how many KV positions each query attends is the step's (steps.seq_stats), so these ops are costed
+# per step (serving_attention_ops), never from their shapes alone. Each takes q [T, Hq, D] first and
+# the new k, v (or the latent cache entry, for MLA) after it.
+SERVING_ATTENTION = (
+    "vllm::unified_attention_with_output", "vllm::unified_attention", "vllm::unified_mla_attention_with_output",
+    "vllm::unified_mla_attention", "aiter::mha_varlen_fwd", "aiter::fmha_v3_varlen_fwd", "aiter::mha_batch_prefill",
+    "aiter::pa_decode_gluon", "flash_attn::_flash_attn_varlen_forward", "_vllm_fa2_C::varlen_fwd",
+    "_vllm_fa3_C::fwd", "sglang_profiler::attention_paged_attention_ragged",
+)
+STEP_ATTENTION = "tracekit::step_attention"  # the per-step stand-in serving_attention_ops makes
+
+
+@dataclass(frozen=True)
+class AttentionHeads:
+    """What a serving attention op's shapes say: query and KV heads, head dims, dtypes, MLA or not."""
+
+    q_heads: int
+    kv_heads: int
+    d_qk: int
+    d_v: int
+    q_dtype: str
+    kv_dtype: str
+    latent: bool = False  # MLA: one latent cache entry (d_qk wide) per token, shared by every head
+
+
+def attention_heads(name: str, input_dims: Any, input_types: Any) -> AttentionHeads | None:
+    """The heads of a serving attention op (SERVING_ATTENTION) from its input shapes, or None."""
+    if name not in SERVING_ATTENTION:
+        return None
+    ts = _tensors(_parse(input_dims), _parse(input_types))
+    q, k, v = _get(ts, 0), _get(ts, 1), _get(ts, 2)
+    if q is None or len(q.shape) != 3 or k is None:
+        return None
+    hq, dqk = q.shape[1], q.shape[2]
+    if len(k.shape) == 2 or "mla" in name:  # MLA: k is the latent [T, kv_lora_rank]
+        dv = k.shape[-1]
+        return AttentionHeads(hq, 1, dqk, dv, q.dtype, k.dtype, latent=True)
+    if len(k.shape) == 3:
+        hkv = k.shape[1]
+    elif len(k.shape) == 4:  # a paged cache [blocks, block_size, Hkv, D]
+        hkv = k.shape[2]
+    else:
+        return None
+    dv = v.shape[-1] if v is not None and v.shape else dqk
+    return AttentionHeads(hq, hkv, dqk, dv, q.dtype, k.dtype)
+
+
+def serving_attention(heads: AttentionHeads, context: dict[str, int] | None, generation: dict[str, int] | None
+                      ) -> OpCost | None:
+    """FLOPs and bytes of one attention layer over a step's sequences (TraceLens's InferenceAttention).
+
+    ``context`` / ``generation``: the phase sums of steps.seq_stats (sq Σ query tokens, sk Σ KV length
+    after the step, sqsq Σ query², sqsk Σ query·KV). Context (prompt chunks, causal): each query attends
+    sk - sq + its own position, sq*sk - sq²/2 pairs per sequence; generation: sq*sk pairs.
+    flops = Hq(2·c_sqsk - c_sqsq)(d_qk + d_v) + 2·Hq·g_sqsk(d_qk + d_v);
+    bytes = Σsq (Hq·d_qk + Hq·d_v + Hkv·d_qk + Hkv·d_v) bpe_q + Σ(sk - sq) Hkv (d_qk + d_v) bpe_kv
+    (MLA: one latent entry of d_qk per new and cached token). None where a phase lacks a sum.
+    """
+    need = ("sq", "sk", "sqsq", "sqsk")
+    phases = [p for p in (context, generation) if p and p.get("requests")]
+    if not phases or any(any(p.get(x) is None for x in need) for p in phases):
+        return None
+    c = context if context and context.get("requests") else dict.fromkeys(need, 0)
+    g = generation if generation and generation.get("requests") else dict.fromkeys(need, 0)
+    hq, hkv, dqk, dv = heads.q_heads, heads.kv_heads, heads.d_qk, heads.d_v
+    flops = hq * (2 * c["sqsk"] - c["sqsq"]) * (dqk + dv) + hq * 2 * g["sqsk"] * (dqk + dv)
+    bq = DTYPE_BYTES.get(heads.q_dtype, 2)
+    bkv = DTYPE_BYTES.get(heads.kv_dtype, bq)
+    sq = c["sq"] + g["sq"]
+    cached = (c["sk"] - c["sq"]) + (g["sk"] - g["sq"])
+    if heads.latent:
+        nbytes = sq * (hq * dqk + hq * dv + dqk) * bq + cached * dqk * bkv
+    else:
+        nbytes = sq * (hq * dqk + hq * dv + hkv * dqk + hkv * dv) * bq + cached * hkv * (dqk + dv) * bkv
+    return OpCost(float(flops), float(nbytes), ATTENTION, DTYPE_KEY.get(heads.q_dtype, "fp16"), True)
+
+
+def _step_attention(dims: list[Any], types: list[Any]) -> OpCost | None:
+    """The stand-in op: dims [[Hq, Hkv, d_qk, d_v, latent], [c_sq, c_sk, c_sqsq, c_sqsk, c_n],
+    [g_sq, g_sk, g_sqsq, g_sqsk, g_n]], types [q dtype, kv dtype]."""
+    try:
+        (hq, hkv, dqk, dv, latent), cs, gs = dims
+        heads = AttentionHeads(int(hq), int(hkv), int(dqk), int(dv), str(types[0]), str(types[1]), bool(latent))
+    except (TypeError, ValueError, IndexError):
+        return None
+    keys = ("sq", "sk", "sqsq", "sqsk", "requests")
+    return serving_attention(heads, dict(zip(keys, cs, strict=True)) if cs else None,
+                             dict(zip(keys, gs, strict=True)) if gs else None)
+
+
+def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any = None) -> tuple[Any, Any]:
+    """(gpu_activity, cpu_ops) where the kernels each serving attention op (SERVING_ATTENTION) launches
+    itself, in each step that states its sequences (steps.seq_stats), launch a stand-in op
+    (``tracekit::step_attention``) whose shapes carry the heads and the step's sums, so that op_costs
+    models it. Inputs untouched; unchanged copies where nothing applies.
+    """
+    import pandas as pd
+
+    if gpu is None or cpu_ops is None or steps is None or len(gpu) == 0 or len(cpu_ops) == 0 or len(steps) == 0:
+        return gpu, cpu_ops
+    if "seq_stats" not in steps or "op_id" not in gpu or steps["seq_stats"].isna().all():
+        return gpu, cpu_ops
+    names = cpu_ops["name"].astype(str)
+    attn = cpu_ops[names.isin(SERVING_ATTENTION)]
+    if attn.empty:
+        return gpu, cpu_ops
+    heads = {}
+    for oid, n, d, t in zip(attn["op_id"], attn["name"].astype(str), attn["input_dims"], attn["input_types"],
+                            strict=True):
+        h = attention_heads(n, d, t)
+        if h is not None:
+            heads[int(oid)] = h
+    if not heads:
+        return gpu, cpu_ops
+    # Only the kernels the attention op launches itself: the KV-cache write it calls
+    # (reshape_and_cache) is an op of its own, and a copy, not attention.
+    ops = pd.to_numeric(gpu["op_id"], errors="coerce")
+    owner = ops.where(ops.isin(list(heads)))
+    if owner.notna().sum() == 0:
+        return gpu, cpu_ops
+    if kernel_steps is not None and len(kernel_steps) and "row" in kernel_steps:
+        sid = pd.Series(kernel_steps["step_id"].to_numpy(), index=kernel_steps["row"].to_numpy())
+        step_of = pd.to_numeric(pd.Series(range(len(gpu))).map(sid), errors="coerce").to_numpy()
+    else:
+        return gpu, cpu_ops
+    stats = {int(s): json.loads(v) for s, v in zip(steps["step_id"], steps["seq_stats"], strict=True)
+             if isinstance(v, str) and v}
+    gpu = gpu.copy()
+    new_ops: list[dict[str, Any]] = []
+    made: dict[tuple[int, int], int] = {}
+    next_id = int(pd.to_numeric(cpu_ops["op_id"], errors="coerce").max()) + 1
+    op_col = ops.to_numpy(dtype="float64", na_value=float("nan")).copy()
+    keys = ("sq", "sk", "sqsq", "sqsk", "requests")
+    for row, (o, s) in enumerate(zip(owner.to_numpy(), step_of, strict=True)):
+        if pd.isna(o) or pd.isna(s) or int(s) not in stats:
+            continue
+        key = (int(o), int(s))
+        if key not in made:
+            h = heads[int(o)]
+            st = stats[int(s)]
+            dims = [[h.q_heads, h.kv_heads, h.d_qk, h.d_v, int(h.latent)],
+                    [st["context"].get(k) for k in keys] if "context" in st else [],
+                    [st["generation"].get(k) for k in keys] if "generation" in st else []]
+            made[key] = next_id
+            new_ops.append({"op_id": next_id, "name": STEP_ATTENTION, "input_dims": json.dumps(dims),
+                            "input_types": json.dumps([h.q_dtype, h.kv_dtype]), "parent_id": None,
+                            "ts_ns": None, "dur_ns": 0})
+            next_id += 1
+        op_col[row] = made[key]
+    if not new_ops:
+        return gpu, cpu_ops
+    gpu["op_id"] = pd.array([None if x != x else int(x) for x in op_col], dtype="Int64")
+    extra = pd.DataFrame(new_ops)
+    cpu = pd.concat([cpu_ops, extra.astype({"op_id": "int64"})], ignore_index=True)
+    return gpu, cpu
+
+
 def base_name(name: str) -> str:
     """'aten::add_' -> 'add' (in-place and out variants share the model); 'aten::copy_' stays."""
     n = name.split("::", 1)[-1]
@@ -403,6 +697,8 @@ def base_name(name: str) -> str:
 
 
 def is_modelled(name: str) -> bool:
+    if name in _SERVING or name == STEP_ATTENTION:
+        return True
     n = base_name(name)
     return name.startswith("aten::") and (n in _MODELS or n in _ATTN)
 
@@ -416,7 +712,16 @@ def op_cost(
     ``list_dtype``: the input_types text to assume for TensorList inputs (cat, stack), whose
     dtype the profiler does not record; None -> float.
     """
-    if not isinstance(name, str) or not name.startswith("aten::"):
+    if not isinstance(name, str):
+        return None
+    if name == STEP_ATTENTION:
+        return _step_attention(_parse(input_dims), _parse(input_types))
+    if name in _SERVING:
+        try:
+            return _SERVING[name](_tensors(_parse(input_dims), _parse(input_types), list_dtype))
+        except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError):
+            return None
+    if not name.startswith("aten::"):
         return None
     n = base_name(name)
     ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype)
@@ -458,7 +763,7 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     list_dtype = list_dtype or dominant_dtype(cpu_ops)
     df = cpu_ops[["op_id", "name", "input_dims", "input_types"]].copy()
     df["name"] = df["name"].astype(str)
-    df = df[df["name"].str.startswith("aten::")]
+    df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)]
     keys = df[["name", "input_dims", "input_types"]].astype(str)
     uniq = keys.drop_duplicates()
     rows = []

@@ -165,7 +165,35 @@ def _captured_view(t: Mapping[str, Any]) -> Mapping[str, Any]:
 def _bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     """The bound pass over the captured steps, plus the run-level ``outside`` row."""
     view = _captured_view(t)
-    return _outside_row(t, _steps.as_df(view["steps"]), _bound.bound_pass(view))
+    out = _bound.bound_pass(view)
+    if "kernel_bound" in out:
+        return _outside_row(t, _steps.as_df(view["steps"]), out)
+    out = _outside_row(t, _steps.as_df(view["steps"]), {**_without_ceiling(view), "warnings": out.get("warnings", [])})
+    # Without a ceiling modelled kernels have no class: the bound split is unknown, not zero.
+    split = [_bound.TIME_COLUMNS[c] for c in (_bound.COMPUTE, _bound.MEMORY, _bound.LATENCY, _bound.OTHER)]
+    for name in ("phases", "step_bound"):
+        frame = out.get(name)
+        if frame is not None:
+            frame = frame.copy()
+            for c in split:
+                if c in frame:
+                    frame[c] = pd.array([pd.NA] * len(frame), dtype="Int64")
+            out[name] = frame
+    return out
+
+
+def _without_ceiling(t: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the GPU has no ceiling: every kernel's FLOPs and bytes, the phases' sums and rates all the
+    same; a ceiling only decides the compute/memory classes, so compute_bound_ns, memory_bound_ns and
+    other_ns stay null. Nothing if there is no GPU time to split."""
+    gpu, cpu, steps = (_steps.as_df(t[k]) for k in ("gpu_activity", "cpu_ops", "steps"))
+    if gpu.empty or steps.empty:
+        return {}
+    ks = _steps.as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
+    phases = _steps.as_df(t["phases"]) if t.get("phases") is not None else None
+    out = _bound.bound_tables(gpu, cpu, steps, None, phases=phases, kernel_steps=ks)
+    return {"phases": out["phases"].drop(columns=["tokens"], errors="ignore"), "kernel_bound": out["kernels"],
+            "step_bound": out["step_bound"]}
 
 
 def _energy_pass(t: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, request_labels
+from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
 
 REQUEST_COLUMNS = [
     "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns",
@@ -53,10 +53,12 @@ GAP_FLOOR_NS = 20_000_000
 def _done(steps: pd.DataFrame) -> pd.Series:
     """When each step's token is on the host: its token copy (steps.token_ns) where the
     trace shows one, else its GPU end where it launched GPU work, else its CPU end."""
-    g = steps["gpu_end_ns"].astype("Float64")
-    c = steps["cpu_end_ns"].astype("Float64")
+    def col(name: str) -> pd.Series:  # Int64: epoch-scale ns do not fit a float64's 53 bits
+        return pd.to_numeric(steps[name], errors="coerce").astype("Int64")
+
+    g, c = col("gpu_end_ns"), col("cpu_end_ns")
     if "token_ns" in steps:
-        return steps["token_ns"].astype("Float64").fillna(g).fillna(c)
+        return col("token_ns").fillna(g).fillna(c)
     return g.fillna(c)
 
 
@@ -246,6 +248,29 @@ def _gap_windows(steps: pd.DataFrame, windows: list[tuple[int, int, str, str, An
     return sorted(result, key=lambda c: c[0]), warnings
 
 
+def _first_batch(pre: pd.DataFrame, steps: pd.DataFrame) -> int | None:
+    """The request's batch: its first prefill's, else (a trace that starts mid-generation, an engine's
+    decode-only window) its first step's that states one."""
+    for part in (pre, steps):
+        if part.empty:
+            continue
+        b = pd.to_numeric(part["batch"], errors="coerce").dropna()
+        if len(b):
+            return int(b.to_numpy()[0])
+    return None
+
+
+def _step_tokens(steps: pd.DataFrame, fallback: float) -> float:
+    """Query tokens of the steps: their own ``tokens`` where every step states it (an engine step's real
+    count, e.g. 32 decodes of a 32-request batch), else ``fallback`` (steps × batch)."""
+    if steps.empty:
+        return 0.0
+    tok = pd.to_numeric(steps["tokens"], errors="coerce") if "tokens" in steps else None
+    if tok is not None and tok.notna().all():
+        return float(tok.sum())
+    return float(fallback)
+
+
 def _pct(x: np.ndarray, q: float) -> float | None:
     return float(np.percentile(x, q)) if x.size else None
 
@@ -290,6 +315,7 @@ def build(
     warnings: list[str] = []
     if steps.empty:
         return pd.DataFrame(columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+    cpu_ops = live_ops(as_df(cpu_ops))
     windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime), cpu_ops)
     windows = _after_profiler_stall(windows, cpu_ops, runtime, other_events)
     host = _host_timings(manifest)
@@ -307,17 +333,17 @@ def build(
         if st.empty:
             warnings.append(f"request {rid} ({name}): no steps inside its window")
             continue
-        done = _done(st).to_numpy(dtype="float64")
-        end = int(max(end, np.nanmax(done)))
+        done = _done(st).dropna().to_numpy(dtype=np.int64)
+        end = int(max(end, done.max())) if len(done) else int(end)
         pre = st[st["kind"] != "decode"]
         dec = st[st["kind"] == "decode"]
-        batch = int(pre["batch"].iloc[0]) if not pre.empty and pd.notna(pre["batch"].iloc[0]) else None
+        batch = _first_batch(pre, st)
         input_tokens = int(pre["q_len"].fillna(0).sum()) if not pre.empty else 0
         output_tokens = len(dec) + (1 if not pre.empty else 0)
         if label is not None:
             batch = label.batch
             input_tokens, output_tokens = label.input_tokens, label.output_tokens
-        first = float(_done(pre).max()) if not pre.empty else float(done[0])
+        first = int(_done(pre).max()) if not pre.empty else int(done[0])
         ttft = int(first - start)
         e2e = int(end - start)
         tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens > 1 else None
@@ -326,7 +352,8 @@ def build(
         b = batch or 1
         pre_busy = float(pre["gpu_busy_ns"].fillna(0).sum())
         dec_busy = float(dec["gpu_busy_ns"].fillna(0).sum())
-        dec_tokens = len(dec) * b
+        dec_tokens = _step_tokens(dec, len(dec) * b)
+        pre_tokens = _step_tokens(pre, input_tokens * b)
         h = host[i] if i < len(host) else {}
         if pre.empty:
             warnings.append(f"request {rid} ({name}): no prefill step in the trace window; TTFT is the first step's")
@@ -336,9 +363,9 @@ def build(
             "tpot_ns": tpot, "e2e_ns": e2e, "prefill_share": pre_time / e2e if e2e > 0 else None,
             "source": source, "itl_p50_ns": _pct(itl, 50), "itl_p90_ns": _pct(itl, 90),
             "itl_p99_ns": _pct(itl, 99),
-            "prefill_tok_s": input_tokens * b / (pre_time / 1e9) if pre_time > 0 and input_tokens else None,
+            "prefill_tok_s": pre_tokens / (pre_time / 1e9) if pre_time > 0 and pre_tokens else None,
             "decode_tok_s": dec_tokens / ((e2e - ttft) / 1e9) if e2e > ttft and dec_tokens else None,
-            "prefill_gpu_ns_per_token": pre_busy / (input_tokens * b) if input_tokens else None,
+            "prefill_gpu_ns_per_token": pre_busy / pre_tokens if pre_tokens else None,
             "decode_gpu_ns_per_token": dec_busy / dec_tokens if dec_tokens else None,
             "host_ttft_ns": h.get("ttft"), "host_tpot_ns": h.get("tpot"), "host_e2e_ns": h.get("e2e"),
         })

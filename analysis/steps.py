@@ -4,16 +4,23 @@ Sources, in order of trust (the first one present decides; ``steps.source``
 says which):
 
 1. ``tracekit``: tracekit's own ``tracekit.step ...`` annotations (stepnames.py).
-2. ``vllm`` / ``sglang``: engine annotations. vLLM's detailed annotation
-   ``execute_<n>_context_<c>(<tokens>)_generation_<g>(<tokens>)`` and its default
-   ``execute_new_<n>_cached_<m>`` (vllm/v1/worker/gpu_worker.py, annotate_profile);
-   SGLang's ``step[EXTEND|DECODE|MIXED bs=...]``.
+2. ``vllm`` / ``sglang``: engine annotations, every format the engines have
+   written (tracekit.model.stepnames: vLLM ``execute_new_N_cached_M``,
+   ``execute_context_C(T)_generation_G(T)`` and its detailed form with per-phase
+   sq/sk sums; SGLang ``step[MODE bs=.. toks=..]`` with its detailed suffix). One
+   annotation is one step, however many CUDA graphs it launches (a piecewise-
+   compiled step launches one per piece). Idle steps (nothing scheduled) are
+   not steps; an annotation shaped like an engine step in no known format is
+   reported, never guessed.
 3. ``model_ops``: no annotations at all. Each forward pass of a decoder starts
    with the token-embedding lookup (``aten::embedding``), whose index tensor has
-   dims [batch, q_len]; a pass spans from one lookup to the next.
-4. ``cuda_graph``: compiled runs replay a CUDA graph per decode step: one
-   ``cudaGraphLaunch`` and no aten ops inside, so each launch that is not part of
-   an eager pass is one decode step (q_len 1, batch of the prefill before it).
+   dims [batch, q_len]; a pass spans from one lookup to the next. A flat index
+   [N] is a packed batch (engines concatenate the sequences): N tokens, batch and
+   q_len unknown.
+4. ``cuda_graph``: compiled runs replay CUDA graphs per decode step and no aten
+   ops inside, so each run of launches that is not part of an eager pass, up to
+   the next device-to-host copy (the step's token), is one decode step (q_len 1,
+   batch of the prefill before it).
 
 Contradictions (tracekit says decode, the embedding says q_len 5; overlapping
 annotated steps) are returned as warnings, never silently resolved.
@@ -30,7 +37,14 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline
-from tracekit.model.stepnames import parse_request, parse_step, step_kind
+from tracekit.model.stepnames import (
+    ENGINE_FORMATS,
+    looks_like_engine_step,
+    parse_engine_step,
+    parse_request,
+    parse_step,
+    step_kind,
+)
 
 EMBEDDING_OPS = ("aten::embedding",)
 ATTENTION_OPS = (
@@ -42,9 +56,8 @@ ATTENTION_OPS = (
 # Ops that mean "the layers of a forward pass ran eagerly here".
 MATMUL_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm")
 
-VLLM_DETAILED = re.compile(r"^execute_(\d+)_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
-VLLM_DEFAULT = re.compile(r"^execute_new_(\d+)_cached_(\d+)")
-SGLANG = re.compile(r"^step\[\s*(EXTEND|DECODE|MIXED|PREFILL|IDLE)\b([^\]]*)\]", re.IGNORECASE)
+# A runtime call that replays a CUDA / HIP graph.
+GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 # torch.compile's own record_functions: Inductor's "## Call CompiledFxGraph <hash> ##" around
 # each compiled-graph call (a CUDA graph replay included), dynamo's region and autograd
 # wrappers. They wrap part of one pass, never a request: they must not cut a step's window.
@@ -64,6 +77,8 @@ STEP_COLUMNS = [
     "gpu_start_ns",
     "gpu_end_ns",
     "gpu_busy_ns",
+    "seq_stats",
+    "graph_launches",
 ]
 
 
@@ -85,6 +100,15 @@ def as_df(table: Any) -> pd.DataFrame:
         if isinstance(df[c].dtype, pd.CategoricalDtype):
             df[c] = df[c].astype(object).where(df[c].notna(), None)
     return df
+
+
+def live_ops(cpu: pd.DataFrame) -> pd.DataFrame:
+    """cpu_ops without the ops of graph-capture traces (``captured``): those ran at capture time, on
+    another clock, and only lend their shapes to the kernels the graphs replay."""
+    if cpu.empty or "captured" not in cpu:
+        return cpu
+    cap = cpu["captured"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    return cpu[~cap] if cap.any() else cpu
 
 
 def _dims(text: Any) -> list[Any] | None:
@@ -151,43 +175,38 @@ def _from_tracekit(ann: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def _from_engine(ann: pd.DataFrame) -> list[dict[str, Any]]:
+def _from_engine(ann: pd.DataFrame, warnings: list[str]) -> list[dict[str, Any]]:
+    """One row per engine step annotation (tracekit.model.stepnames), in any known format.
+
+    Idle steps are skipped; annotations shaped like engine steps in no known format are
+    counted in one warning naming an example, and are not steps."""
     rows = []
+    unknown: list[str] = []
+    idle = 0
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
-        base = {"cpu_start_ns": int(ts), "cpu_end_ns": int(ts + dur)}
-        m = VLLM_DETAILED.match(name)
-        if m:
-            n_ctx, ctx_tok, n_gen, gen_tok = (int(m.group(i)) for i in (2, 3, 4, 5))
-            kind = "mixed" if n_ctx and n_gen else ("prefill" if n_ctx else "decode")
-            # q_len is the max over the batch; the annotation gives only totals, so
-            # a prefill's q_len is the mean context chunk (documented in metrics.md).
-            q = max(1, round(ctx_tok / n_ctx)) if n_ctx else 1
-            rows.append(
-                _row(kind=kind, batch=n_ctx + n_gen, q_len=q, tokens=ctx_tok + gen_tok, source="vllm", **base)
-            )
+        step = parse_engine_step(name)
+        if step is None:
+            if looks_like_engine_step(name):
+                unknown.append(name)
             continue
-        m = VLLM_DEFAULT.match(name)
-        if m:
-            new, cached = int(m.group(1)), int(m.group(2))
-            if new + cached == 0:
-                continue
-            # New requests start with a prefill; cached ones are decoding (or a
-            # later chunk of a chunked prefill, which this annotation cannot tell).
-            kind = "mixed" if new and cached else ("prefill" if new else "decode")
-            rows.append(_row(kind=kind, batch=new + cached, q_len=1 if kind == "decode" else None, source="vllm", **base))
+        if step.kind is None:
+            idle += 1
             continue
-        m = SGLANG.match(name)
-        if m:
-            mode = m.group(1).upper()
-            if mode == "IDLE":
-                continue
-            fields = dict(re.findall(r"(\w+)=(\d+)", m.group(2)))
-            kind = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}[mode]
-            bs = int(fields["bs"]) if "bs" in fields else None
-            rows.append(
-                _row(kind=kind, batch=bs, q_len=1 if kind == "decode" else None,
-                     tokens=bs if kind == "decode" else None, source="sglang", **base)
-            )
+        stats = step.seq_stats()
+        rows.append(
+            _row(kind=step.kind, batch=step.batch, q_len=step.q_len, kv_len=step.kv_len, tokens=step.tokens,
+                 source=step.engine, cpu_start_ns=int(ts), cpu_end_ns=int(ts + dur),
+                 seq_stats=json.dumps(stats, sort_keys=True) if stats else None)
+        )
+    if unknown:
+        warnings.append(
+            f"{len(unknown)} annotations look like engine steps but match no known format "
+            f"(e.g. {unknown[0]!r}; known: {', '.join(ENGINE_FORMATS)}): not used as steps"
+        )
+    if rows and idle:
+        warnings.append(f"{idle} idle engine steps (nothing scheduled) are not steps")
+    if len({r["source"] for r in rows}) > 1:
+        warnings.append("both vLLM and SGLang step annotations in one trace: both kept")
     return rows
 
 
@@ -195,8 +214,14 @@ def _from_engine(ann: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """Token-embedding lookups: ts_ns, batch, q_len, tokens, vocab.
+
+    An index of dims [batch, q_len] is one pass over batch sequences; a flat index [N] is
+    a packed batch (vLLM, SGLang concatenate every sequence's tokens): N tokens, batch and
+    q_len unknown (null), not one sequence of N."""
+    cols = ["ts_ns", "batch", "q_len", "tokens", "vocab"]
     if cpu_ops.empty:
-        return pd.DataFrame(columns=["ts_ns", "batch", "q_len"])
+        return pd.DataFrame(columns=cols)
     emb = cpu_ops[cpu_ops["name"].astype(str).isin(EMBEDDING_OPS)]
     recs = []
     for ts, dims in zip(emb["ts_ns"], emb["input_dims"] if "input_dims" in emb else [None] * len(emb), strict=True):
@@ -204,15 +229,19 @@ def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
         if not d or len(d) < 2 or not isinstance(d[0], list) or not isinstance(d[1], list):
             continue
         idx = d[1]
+        b: int | None
+        q: int | None
         if len(idx) == 2:
-            b, q = idx
+            b, q = int(idx[0]), int(idx[1])
+            n = b * q
         elif len(idx) == 1:
-            b, q = 1, idx[0]
+            n = int(idx[0])
+            b, q = (1, 1) if n == 1 else (None, None)
         else:
             continue
         vocab = d[0][0] if d[0] else None
-        recs.append((int(ts), int(b), int(q), vocab))
-    df = pd.DataFrame(recs, columns=["ts_ns", "batch", "q_len", "vocab"])
+        recs.append((int(ts), b, q, n, vocab))
+    df = pd.DataFrame(recs, columns=cols).astype({"batch": "Int64", "q_len": "Int64"})
     if df.empty:
         return df
     # The token embedding has the largest table; position/type embeddings (GPT-2's
@@ -233,32 +262,66 @@ def _attention_kv(cpu_ops: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(recs, columns=["ts_ns", "kv"]).sort_values("ts_ns", kind="stable")
 
 
+def _d2h_launches(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame) -> np.ndarray:
+    """Sorted host launch times (ns) of the device-to-host copies: where a step's token leaves the GPU."""
+    if gpu.empty or "name" not in gpu or "kind" not in gpu:
+        return np.empty(0, dtype=np.int64)
+    d2h = gpu[gpu["kind"].astype(str).str.lower().eq("memcpy") & gpu["name"].astype(str).str.contains("DtoH")]
+    if d2h.empty:
+        return np.empty(0, dtype=np.int64)
+    lt = timeline.launch_times(d2h, rt, cpu).dropna()
+    return np.sort(lt.to_numpy(dtype=np.int64))
+
+
+def _graph_launches(runtime: pd.DataFrame) -> pd.DataFrame:
+    if runtime.empty:
+        return pd.DataFrame(columns=["ts_ns", "dur_ns"])
+    g = runtime[runtime["name"].astype(str).str.contains(GRAPH_LAUNCH)]
+    return g[["ts_ns", "dur_ns"]].dropna(subset=["ts_ns"]).sort_values("ts_ns", kind="stable")
+
+
+def _fence_of(ts: int, fences: np.ndarray) -> int:
+    """The index of the innermost fence (request / ProfilerStep window) holding ts, else -1."""
+    if not fences.size:
+        return -1
+    inside = np.flatnonzero((fences[:, 0] <= ts) & (fences[:, 1] > ts))
+    if not inside.size:
+        return -1
+    return int(inside[np.argmin(fences[inside, 1] - fences[inside, 0])])
+
+
 def _from_model_ops(
-    cpu_ops: pd.DataFrame, runtime: pd.DataFrame, fences: np.ndarray
+    cpu_ops: pd.DataFrame, runtime: pd.DataFrame, fences: np.ndarray, d2h: np.ndarray, warnings: list[str]
 ) -> list[dict[str, Any]]:
     emb = _embeddings(cpu_ops)
-    graphs = pd.DataFrame(columns=["ts_ns", "dur_ns"])
-    if not runtime.empty:
-        graphs = runtime[runtime["name"].astype(str).str.contains("GraphLaunch", regex=False)][["ts_ns", "dur_ns"]]
-    marks = [
-        ("E", int(t), 0, int(b), int(q))
-        for t, b, q in zip(emb["ts_ns"].to_numpy(), emb["batch"].to_numpy(), emb["q_len"].to_numpy(), strict=True)
+    graphs = _graph_launches(runtime)
+    # mark: [source E(mbedding) | G(raph), start, reach (end of its last merged launch), batch, q_len, tokens]
+    marks: list[list[Any]] = [
+        ["E", int(t), int(t), None if pd.isna(b) else int(b), None if pd.isna(q) else int(q), int(n)]
+        for t, b, q, n in zip(emb["ts_ns"].to_numpy(), emb["batch"], emb["q_len"], emb["tokens"].to_numpy(),
+                              strict=True)
     ]
-    marks += [("G", int(t), int(d or 0), 0, 1) for t, d in zip(graphs["ts_ns"], graphs["dur_ns"], strict=True)]
+    marks += [["G", int(t), int(t) + int(d or 0), None, 1, None]
+              for t, d in zip(graphs["ts_ns"], graphs["dur_ns"], strict=True)]
     if not marks:
         return []
     marks.sort(key=lambda m: (m[1], m[0]))
     mm = np.sort(cpu_ops.loc[cpu_ops["name"].astype(str).isin(MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu_ops.empty else np.empty(0, dtype=np.int64)
 
-    starts: list[tuple[str, int, int, int, int]] = []
+    starts: list[list[Any]] = []
     for m in marks:
-        if m[0] == "G" and starts and starts[-1][0] == "E":
-            prev = starts[-1][1]
-            n_mm = np.searchsorted(mm, m[1]) - np.searchsorted(mm, prev)
-            if n_mm == 0:
-                # An eager embedding then a graph with no layers in between: one
-                # pass whose layers were captured (piecewise graphs), not two.
+        if m[0] == "G" and starts:
+            prev = starts[-1]
+            n_mm = np.searchsorted(mm, m[1]) - np.searchsorted(mm, prev[1])
+            n_d2h = np.searchsorted(d2h, m[1]) - np.searchsorted(d2h, prev[2])
+            same = _fence_of(m[1], fences) == _fence_of(prev[1], fences)
+            # An eager embedding then graphs with no layers in between: one pass whose
+            # layers were captured (piecewise graphs), not two. Graph after graph with no
+            # token copy between them, in a trace that shows its token copies: the pieces
+            # of one pass (piecewise, or a compiled model with graph breaks), not a step each.
+            if same and ((prev[0] == "E" and n_mm == 0) or (prev[0] == "G" and d2h.size and n_d2h == 0)):
+                prev[2] = max(prev[2], m[2])
                 continue
         starts.append(m)
 
@@ -266,23 +329,30 @@ def _from_model_ops(
     att = _attention_kv(cpu_ops)
     rows = []
     batch_of_chain: int | None = None
-    for i, (src, ts, gdur, b, q) in enumerate(starts):
+    packed = 0
+    for i, (src, ts, reach, b, q, n) in enumerate(starts):
         nxt = starts[i + 1][1] if i + 1 < len(starts) else None
         in_fence = bool(fences.size) and bool(((fences[:, 0] <= ts) & (fences[:, 1] > ts)).any())
         if nxt is None and not in_fence:
-            end = _last_pass_end(ts, cpu_ops, runtime, ts + gdur) if src == "E" else ts + gdur
-            if end == ts + gdur and src == "E":
-                end = _window_end(ts, nxt, fences, tops, ts + gdur)
+            end = _last_pass_end(ts, cpu_ops, runtime, reach) if src == "E" else reach
+            if end == reach and src == "E":
+                end = _window_end(ts, nxt, fences, tops, reach)
         else:
-            end = _window_end(ts, nxt, fences, tops, ts + gdur)
+            end = _window_end(ts, nxt, fences, tops, reach)
         if src == "E":
             batch_of_chain = b
             kv_attn = None
             if not att.empty:
                 a = att[(att["ts_ns"] >= ts) & (att["ts_ns"] < end)]
                 kv_attn = int(a["kv"].to_numpy()[0]) if not a.empty else None
+            if q is None:
+                # A packed batch of n > 1 tokens: prefill chunks and decodes cannot be told apart.
+                packed += 1
+                rows.append(_row(kind="mixed", batch=None, q_len=None, tokens=n, source="model_ops",
+                                 cpu_start_ns=ts, cpu_end_ns=end, kv_len=None))
+                continue
             rows.append(
-                _row(kind=step_kind(q), batch=b, q_len=q, tokens=b * q, source="model_ops",
+                _row(kind=step_kind(q), batch=b, q_len=q, tokens=n, source="model_ops",
                      cpu_start_ns=ts, cpu_end_ns=end, kv_len=kv_attn)
             )
         else:
@@ -291,7 +361,12 @@ def _from_model_ops(
                      tokens=batch_of_chain if batch_of_chain is not None else None,
                      source="cuda_graph", cpu_start_ns=ts, cpu_end_ns=end, kv_len=None)
             )
-    _fill_kv(rows)
+    if packed:
+        warnings.append(
+            f"{packed} forward passes have a packed (flat) token index: their tokens are known, their batch, "
+            "q_len and prefill/decode split are not (kind mixed); an engine step annotation would tell"
+        )
+    _fill_kv([r for r in rows if r["q_len"] is not None or r["kind"] != "mixed"])
     return rows
 
 
@@ -379,9 +454,7 @@ def request_fences(ann: pd.DataFrame) -> np.ndarray:
     is_step = (
         names.str.match(COMPILER.pattern)
         | names.map(lambda n: parse_step(n) is not None)
-        | names.str.match(VLLM_DETAILED.pattern)
-        | names.str.match(VLLM_DEFAULT.pattern)
-        | names.str.match(SGLANG.pattern, case=False)
+        | names.map(looks_like_engine_step)
     )
     f = ann[~is_step]
     return np.stack([f["ts_ns"].to_numpy(dtype=np.int64), (f["ts_ns"] + f["dur_ns"]).to_numpy(dtype=np.int64)], axis=1) \
@@ -415,11 +488,18 @@ def _cross_check(steps: pd.DataFrame, cpu_ops: pd.DataFrame, warnings: list[str]
         return
     ts = emb["ts_ns"].to_numpy()
     recs: list[dict[Any, Any]] = steps.to_dict("records")
-    e_batch = emb["batch"].to_numpy()
-    e_q = emb["q_len"].to_numpy()
+    e_batch = emb["batch"].to_numpy(dtype="float64", na_value=np.nan)
+    e_q = emb["q_len"].to_numpy(dtype="float64", na_value=np.nan)
+    e_n = emb["tokens"].to_numpy()
     for r in recs:
         lo, hi = np.searchsorted(ts, int(r["cpu_start_ns"])), np.searchsorted(ts, int(r["cpu_end_ns"]))
         if hi - lo != 1:
+            continue
+        if np.isnan(e_q[lo]):
+            # A packed index [N] says only how many tokens the pass had.
+            if r["tokens"] is not None and not pd.isna(r["tokens"]) and int(r["tokens"]) != int(e_n[lo]):
+                warnings.append(f"step {r['step_id']} ({r['source']}): tokens={r['tokens']} but the packed "
+                                f"aten::embedding input holds {int(e_n[lo])} tokens (annotation kept, not guessed)")
             continue
         eq, eb = int(e_q[lo]), int(e_batch[lo])
         kind = step_kind(eq)
@@ -443,7 +523,7 @@ def detect(
 
     Pure: inputs (pa.Table or DataFrame) are never modified.
     """
-    cpu = as_df(cpu_ops)
+    cpu = live_ops(as_df(cpu_ops))
     ann = annotation_rows(as_df(annotations), cpu)
     rt = as_df(runtime)
     gpu = as_df(gpu_activity)
@@ -451,9 +531,10 @@ def detect(
 
     rows = _from_tracekit(ann)
     if not rows:
-        rows = _from_engine(ann)
+        rows = _from_engine(ann, warnings)
+    d2h = _d2h_launches(gpu, rt, cpu)
     if not rows:
-        rows = _from_model_ops(cpu, rt, request_fences(ann))
+        rows = _from_model_ops(cpu, rt, request_fences(ann), d2h, warnings)
     steps = pd.DataFrame(rows, columns=STEP_COLUMNS)
     if not steps.empty:
         if steps["step_id"].isna().any():
@@ -470,9 +551,10 @@ def detect(
 
     kernel_steps = assign_gpu(gpu, rt, cpu, steps)
     steps = fill_gpu_columns(steps, kernel_steps)
+    steps["graph_launches"] = graph_launch_counts(steps, rt)
     steps["token_ns"] = token_times(steps, gpu, rt, cpu)
     for c in ("step_id", "request_id", "batch", "q_len", "kv_len", "tokens", "cpu_start_ns", "cpu_end_ns",
-              "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns", "token_ns"):
+              "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns", "graph_launches", "token_ns"):
         steps[c] = steps[c].astype("Int64")
     return Detected(steps=steps.reset_index(drop=True), kernel_steps=kernel_steps, warnings=warnings)
 
@@ -508,17 +590,36 @@ def assign_gpu(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame, steps: pd
     return out.reset_index(drop=True)
 
 
+def graph_launch_counts(steps: pd.DataFrame, rt: pd.DataFrame) -> pd.Series:
+    """CUDA/HIP graph launches issued inside each step's window (a piecewise step issues many)."""
+    out = pd.Series(0, index=steps.index, dtype="Int64")
+    g = _graph_launches(rt)
+    if steps.empty or g.empty:
+        return out
+    t = np.sort(g["ts_ns"].to_numpy(dtype=np.int64))
+    s0 = steps["cpu_start_ns"].to_numpy(dtype="float64", na_value=np.nan)
+    e0 = steps["cpu_end_ns"].to_numpy(dtype="float64", na_value=np.nan)
+    ok = ~(np.isnan(s0) | np.isnan(e0))
+    n = np.zeros(len(steps), dtype=np.int64)
+    n[ok] = np.searchsorted(t, e0[ok], side="left") - np.searchsorted(t, s0[ok], side="left")
+    out[:] = n
+    return out
+
+
 def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame) -> pd.Series:
     """When each step's output token reached the host: the GPU end of the first
-    device-to-host copy launched in the step's window after its model work (its last
-    matmul op, or its CUDA graph launch). Null where the window holds none (e.g. an
+    device-to-host copy launched after the step's model work (its last matmul op or
+    its last CUDA graph launch, whichever is later). Null where none is seen (e.g. an
     annotated step whose sampling runs after it): the step's GPU end stands in then.
 
-    The step window runs to the next pass, so it also holds the host's preparation of
-    that pass (input copies, cache position updates: ~1.6 ms per step on the compiled
-    H200 trace). Ending the step's token there would put every token late by that
-    much; the token's own copy (generate's ``.cpu()``/``.item()`` on the sampled ids)
-    is the moment the caller has it.
+    The copy is looked for inside the step's window, which for tracekit's own and
+    shape-detected steps runs to the next pass. It also holds the host's preparation
+    of that pass (input copies, cache position updates: ~1.6 ms per step on the compiled
+    H200 trace); ending the step's token there would put every token late by that
+    much: the token's own copy (generate's ``.cpu()``/``.item()`` on the sampled ids)
+    is the moment the caller has it. An engine's step annotation wraps the forward only
+    (vLLM execute_model, SGLang's step span): sampling and the token's copy follow it,
+    so for those the copy is looked for up to the next step's start.
     """
     out = pd.Series(pd.NA, index=steps.index, dtype="Int64")
     if steps.empty or gpu.empty or "name" not in gpu:
@@ -528,20 +629,32 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
         return out
     launch = timeline.launch_times(d2h, rt, cpu)
     ok = launch.notna().to_numpy()
-    lt = launch.to_numpy(dtype="float64", na_value=np.nan)[ok]
-    gend = (d2h["ts_ns"] + d2h["dur_ns"].fillna(0)).to_numpy(dtype="float64")[ok]
+    # int64 throughout: epoch-scale ns do not fit a float64's 53 bits
+    lt = launch[ok].to_numpy(dtype=np.int64)
+    gend = (d2h["ts_ns"].astype("int64") + d2h["dur_ns"].fillna(0).astype("int64")).to_numpy(dtype=np.int64)[ok]
     order = np.argsort(lt, kind="stable")
     lt, gend = lt[order], gend[order]
     mm = np.sort(cpu.loc[cpu["name"].astype(str).isin(MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu.empty else np.empty(0, dtype=np.int64)
-    for i, (s0, e0) in zip(steps.index, zip(steps["cpu_start_ns"], steps["cpu_end_ns"], strict=True), strict=True):
+    gl = np.sort(_graph_launches(rt)["ts_ns"].to_numpy(dtype=np.int64))
+    engine = steps["source"].astype(str).isin(["vllm", "sglang"]).to_numpy()
+    big = np.iinfo(np.int64).max
+    starts = pd.to_numeric(steps["cpu_start_ns"], errors="coerce").astype("Int64").fillna(big).to_numpy(dtype=np.int64)
+    nxt = np.full(len(steps), big, dtype=np.int64)
+    order_s = np.argsort(starts, kind="stable")
+    nxt[order_s[:-1]] = starts[order_s[1:]]
+    for pos, (i, s0, e0) in enumerate(zip(steps.index, steps["cpu_start_ns"], steps["cpu_end_ns"], strict=True)):
         if pd.isna(s0) or pd.isna(e0):
             continue
         s0, e0 = int(s0), int(e0)
-        k = np.searchsorted(mm, e0) - 1
-        anchor = int(mm[k]) if k >= 0 and mm[k] >= s0 else s0
+        anchor = s0
+        for marks in (mm, gl):
+            k = np.searchsorted(marks, e0) - 1
+            if k >= 0 and marks[k] >= s0:
+                anchor = max(anchor, int(marks[k]))
+        bound = nxt[pos] if engine[pos] else e0
         j = np.searchsorted(lt, anchor)
-        if j < len(lt) and lt[j] < e0:
+        if j < len(lt) and lt[j] < bound:
             out[i] = int(gend[j])
     return out
 
@@ -564,7 +677,7 @@ def fill_gpu_columns(steps: pd.DataFrame, kernel_steps: pd.DataFrame) -> pd.Data
 
 def request_labels(annotations: Any, cpu_ops: Any) -> list[tuple[int, int, Any]]:
     """(start, end, RequestLabel) of tracekit's own request annotations."""
-    ann = annotation_rows(as_df(annotations), as_df(cpu_ops))
+    ann = annotation_rows(as_df(annotations), live_ops(as_df(cpu_ops)))
     out = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
         lab = parse_request(name)

@@ -11,6 +11,12 @@ region: ``warm_up`` runs generate calls at every batch size a sweep will use,
 times them, and the caller writes that time to run.json as ``compile_s``.
 The static cache is sized once for the largest point (``max_cache_len``) so
 that later points reuse the compiled graphs instead of recompiling.
+
+Replayed CUDA graphs carry no shapes. ``record_captures`` re-captures them under the
+profiler after the warm-up (compiled already, so no compilation is profiled): the
+capture trace it writes beside the run (capture_traces/, tracekit.ingest.capture finds
+it) holds each graph's launches under the ops that made them, with their shapes, and
+ingest gives every replayed kernel its captured op.
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MODE_EAGER = "eager"
 MODE_COMPILED = "compiled"
+CAPTURE_DIR = "capture_traces"  # beside the run's trace: where tracekit.ingest.capture looks
+CAPTURE_FILE = "compile_capture.pt.trace.json.gz"
 
 
 @dataclass(frozen=True)
@@ -96,3 +105,37 @@ def warm_up(run_once: Callable[[int], Any], batches: Iterable[int]) -> float:
     for b in sorted(set(batches)):
         run_once(b)
     return time.perf_counter() - t0
+
+
+def record_captures(run_once: Callable[[], Any], run_dir: Path, *, cuda: bool) -> dict[str, Any]:
+    """Capture the compiled model's CUDA graphs again, under the profiler with shapes; what run.json records.
+
+    torch.compile's CUDA-graph trees (mode "reduce-overhead") are reset, so the next calls of the
+    compiled code warm up (run it once) and capture (record its launches into a graph) again;
+    ``run_once`` (one generate call of the run's shape) makes those calls while the profiler runs
+    with ``record_shapes``. Nothing is recompiled: only the graphs are. The trace goes to
+    ``run_dir/capture_traces/compile_capture.pt.trace.json.gz``. On CPU there are no graphs:
+    nothing is run.
+    """
+    if not cuda:
+        return {"captured": False, "reason": "no CUDA graphs without a GPU"}
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        from torch._inductor.cudagraph_trees import reset_cudagraph_trees
+    except ImportError:  # no cudagraph trees in this torch: the graphs stay as warm-up left them
+        return {"captured": False, "reason": "torch has no torch._inductor.cudagraph_trees.reset_cudagraph_trees"}
+    torch.cuda.synchronize()
+    reset_cudagraph_trees()
+    path = run_dir / CAPTURE_DIR / CAPTURE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+            run_once()
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(str(path))  # gzipped by its .gz name
+    except Exception as exc:  # the run goes on without shapes for its replays; run.json says why
+        return {"captured": False, "reason": f"capture pass failed: {type(exc).__name__}: {exc}"}
+    return {"captured": True, "file": str(path.relative_to(run_dir)), "seconds": round(time.perf_counter() - t0, 3)}

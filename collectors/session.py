@@ -737,12 +737,20 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
                 progress.start("warm-up", i)
                 model.generate(**wl.generate_kwargs(cfg, p))
             if setup is not None:
+                compile_s = round(time.perf_counter() - t0, 3)
+                from tracekit.collectors import compiled
+
+                # The graphs captured again under the profiler, with shapes, for the replays' kernels.
+                phase = "graph capture"
+                capture = compiled.record_captures(lambda: model.generate(**wl.generate_kwargs(cfg, warm[0])),
+                                                   run.path, cuda=setup.auto_compile)
                 run.update_manifest(
                     compiled={
                         **setup.manifest(),
                         # The first warm-up request carries the compilation; reported, not timed.
-                        "compile_s": round(time.perf_counter() - t0, 3),
+                        "compile_s": compile_s,
                         "warmup_requests": len(warm),
+                        "capture": capture,
                     }
                 )
             phase = "unprofiled"

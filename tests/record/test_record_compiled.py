@@ -244,3 +244,42 @@ def test_which_generate_calls_may_compile() -> None:
     assert may_compile(M(GenerationConfig()), {"past_key_values": FakeCache(3)})
     with pytest.raises(ValueError, match="steps="):
         GenerationTracker(steps="forward")
+
+
+def test_graph_capture_pass_needs_a_gpu(tmp_path: Any) -> None:
+    # On CPU there are no CUDA graphs to capture again: nothing runs, run.json says why.
+    calls: list[int] = []
+    out = compiled.record_captures(lambda: calls.append(1), tmp_path, cuda=False)
+    assert out == {"captured": False, "reason": "no CUDA graphs without a GPU"}
+    assert not calls and not (tmp_path / compiled.CAPTURE_DIR).exists()
+
+
+def test_graph_capture_pass_resets_the_graphs_and_profiles_with_shapes(tmp_path: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GPU parts stubbed (no CUDA here): the trees are reset before the profiled call, the trace
+    # lands in capture_traces/ gzipped, with the ops' shapes.
+    import gzip
+    import json
+
+    import torch._inductor.cudagraph_trees as trees
+
+    resets: list[int] = []
+    monkeypatch.setattr(trees, "reset_cudagraph_trees", lambda: resets.append(1))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls: list[int] = []
+
+    def once() -> None:
+        assert resets == [1]  # reset before the call, so the call captures again
+        calls.append(1)
+        torch.randn(8, 16) @ torch.randn(16, 4)
+
+    out = compiled.record_captures(once, tmp_path, cuda=True)
+    assert out["captured"] is True and calls == [1]
+    path = tmp_path / out["file"]
+    assert path == tmp_path / compiled.CAPTURE_DIR / compiled.CAPTURE_FILE
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    dims = [e["args"].get("Input Dims") for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
+    assert dims == [[[8, 16], [16, 4]]]
+    # a failing pass is reported, and the run goes on
+    bad = compiled.record_captures(lambda: 1 / 0, tmp_path, cuda=True)
+    assert bad["captured"] is False and "ZeroDivisionError" in bad["reason"]

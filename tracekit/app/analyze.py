@@ -51,18 +51,21 @@ def trace_stem(path: Path) -> str:
     return path.stem
 
 
-def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
+def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[str] | None = None) -> RunDir:
+    """The run directory to analyse: ``target`` itself (its trace read if it has no raw tables, or
+    again when ``captures`` are given), or a new one a trace file is ingested into."""
     if target.is_dir():
         run = RunDir.open(target)
-        if not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
+        if captures or not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
-                raise UsageError(f"{target}: no raw tables and no {run.trace_path.name} to ingest")
-            ingest_into(run)
+                raise UsageError(f"{target}: no {run.trace_path.name} to ingest" +
+                                 (" with the captures" if captures else " and no raw tables"))
+            ingest_into(run, captures)
         return run
     if not target.is_file():
         raise UsageError(f"{target}: no such file or run directory")
     dest = out if out is not None else target.parent / f"{trace_stem(target)}.tracekit"
-    run_dir: RunDir = ingest([target], dest, force=force)
+    run_dir: RunDir = ingest([target], dest, force=force, captures=captures)
     return run_dir
 
 
@@ -88,24 +91,59 @@ def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataF
     return out
 
 
-def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
-    """(Ceiling or None, why not) for the run's GPU: measured calibration first, else the datasheet."""
+def resolve_ceiling(manifest: dict[str, Any], override: str | None = None) -> tuple[Any, str | None]:
+    """(Ceiling or None, why not / how found) for the run's GPU.
+
+    ``override`` (``--ceiling``): a ceiling JSON file, or a GPU name (its measured calibration, else its
+    datasheet); unknown is an error. Otherwise the GPU run.json or the trace names (measured calibration
+    first, else the datasheet); where that name is empty, generic ("AMD Radeon Graphics") or unknown, the
+    GPU the trace's deviceProperties identify (tracekit.model.ceilings.identify), said in the note.
+    """
     from tracekit.analysis.bound import gpu_name
+    from tracekit.model.ceilings import GENERIC_NAMES, identify
 
+    if override:
+        path = Path(override)
+        return (resolve(override, path=path) if path.is_file() else resolve(override)), None
     name = gpu_name(manifest)
-    if not name:
-        return None, "no GPU named in run.json or the trace"
-    try:
-        return resolve(name), None
-    except TracekitError as exc:
-        return None, str(exc)
+    why = f"the trace names the GPU only {name!r}" if name else "no GPU named in run.json or the trace"
+    if name and not GENERIC_NAMES.match(name):
+        try:
+            return resolve(name), None
+        except TracekitError as exc:
+            why = str(exc)
+    props = device_properties(manifest)
+    if props:
+        ident, note = identify(props)
+        if ident is not None:
+            try:
+                c = resolve(ident)
+            except TracekitError as exc:
+                return None, f"{why}; deviceProperties identify {ident} ({note}), which has no ceiling: {exc}"
+            how = f"GPU {name or 'unnamed'!r} identified from the trace's deviceProperties as {ident}"
+            return c, how + (f" ({note})" if note else "")
+        why = f"{why}; deviceProperties: {note}"
+    return None, why
 
 
-def analyse_run(run: RunDir, warmup_requests: int | None = None) -> dict[str, Any]:
+def device_properties(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The first device's Kineto deviceProperties from run.json's trace_meta (one trace or per file)."""
+    meta = manifest.get("trace_meta") or {}
+    metas = [meta] if isinstance(meta, dict) and "deviceProperties" in meta else (
+        [m for m in meta.values() if isinstance(m, dict)] if isinstance(meta, dict) else [])
+    for m in metas:
+        props = m.get("deviceProperties")
+        if isinstance(props, list) and props and isinstance(props[0], dict):
+            return props[0]
+    return None
+
+
+def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None) -> dict[str, Any]:
     """Run the default passes on a run directory and write their tables. Returns the tables.
 
     ``warmup_requests``: the first N requests are warm-ups, left out of the run's phase totals
-    (tracekit.analysis.warmup; requests the recorder marked are left out whatever N is)."""
+    (tracekit.analysis.warmup; requests the recorder marked are left out whatever N is).
+    ``ceiling_override``: ``--ceiling`` (a GPU name or a ceiling file); default: resolve_ceiling's choice."""
     import pyarrow as pa
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
@@ -116,13 +154,15 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None) -> dict[str, An
     tables.update(recorded_tables(run, manifest))
     if warmup_requests is not None:
         tables["warmup_first"] = warmup_requests
-    ceiling, why = resolve_ceiling(manifest)
+    ceiling, why = resolve_ceiling(manifest, ceiling_override)
     if ceiling is not None:
         tables["ceiling"] = ceiling
     result = run_passes(tables, DEFAULT_PASSES)
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):
         result["warnings"].append(f"no ceiling: {why}")
+    elif ceiling is not None and why:
+        result["warnings"].append(why)
     rank = run_rank(tables)
     for name in OUTPUTS:
         df = result.get(name)
@@ -193,20 +233,22 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     return result
 
 
-def analyze(
-    target: Path, out: Path | None = None, force: bool = False, warmup_requests: int | None = None
-) -> tuple[RunDir, Any]:
+def analyze(target: Path, out: Path | None = None, force: bool = False, warmup_requests: int | None = None, *,
+            captures: list[str] | None = None, ceiling: str | None = None) -> tuple[RunDir, Any]:
     """Analyze a run directory or trace file; (the run, the result).
 
     The result is the single-run analysis (a dict of tables) or, for a multi-rank run directory, a
-    MultirankResult. ``warmup_requests``: see ``analyse_run`` (every rank alike).
+    MultirankResult. ``warmup_requests``: see ``analyse_run`` (every rank alike); ``captures``:
+    graph-capture traces to merge at ingest (default: found beside the trace); ``ceiling``: a GPU name
+    or ceiling file (resolve_ceiling).
     """
     if target.is_dir() and is_multirank(target):
         run = RunDir.open(target)
-        one = None if warmup_requests is None else partial(_analyse_path, warmup_requests=warmup_requests)
+        one = (None if warmup_requests is None and not captures and not ceiling else
+               partial(_analyse_path, warmup_requests=warmup_requests, captures=captures, ceiling=ceiling))
         return run, analyse_multirank(run, one)
-    run = open_or_ingest(target, out, force)
-    return run, analyse_run(run, warmup_requests)
+    run = open_or_ingest(target, out, force, captures)
+    return run, analyse_run(run, warmup_requests, ceiling)
 
 
 # --- multi-rank runs ---------------------------------------------------------------
@@ -222,8 +264,9 @@ class MultirankResult:
     tables: dict[str, pd.DataFrame]  # RANK_TABLES
 
 
-def _analyse_path(path: Path, warmup_requests: int | None = None) -> dict[str, Any]:
-    return analyse_run(open_or_ingest(path, None, False), warmup_requests)
+def _analyse_path(path: Path, warmup_requests: int | None = None, captures: list[str] | None = None,
+                  ceiling: str | None = None) -> dict[str, Any]:
+    return analyse_run(open_or_ingest(path, None, False, captures), warmup_requests, ceiling)
 
 
 def _default_analyse_one(path: Path) -> dict[str, Any]:

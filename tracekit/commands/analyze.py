@@ -14,12 +14,21 @@ import click
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory when ingesting.")
 @click.option("--warmup-requests", "warmup_requests", type=click.IntRange(min=0), default=None, metavar="N",
               help="The first N requests are warm-ups: kept, but left out of the run's phase totals.")
-def command(target: Path, out: Path | None, force: bool, warmup_requests: int | None) -> int:
+@click.option("--capture", "captures", multiple=True, metavar="FILE",
+              help="A graph-capture trace (or a folder of them) to merge: replayed CUDA/HIP graph kernels get the "
+                   "captured ops' shapes. Repeatable. Default: a capture_traces/ folder beside the trace.")
+@click.option("--ceiling", "ceiling", default=None, metavar="NAME|FILE",
+              help="The GPU's ceiling: a datasheet name (e.g. 'AMD Instinct MI300X') or a ceiling JSON file "
+                   "(tracekit calibrate's). Default: the GPU the trace names, or identifies from its "
+                   "deviceProperties.")
+def command(target: Path, out: Path | None, force: bool, warmup_requests: int | None, captures: tuple[str, ...],
+            ceiling: str | None) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
     from tracekit.app.analyze import MultirankResult, analyze
     from tracekit.report.terminal import analyze_lines, multirank_lines
 
-    run, result = analyze(target, out, force, warmup_requests)
+    run, result = analyze(target, out, force, warmup_requests, captures=list(captures) if captures else None,
+                          ceiling=ceiling)
     click.echo(f"{run.path}")
     if isinstance(result, MultirankResult):
         lines = multirank_lines(result) + [

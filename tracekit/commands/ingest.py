@@ -21,8 +21,12 @@ from tracekit.errors import UsageError
 @click.option("--dataset", is_flag=True,
               help="Write a hive-partitioned dataset (<table>/run_id=/rank=/) at --out instead of one run directory.")
 @click.option("--run-id", "run_id", default=None, help="With --dataset: the run id of every file (default: from paths).")
+@click.option("--capture", "captures", multiple=True, metavar="FILE",
+              help="A graph-capture trace (vLLM graph_capture_*, SGLang bs_<n>_rank<r>, or a folder of them): its "
+                   "ops give the kernels CUDA/HIP graphs replay their shapes. Repeatable. Default: a "
+                   "capture_traces/ folder beside the trace.")
 def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no_cache: bool, engine: str,
-            address: str | None, dataset: bool, run_id: str | None) -> int:
+            address: str | None, dataset: bool, run_id: str | None, captures: tuple[str, ...]) -> int:
     """Read torch.profiler / Kineto traces (.json, .json.gz, or a directory of per-rank traces)."""
     from tracekit.ingest import ingest
 
@@ -32,6 +36,8 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
         raise UsageError(f"--address {address} and --engine {engine} conflict: --address is for --engine ray")
     if run_id and not (dataset or engine == "ray"):
         raise UsageError(f"--run-id {run_id} needs --dataset (or --engine ray): a run directory takes its id from --out")
+    if captures and (dataset or engine == "ray"):
+        raise UsageError("--capture is for one run directory, not --dataset")
     if dataset or engine == "ray":
         # One task per trace file into a partitioned dataset (tracekit.ingest.ray_engine); Ray only does this.
         from tracekit.ingest.ray_engine import ingest_command
@@ -41,7 +47,8 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
     if engine == "serial":
         jobs = 1
     t0 = time.perf_counter()
-    run = ingest(list(traces), out, force=force, jobs=jobs, use_cache=not no_cache)
+    run = ingest(list(traces), out, force=force, jobs=jobs, use_cache=not no_cache,
+                 captures=list(captures) if captures else None)
     wall = time.perf_counter() - t0
     m = run.read_manifest()
     info = m.get("ingest", {})
@@ -55,6 +62,11 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
     skipped = counts.get("skipped", {})
     if skipped:
         click.echo("  skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+    for rep in info.get("captures", []):
+        if rep.get("graph_launches"):
+            click.echo(f"  graphs: {rep['graph_launches_matched']} of {rep['graph_launches']} replays matched to "
+                       f"{len(rep.get('files', []))} capture file(s); {rep['activities_matched']} of "
+                       f"{rep['activities_replayed']} replayed activities have their captured op")
     for w in m.get("warnings", []):
         click.echo(f"  warning: {w}")
     return 0

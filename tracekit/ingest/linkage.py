@@ -26,27 +26,28 @@ OP_ID_STRIDE = 1 << 40  # op_id = file index * stride + row: unique across the f
 def _nest_parents(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Index of the innermost enclosing interval with the same key, or -1.
 
-    Rows must be sorted by (key, start, -end). The parent of row i is i-1 if it
-    contains i, else the parent of i-1 if that contains i, and so on: climb
-    for all rows at once, one level per iteration (depth iterations).
+    Rows must be sorted by (key, start, -end), so every earlier row of the same key starts no later:
+    the innermost enclosing interval of row i is the nearest earlier row of its key whose end is at
+    least its own. Found for all rows at once by pointer jumping: ``nxt[i]`` is the nearest earlier
+    row that may qualify (every row between it and i ends before i does); a row whose candidate
+    ends too early jumps to the candidate's own ``nxt``, which skips only rows ending before the
+    candidate, so before i. About log2(n) rounds.
     """
     n = len(start)
     parent = np.full(n, -1, dtype=np.int64)
     if n < 2:
         return parent
-    cand = np.arange(n, dtype=np.int64) - 1
+    nxt = np.arange(n, dtype=np.int64) - 1
     todo = np.arange(1, n, dtype=np.int64)
-    c = cand[todo]
     while len(todo):
-        ok = (key[c] == key[todo]) & (start[c] <= start[todo]) & (end[c] >= end[todo])
+        c = nxt[todo]
+        cc = np.maximum(c, 0)
+        same = (c >= 0) & (key[cc] == key[todo])
+        ok = same & (end[cc] >= end[todo])
         parent[todo[ok]] = c[ok]
-        # Not containing: climb to that candidate's own parent (already final,
-        # since parents come earlier in the order and are resolved first).
-        rest = ~ok & (key[c] == key[todo])
-        todo, c = todo[rest], c[rest]
-        c = parent[c]
-        alive = c >= 0
-        todo, c = todo[alive], c[alive]
+        move = same & ~ok
+        nxt[todo[move]] = nxt[c[move]]  # the right side is read before the assignment: last round's values
+        todo = todo[move]
     return parent
 
 

@@ -3,7 +3,8 @@
 ``ingest`` reads files in parallel processes into one run directory (run.json stays "incomplete"
 until every table is written) and serves a complete earlier ingest of the same bytes from the
 cache. ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
-recorder wrote.
+recorder wrote. Both merge graph-capture traces (tracekit.ingest.capture): given ones, else those
+found beside the trace; run.json ``ingest.captures`` says what matched.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from tracekit.errors import TraceFormatError, UsageError
 from tracekit.ingest import cache as ingest_cache
+from tracekit.ingest import capture as _capture
 from tracekit.ingest import native
 from tracekit.ingest.framing import offset_ns
 from tracekit.ingest.reader import read_file, set_rank
@@ -32,7 +34,9 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
+            # A folder of traces: its graph-capture traces are captures, not traces of their own.
+            found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz"))
+                           and not _capture.is_capture_file(q))
             if not found:
                 raise UsageError(f"{p}: no .json or .json.gz traces in this directory")
             out.extend(found)
@@ -60,23 +64,73 @@ def ingest(
     force: bool = False,
     jobs: int | None = None,
     use_cache: bool = True,
+    captures: Sequence[str | Path] | None = None,
 ) -> Any:
     """Ingest traces into the run directory ``out``; return its RunDir.
 
     Several files become one dataset partitioned by ``rank`` (from
     distributedInfo.rank, else file order), read in parallel processes.
-    run.json stays "incomplete" until every table is written.
+    run.json stays "incomplete" until every table is written. ``captures``: graph-capture
+    traces to merge (None: those found beside the traces, tracekit.ingest.capture.find_captures).
     """
     files = _expand(paths)
-    key = ingest_cache.cache_key(files)
+    caps = capture_paths(files, captures)
+    key = ingest_cache.cache_key([*files, *caps])
     if use_cache:
         hit = ingest_cache.lookup(out, key)
         if hit is not None:
             return hit
-    return _ingest_files(files, key, out, force=force, jobs=jobs)
+    return _ingest_files(files, key, out, force=force, jobs=jobs, captures=caps)
 
 
-def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None) -> Any:
+def capture_paths(files: Sequence[Path], given: Sequence[str | Path] | None) -> list[Path]:
+    """The capture traces to merge: ``given`` (each must exist; a folder means its .json/.json.gz files),
+    else every one found beside the traces."""
+    if given is not None:
+        out: list[Path] = []
+        for p in map(Path, given):
+            if p.is_dir():  # a folder of captures, or one holding capture_traces/
+                out += sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith((".json", ".json.gz"))
+                              and q.name != _capture.EXECUTION_DETAILS)
+                out += _capture.find_captures(p)
+            elif p.is_file():
+                out.append(p)
+            else:
+                raise UsageError(f"--capture {p}: no such file")
+        return list(dict.fromkeys(out))
+    found: list[Path] = []
+    for f in files:
+        found += _capture.find_captures(f)
+    return list(dict.fromkeys(found))
+
+
+def merge_captures(results: Sequence[FileResult], caps: Sequence[Path], first_file_index: int) -> list[dict[str, Any]]:
+    """Merge the capture traces into each result's tables (in place); one report per result."""
+    reports: list[dict[str, Any]] = []
+    if not caps:
+        for r in results:
+            _, rep = _capture.merge(r.tables, [])
+            if rep.warnings:
+                reports.append({"rank": r.rank, **rep.as_dict(), "warnings": rep.warnings})
+        return reports
+    for j, r in enumerate(results):
+        # Each rank gets its own copy of the captured ops, under op ids of its own.
+        files, warnings = _capture.read_captures(list(caps), first_file_index + j * len(caps))
+        r.tables, rep = _capture.merge(r.tables, files)
+        # Replayed activities that got their captured op are no longer without a launching op.
+        key = "GPU activity without a launching CPU op"
+        left = r.tables["gpu_activity"]["op_id"].null_count
+        if key in r.counts.warnings:
+            if left:
+                r.counts.warnings[key] = left
+            else:
+                del r.counts.warnings[key]
+        reports.append({"rank": r.rank, **rep.as_dict(), "warnings": warnings + rep.warnings})
+    return reports
+
+
+def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None,
+                  captures: Sequence[Path] = ()) -> Any:
     t0 = time.perf_counter()
     run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
     multi = len(files) > 1
@@ -104,6 +158,7 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
                 r.rank = i
                 r.tables = {k: set_rank(v, i) for k, v in r.tables.items()}
             run.add_warning("ranks from file order (distributedInfo.rank missing or repeated)")
+    capture_reports = merge_captures(good, captures, len(files))
     rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
     for t in TABLES_OUT:
         run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
@@ -130,10 +185,15 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
         "seconds": round(seconds, 3),
         "mb_per_s": round(mb / seconds, 1) if seconds > 0 else None,
     }
+    if capture_reports:
+        info["captures"] = capture_reports
     trace_meta = {r.path: _trace_meta(r.meta) for r in good} if multi else _trace_meta(good[0].meta)
     run.update_manifest(ingest=info, trace_meta=trace_meta)
     for w, n in total.warnings.items():
         run.add_warning(f"{w}: {n}")
+    for rep in capture_reports:
+        for w in rep["warnings"]:
+            run.add_warning(f"capture: {w}")
     truncated = [r.truncated for r in good if r.truncated]
     if truncated or errors:
         reason = truncated[0] if truncated else errors[0].message
@@ -157,7 +217,7 @@ RECORDER_CLOCK = {"steps": ("cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_e
                   "requests": ("start_ns", "end_ns"), "counters": ("ts_ns",)}
 
 
-def ingest_into(run: RunDir) -> None:
+def ingest_into(run: RunDir, captures: Sequence[str | Path] | None = None) -> None:
     """Read the run's trace into its raw tables, on ONE clock with what the recorder wrote.
 
     Ingest puts every event on the trace clock including ``baseTimeNanoseconds``
@@ -166,11 +226,20 @@ def ingest_into(run: RunDir) -> None:
     base first, once (``clock.base_ns`` records it). The recorder's counters
     (NVML/GPM samples) are kept; the trace's own counter events are added beside
     them with source ``kineto``, never in their place. A sweep point takes the same
-    path: its host tables carry ``clock.offset_ns`` too.
+    path: its host tables carry ``clock.offset_ns`` too. Graph captures: ``captures``, else the
+    run's own capture_traces/ (``record --compile`` writes it).
     """
     import pyarrow.compute as pc
 
     res = read_file(run.trace_path)
+    reports = merge_captures([res], capture_paths([run.trace_path], captures), 1)
+    if reports:
+        ingest = dict(run.read_manifest().get("ingest") or {})
+        ingest["captures"] = reports
+        run.update_manifest(ingest=ingest)
+        for rep in reports:
+            for w in rep["warnings"]:
+                run.add_warning(f"capture: {w}")
     base = offset_ns(res.meta)
     manifest = run.read_manifest()
     clock = dict(manifest.get("clock") or {})

@@ -126,6 +126,10 @@ def _c(
     )
 
 
+_MI300X_DS = ("AMD Instinct MI300X data sheet (amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
+              "amd-instinct-mi300x-data-sheet.pdf), dense figures as printed (sparsity listed separately)")
+_GB200_DS = ("NVIDIA GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72/), rack figures / 72 GPUs, "
+             "dense = sparse / 2")
 _HOPPER_DS = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), dense = sparse / 2"
 _A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/), dense = sparse / 2"
 _ADA_WP = "NVIDIA Ada GPU Architecture whitepaper v2.1, appendix A (GeForce: FP32-accumulate tensor rates)"
@@ -138,6 +142,28 @@ DATASHEET: dict[str, Ceiling] = {
            source="NVIDIA HGX B200 / DGX B200 datasheet (nvidia.com/en-us/data-center/hgx/), per GPU, dense = sparse / 2",
            date="2024-2025", aliases=("B200",),
            notes="preliminary figures; fp32 is the non-tensor rate as printed"),
+        _c("NVIDIA GB200", bw_tbps=8.0, fp64=40, fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, int8=5000,
+           source=_GB200_DS, date="2024-2025", aliases=("GB200",),
+           notes="per GPU of a GB200 superchip (1200 W); fp64/fp32 are the revised rack figures (45/90 at launch): "
+                 "uncertain, calibrate"),
+        _c("NVIDIA H20", bw_tbps=4.0, fp64=1, fp32=44, tf32=74, fp16=148, bf16=148, fp8=296, int8=296,
+           source="no NVIDIA datasheet is public (China-market part); figures from NVIDIA partner specifications "
+                  "as reported (96 GB HBM3, 4.0 TB/s, 78 SMs), dense",
+           date="2024", aliases=("H20",), notes="unverified: calibrate"),
+        _c("AMD Instinct MI300X", bw_tbps=5.3, fp64=81.7, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4,
+           fp8=2614.9, int8=2614.9, source=_MI300X_DS, date="2023-12", aliases=("MI300X",),
+           notes="192 GB HBM3, 304 CUs; fp32/fp64 are the vector rates (fp32 counts packed FP32, 2x the scalar)"),
+        _c("AMD Instinct MI325X", bw_tbps=6.0, fp64=81.7, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4,
+           fp8=2614.9, int8=2614.9,
+           source="AMD Instinct MI325X product page (amd.com/en/products/accelerators/instinct/mi300/mi325x.html): "
+                  "same compute as MI300X (same CDNA 3 die and clock), dense",
+           date="2024-10", aliases=("MI325X",), notes="256 GB HBM3E, 304 CUs"),
+        _c("AMD Instinct MI355X", bw_tbps=8.0, fp64=78.6, fp32=157.3, fp16=2516.6, bf16=2516.6, fp8=5033.2,
+           int8=5033.2,
+           source="AMD Instinct MI355X product page (amd.com/en/products/accelerators/instinct/mi350/mi355x.html) and "
+                  "the AMD CDNA 4 architecture whitepaper, dense",
+           date="2025-06", aliases=("MI355X",),
+           notes="288 GB HBM3E, 256 CUs; no TF32 matrix rate on CDNA 4 (tf32 falls back to nothing: use fp32)"),
         _c("NVIDIA H200", bw_tbps=4.8, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, int8=1979,
            source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), H200 SXM, dense = sparse / 2",
            date="2024-11", aliases=("NVIDIA H200 SXM", "NVIDIA H200 141GB HBM3e")),
@@ -193,7 +219,12 @@ DATASHEET: dict[str, Ceiling] = {
 
 # Ordered patterns for names not matched exactly (NVML names vary by board and driver).
 _PATTERNS: list[tuple[str, str]] = [
+    (r"\bGB200\b", "NVIDIA GB200"),
     (r"\bB200\b", "NVIDIA B200"),
+    (r"\bH20\b", "NVIDIA H20"),
+    (r"\bMI300X\b", "AMD Instinct MI300X"),
+    (r"\bMI325X\b", "AMD Instinct MI325X"),
+    (r"\bMI355X\b", "AMD Instinct MI355X"),
     (r"\bH200\b.*\bNVL\b", "NVIDIA H200 NVL"),
     (r"\bH200\b", "NVIDIA H200"),
     (r"\bH100\b.*\bNVL\b", "NVIDIA H100 NVL"),
@@ -259,3 +290,68 @@ def measured_ceiling(device_name: str, measurement: Mapping[str, Any]) -> Ceilin
         date=str(measurement.get("date", "")),
         notes=json.dumps({k: v for k, v in measurement.items() if k not in ("matmul_flops_per_s",)}, default=str),
     )
+
+
+# --- identifying the GPU from Kineto's deviceProperties ----------------------
+
+
+def _near(x: float, *targets: float, tol: float = 0.06) -> bool:
+    return any(abs(x - v) / v < tol for v in targets)
+
+
+def identify(props: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(GPU name, note) from one Kineto ``deviceProperties`` entry, for when its ``name`` is empty or
+    generic ("AMD Radeon Graphics" on older ROCm); (None, why) where the properties do not decide.
+
+    Kineto (libkineto/src/DeviceProperties.cpp) writes totalGlobalMem, computeMajor/Minor (on ROCm the
+    GFX IP version: gfx90a -> 9.0, gfx942 -> 9.4, gfx950 -> 9.5), warpSize, numSms (CUs on ROCm) and a
+    runtime-specific key: sharedMemPerBlockOptin (CUDA), maxSharedMemoryPerMultiProcessor (ROCm).
+    Memory is matched within 6% (driver reservations). The note names the GPUs these properties cannot
+    tell apart; the first is returned.
+    """
+    ws, maj, mnr, sms = props.get("warpSize"), props.get("computeMajor"), props.get("computeMinor"), props.get("numSms")
+    gib = float(props.get("totalGlobalMem") or 0) / 2**30
+    if maj is None or sms is None:
+        return None, "no compute capability / SM count in the trace's deviceProperties"
+    amd = ws == 64 or "maxSharedMemoryPerMultiProcessor" in props
+    if amd:
+        if (maj, mnr) == (9, 5) and sms == 256 and _near(gib, 288):
+            return "AMD Instinct MI355X", "or MI350X: identical properties, lower clock (use --ceiling)"
+        if (maj, mnr) == (9, 4) and sms == 304:
+            if _near(gib, 256):
+                return "AMD Instinct MI325X", ""
+            if _near(gib, 192):
+                return "AMD Instinct MI300X", ""
+        if (maj, mnr) == (9, 4) and sms == 38:
+            return None, "an MI300X/MI325X CPX partition (38 CUs): no datasheet ceiling; calibrate"
+        if (maj, mnr) == (9, 0) and _near(gib, 64):
+            if sms == 110:
+                return "AMD Instinct MI250X (1 GCD)", "no datasheet ceiling in tracekit; calibrate"
+            if sms == 104:
+                return "AMD Instinct MI250 (1 GCD)", "or MI210; no datasheet ceiling in tracekit; calibrate"
+        return None, f"an AMD GPU (gfx{maj}{mnr}, {sms} CUs, {gib:.0f} GiB) tracekit has no ceiling for"
+    if ws == 32:
+        key = (maj, mnr, sms)
+        if key == (9, 0, 132):
+            if _near(gib, 139.8):
+                return "NVIDIA H200", "or H200 NVL / GH200 144GB: identical properties, NVL peaks ~15% lower"
+            if _near(gib, 79.2):
+                return "NVIDIA H100 SXM", "or H800"
+            if _near(gib, 93.1):
+                return "NVIDIA H100 NVL", ""
+        if key == (8, 0, 108):
+            return ("NVIDIA A100-SXM4-80GB" if gib > 60 else "NVIDIA A100-SXM4-40GB"), "SXM and PCIe look alike"
+        if (maj, mnr) == (10, 0) and sms == 148:
+            return ("NVIDIA GB200", "by its memory (186 GB)") if gib > 182 else ("NVIDIA B200", "")
+        table = {(9, 0, 114): "NVIDIA H100 PCIe", (9, 0, 78): "NVIDIA H20", (8, 9, 58): "NVIDIA L4",
+                 (8, 9, 142): "NVIDIA L40S", (8, 6, 72): "NVIDIA A10", (8, 6, 80): "NVIDIA A10G",
+                 (7, 5, 40): "Tesla T4", (7, 0, 80): "Tesla V100-SXM2", (8, 9, 128): "NVIDIA GeForce RTX 4090",
+                 (8, 6, 82): "NVIDIA GeForce RTX 3090"}
+        if key in table:
+            note = "or L40: identical properties, L40S has ~2x the tensor rate" if key == (8, 9, 142) else ""
+            return table[key], note
+        return None, f"an NVIDIA GPU (cc {maj}.{mnr}, {sms} SMs, {gib:.0f} GiB) tracekit cannot name"
+    return None, "properties of no known GPU family"
+
+
+GENERIC_NAMES = re.compile(r"^\s*$|^AMD Radeon Graphics$|^Device \w+$", re.IGNORECASE)

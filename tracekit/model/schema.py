@@ -61,6 +61,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("input_dims", pa.string()),  # JSON text, e.g. "[[2,22],[32000,2048]]"
         ("input_types", pa.string()),  # JSON text, e.g. '["c10::Half","long int"]'
         ("parent_id", _i64),  # op_id of the enclosing op on the same thread
+        # True: an op of a graph-capture trace (it ran when the CUDA/HIP graph was captured, on that
+        # trace's clock); it lends its shapes to the kernels the graph replays (tracekit.ingest.capture)
+        ("captured", pa.bool_()),
         doc="CPU-side aten and user ops",
     ),
     "runtime": _schema(
@@ -137,6 +140,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("gpu_busy_ns", _i64),
         ("captured", pa.bool_()),  # the trace has this step's kernels (false: outside a --trace-steps window)
         ("token_ns", _i64),  # GPU end of the step's token copy to the host (null: none seen in its window)
+        # Per-phase sequence sums an engine annotation gives, JSON text (null: none given):
+        # {"context": {"requests", "sq", "sk", "sqsq", "sqsk"}, "generation": {...}}; sq = query tokens,
+        # sk = KV length after the step, summed over the phase's sequences (docs/schema.md)
+        ("seq_stats", pa.string()),
+        ("graph_launches", _i64),  # CUDA/HIP graph launches issued in the step's window
         doc="One row per model forward pass",
     ),
     "requests": _schema(

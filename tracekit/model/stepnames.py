@@ -103,3 +103,228 @@ def parse_request(name: str) -> RequestLabel | None:
         )
     except (KeyError, ValueError):
         return None
+
+
+# --- engine step annotations (vLLM, SGLang) ----------------------------------------------------
+#
+# One parser per format the engines have written (docs/metrics.md, "Engine step annotations",
+# has the sources). Each returns an EngineStep or None; ``parse_engine_step`` tries them in
+# order. Every field is what the annotation states; what it does not state stays None.
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """The sequences of one phase of an engine step (context: prompt chunks; generation: decodes).
+
+    ``sq`` Σ query tokens scheduled this step, ``sk`` Σ KV length after the step (past + query),
+    ``sqsq`` Σ query², ``sqsk`` Σ query × KV: the sums vLLM's and SGLang's detailed annotations
+    carry, and all an attention model needs. None where the annotation does not say.
+    """
+
+    requests: int | None
+    sq: int | None = None
+    sk: int | None = None
+    sqsq: int | None = None
+    sqsk: int | None = None
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k, v in (("requests", self.requests), ("sq", self.sq), ("sk", self.sk),
+                                  ("sqsq", self.sqsq), ("sqsk", self.sqsk)) if v is not None}
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One engine step annotation, parsed. ``kind`` None: an idle step (no sequence scheduled)."""
+
+    engine: str  # vllm | sglang
+    format: str  # which format matched (ENGINE_FORMATS)
+    kind: str | None
+    batch: int | None  # requests in the step
+    tokens: int | None  # query tokens scheduled, all requests (unpadded)
+    q_len: int | None  # query tokens per sequence: mean prompt chunk (prefill, mixed), else per decode
+    kv_len: int | None  # KV length after the step per sequence: mean over the batch where sums are given
+    context: PhaseStats | None = None
+    generation: PhaseStats | None = None
+    mode: str | None = None  # SGLang's ForwardMode name
+
+    def seq_stats(self) -> dict[str, dict[str, int]] | None:
+        """{"context": {...}, "generation": {...}} (steps.seq_stats); None if the annotation gives neither."""
+        out = {k: p.as_dict() for k, p in (("context", self.context), ("generation", self.generation))
+               if p is not None and p.as_dict()}
+        return out or None
+
+
+def _phase_kind(n_ctx: int | None, n_gen: int | None) -> str | None:
+    c, g = bool(n_ctx), bool(n_gen)
+    if c and g:
+        return "mixed"
+    if c:
+        return "prefill"
+    return "decode" if g else None
+
+
+def _mean(total: int | None, n: int | None) -> int | None:
+    return max(1, round(total / n)) if total is not None and n else None
+
+
+def _digits_sum(text: str) -> int:
+    """'300' -> 300; '12_4' -> 16 (an underscore-joined variant of vLLM's token counts)."""
+    return sum(int(p) for p in text.split("_") if p)
+
+
+def _engine_step(engine: str, fmt: str, ctx: PhaseStats | None, gen: PhaseStats | None, tokens: int | None,
+                 mode: str | None = None, kind: str | None = None, batch: int | None = None) -> EngineStep:
+    n_ctx = ctx.requests if ctx is not None else None
+    n_gen = gen.requests if gen is not None else None
+    kind = kind or _phase_kind(n_ctx, n_gen)
+    if batch is None and (n_ctx is not None or n_gen is not None):
+        batch = (n_ctx or 0) + (n_gen or 0)
+    if kind in ("prefill", "mixed"):
+        q_len = _mean(ctx.sq if ctx else None, n_ctx)
+    elif kind == "decode":
+        q_len = _mean(gen.sq if gen else None, n_gen)
+    else:
+        q_len = None
+    sk = [p.sk for p in (ctx, gen) if p is not None and p.requests]
+    kv_len = _mean(sum(v for v in sk if v is not None), batch) if sk and None not in sk else None
+    return EngineStep(engine, fmt, kind, batch, tokens, q_len, kv_len, ctx, gen, mode)
+
+
+# vLLM, vllm/v1/worker/gpu_worker.py annotate_profile: f"execute_new_{num_new}_cached_{num_cached}".
+# New requests are scheduled for the first time (prefill); cached ones are running (a decode, or a
+# later chunk of a chunked prefill: this format cannot tell, so cached-only counts as decode).
+VLLM_NEW_CACHED = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
+# vLLM >= 0.14 default: "execute_context_{C}({Tc})_generation_{G}({Tg})" (compute_iteration_details).
+VLLM_CONTEXT_GENERATION = re.compile(r"^execute_(?:(\d+)_)?context_(\d+)\(([\d_]+)\)_generation_(\d+)\(([\d_]+)\)$")
+# vLLM detailed (ProfilerConfig.detailed_trace_annotation): per phase Σsq, Σsk, Σsq², Σsq·sk.
+VLLM_DETAILED = re.compile(
+    r"^execute_(\d+)_context_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)"
+    r"_generation_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)$"
+)
+# vLLM capture traces: f"capture_{num_tokens}_{mode}" or f"capture_{num_tokens}_{prefix}_{mode}".
+VLLM_CAPTURE = re.compile(r"^capture_(\d+)_(?:([A-Za-z0-9]+)_)?(FULL|PIECEWISE|NONE)$", re.IGNORECASE)
+# SGLang model_runner step span: "step[EXTEND bs=15 toks=15360]", "step[DECODE bs=64 g_sq=64 ...]", and
+# the lowercase forms of its PR description ("step[prefill bs=2 toks=9]", "step[mixed bs=3 ext=5 dec=2]",
+# "step[idle]").
+SGLANG_STEP = re.compile(r"^step\[\s*([A-Za-z_0-9]+)((?:\s+[A-Za-z_]+=[\d/]+)*)\s*\]$", re.IGNORECASE)
+
+SGLANG_KINDS = {
+    "EXTEND": "prefill", "PREFILL": "prefill", "SPLIT_PREFILL": "prefill", "DLLM_EXTEND": "prefill",
+    "DECODE": "decode", "TARGET_VERIFY": "decode", "VERIFY": "decode", "DRAFT": "decode",
+    "DRAFT_EXTEND": "decode", "DRAFT_EXTEND_V2": "decode",  # speculative decoding's passes are decode work
+    "MIXED": "mixed",
+    "IDLE": None, "DUMMY_FIRST": None,
+}
+ENGINE_FORMATS = ("vllm_new_cached", "vllm_context_generation", "vllm_detailed", "sglang_step")
+
+
+def parse_vllm_new_cached(name: str) -> EngineStep | None:
+    m = VLLM_NEW_CACHED.match(name)
+    if m is None:
+        return None
+    new, cached = int(m.group(1)), int(m.group(2))
+    kind = _phase_kind(new, cached)
+    q_len = 1 if kind == "decode" else None  # a new request's prompt length is not in the name
+    return EngineStep("vllm", "vllm_new_cached", kind, new + cached, None, q_len, None,
+                      PhaseStats(new), PhaseStats(cached))
+
+
+def parse_vllm_context_generation(name: str) -> EngineStep | None:
+    m = VLLM_CONTEXT_GENERATION.match(name)
+    if m is None:
+        return None
+    # A leading count ("execute_7_context_...") is taken as nothing: the token counts are explicit.
+    c, tc, g, tg = int(m.group(2)), _digits_sum(m.group(3)), int(m.group(4)), _digits_sum(m.group(5))
+    return _engine_step("vllm", "vllm_context_generation", PhaseStats(c, sq=tc), PhaseStats(g, sq=tg), tc + tg)
+
+
+def parse_vllm_detailed(name: str) -> EngineStep | None:
+    m = VLLM_DETAILED.match(name)
+    if m is None:
+        return None
+    v = [int(x) for x in m.groups()]
+    ctx = PhaseStats(v[1], sq=v[2], sk=v[3], sqsq=v[4], sqsk=v[5])
+    gen = PhaseStats(v[6], sq=v[7], sk=v[8], sqsq=v[9], sqsk=v[10])
+    return _engine_step("vllm", "vllm_detailed", ctx, gen, v[0])
+
+
+def _sglang_phase(fields: dict[str, int], prefix: str, requests: int | None) -> PhaseStats | None:
+    vals = {k: fields.get(f"{prefix}_{k}") for k in ("sq", "sk", "sqsq", "sqsk")}
+    if requests is None and all(v is None for v in vals.values()):
+        return None
+    return PhaseStats(requests, **vals)
+
+
+def parse_sglang_step(name: str) -> EngineStep | None:
+    """Any SGLang step span; None if not one, or a ForwardMode this parser does not know."""
+    m = SGLANG_STEP.match(name)
+    if m is None:
+        return None
+    mode = m.group(1).upper()
+    if mode not in SGLANG_KINDS:
+        return None
+    raw = dict(re.findall(r"([A-Za-z_]+)=([\d/]+)", m.group(2)))
+    # "bs=117/128" (real/padded, a CUDA-graph batch): the real one counts
+    fields = {k.lower(): int(v.split("/")[0]) for k, v in raw.items()}
+    kind = SGLANG_KINDS[mode]
+    bs = fields.get("bs")
+    if kind is None:
+        return EngineStep("sglang", "sglang_step", None, bs, 0, None, None, mode=mode)
+    toks = fields.get("toks", fields.get("ext"))
+    if kind == "mixed":
+        n_gen = fields.get("g", fields.get("dec"))
+        n_ctx = fields.get("c", bs - n_gen if bs is not None and n_gen is not None else None)
+        ctx = _sglang_phase(fields, "c", n_ctx) or PhaseStats(n_ctx, sq=toks)
+        gen = _sglang_phase(fields, "g", n_gen) or PhaseStats(n_gen, sq=n_gen)
+        if ctx.sq is None and toks is not None:
+            ctx = PhaseStats(n_ctx, sq=toks, sk=ctx.sk, sqsq=ctx.sqsq, sqsk=ctx.sqsk)
+        if gen.sq is None and "dec" in fields:
+            gen = PhaseStats(n_gen, sq=fields["dec"], sk=gen.sk, sqsq=gen.sqsq, sqsk=gen.sqsk)
+        parts = [p.sq for p in (ctx, gen)]
+        tokens = sum(v for v in parts if v is not None) if None not in parts else None
+        return _engine_step("sglang", "sglang_step", ctx, gen, tokens, mode, kind, bs)
+    if kind == "prefill":
+        ctx = _sglang_phase(fields, "c", bs) or PhaseStats(bs)
+        if ctx.sq is None and toks is not None:
+            ctx = PhaseStats(bs, sq=toks, sk=ctx.sk, sqsq=ctx.sqsq, sqsk=ctx.sqsk)
+        return _engine_step("sglang", "sglang_step", ctx, None, ctx.sq, mode, kind, bs)
+    # decode-phase modes: the upstream suffix is g_*; a patched TARGET_VERIFY writes c_* instead
+    prefix = "c" if not any(k.startswith("g_") for k in fields) and any(k.startswith("c_") for k in fields) else "g"
+    gen = _sglang_phase(fields, prefix, bs) or PhaseStats(bs)
+    tokens = gen.sq if gen.sq is not None else (bs if mode == "DECODE" else None)
+    if gen.sq is None and tokens is not None:
+        gen = PhaseStats(bs, sq=tokens)
+    return _engine_step("sglang", "sglang_step", None, gen, tokens, mode, kind, bs)
+
+
+_ENGINE_PARSERS = (parse_vllm_detailed, parse_vllm_context_generation, parse_vllm_new_cached, parse_sglang_step)
+
+
+def parse_engine_step(name: str) -> EngineStep | None:
+    """The engine step an annotation names, in any format of ENGINE_FORMATS; None if none matches."""
+    for parse in _ENGINE_PARSERS:
+        step = parse(name)
+        if step is not None:
+            return step
+    return None
+
+
+def looks_like_engine_step(name: str) -> bool:
+    """An annotation shaped like an engine step ("execute_...", "step[...]") whether or not its format
+    is known: an unknown one is reported, never taken for a request window."""
+    return name.startswith("execute_") or name.lower().startswith("step[")
+
+
+@dataclass(frozen=True)
+class CaptureLabel:
+    tokens: int
+    mode: str  # FULL | PIECEWISE | NONE
+    prefix: str | None  # a subsystem ("draft", "encoder"), None for the model itself
+
+
+def parse_capture_label(name: str) -> CaptureLabel | None:
+    """vLLM's graph-capture annotation (capture traces): ``capture_32_FULL``, ``capture_32_draft_FULL``."""
+    m = VLLM_CAPTURE.match(name)
+    if m is None:
+        return None
+    return CaptureLabel(int(m.group(1)), m.group(3).upper(), m.group(2))

@@ -8,7 +8,7 @@ the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
 ``warnings`` (a list of strings; what passes return under ``warnings`` is
 appended, never replaced).
 
-``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy.
+``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, cost.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import bound as _bound
+from tracekit.analysis import cost as _cost
 from tracekit.analysis import energy as _energy
 from tracekit.analysis import intervals
 from tracekit.analysis import phases as _phases
@@ -204,7 +205,10 @@ BOUND = Pass("bound", _bound_pass,
              adds=("phases", "kernel_bound", "step_bound"))
 # Energy per phase and GPM DRAM bandwidth, where the bound pass ran and counters exist.
 ENERGY = Pass("energy", _energy_pass, needs=("gpu_activity", "steps", "phases", "counters"), adds=("phases",))
-DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY]
+# Each step's cost split across the requests it served (step_requests), summed per request.
+COST = Pass("cost", _cost.cost_pass, needs=("steps", "requests", "annotations", "cpu_ops", "counters"),
+            adds=("requests", "step_requests"))
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, COST]
 
 
 def to_frame(table: Any) -> pd.DataFrame:

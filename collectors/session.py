@@ -52,6 +52,7 @@ class RecordOptions:
     quiet: bool = True
     command: tuple[str, ...] = field(default_factory=tuple)
     nvml_off_reason: str = "disabled with --no-nvml"
+    all_threads: bool = False  # profile every thread (an engine stepping in a background thread)
 
 
 def default_out(label: str) -> Path:
@@ -183,16 +184,24 @@ class Recording:
     """Profiler, NVML sampler and generate annotations over a block; writes the run on exit."""
 
     def __init__(
-        self, run: RunDir, opts: RecordOptions, on_token: Callable[[RequestRecord], None] | None = None
+        self,
+        run: RunDir,
+        opts: RecordOptions,
+        on_token: Callable[[RequestRecord], None] | None = None,
+        *,
+        tracker: Any = None,
+        patch: Any = None,
     ):
+        """``tracker`` (default: a GenerationTracker around every generate) keeps the host log of
+        ``steps`` and ``requests``; ``patch`` is the context manager that installs its hooks."""
         self.run = run
         self.opts = opts
         self._on_token = on_token
         self.capture: KinetoCapture | None = None
         self.sampler: Any = None
         self._nvml_status: dict[str, Any] | None = None
-        self.tracker = GenerationTracker(annotate=True)
-        self._patch = patch_generate(self.tracker)
+        self.tracker = tracker if tracker is not None else GenerationTracker(annotate=True)
+        self._patch = patch if patch is not None else patch_generate(self.tracker)
         self.result: dict[str, Any] = {}
         self.extra_manifest: dict[str, Any] = {}
         self._traced_steps: dict[int, chrome_trace.Annotation] = {}
@@ -213,7 +222,8 @@ class Recording:
         if self.sampler is not None:
             self.sampler.start()
         self.capture = KinetoCapture(
-            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps), self.run.path / RAW_TRACE
+            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps, all_threads=self.opts.all_threads),
+            self.run.path / RAW_TRACE,
         )
         self.tracker.on_step_start = self.capture.on_step_start
         self.tracker.on_step_end = self.capture.on_step_end
@@ -312,10 +322,7 @@ class Recording:
                 raw.unlink()
         except TracekitError as e:
             problems.append(f"trace merge failed ({e.message}); raw Kineto trace kept as {RAW_TRACE}")
-        stepped = {s.request_id for s in self.tracker.steps}
-        blind = [
-            r.request_id for r in self.tracker.requests if r.output_tokens and r.request_id not in stepped
-        ]
+        blind = self.unstepped_requests()
         if blind:
             # Tokens but no forward pass: this model's generate bypassed module __call__ (hooks).
             problems.append(f"requests {blind}: tokens were timed but no forward pass was seen; no step rows")
@@ -341,6 +348,11 @@ class Recording:
             step_boundaries=dict(self.tracker.step_sources),
             **self.extra_manifest,
         )
+
+    def unstepped_requests(self) -> list[int]:
+        """Requests with tokens but no step: their model's forward bypassed the hooks."""
+        stepped = {s.request_id for s in self.tracker.steps}
+        return [r.request_id for r in self.tracker.requests if r.output_tokens and r.request_id not in stepped]
 
     def _tables(self, offset: int) -> tuple[Any, Any]:
         steps = self.tracker.steps

@@ -38,7 +38,8 @@ from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dir
 from tracekit.store.rundir import RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events")
-OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
+OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
+           "step_requests")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 
 
@@ -109,6 +110,8 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     manifest = run.read_manifest()
     tables["manifest"] = manifest
+    if run.has_table("step_requests"):  # the requests each step served (record --serve / --assistant)
+        tables["step_requests"] = run.read_table("step_requests")
     tables.update(recorded_tables(run, manifest))
     ceiling, why = resolve_ceiling(manifest)
     if ceiling is not None:

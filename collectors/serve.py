@@ -95,6 +95,7 @@ class ServeConfig:
             "max_requests_per_batch": self.max_requests_per_batch,
             "cuda_graphs": self.cuda_graphs,
             "shapes": sorted({r.name.rsplit("-", 1)[0] for r in self.requests}),
+            "plan": [[r.name, r.input_tokens, r.output_tokens, round(r.arrival_s, 6)] for r in self.requests],
         }
 
 
@@ -737,8 +738,12 @@ def run_serve(cfg: Any, serve: ServeConfig, opts: RecordOptions) -> RunDir:
         raise TracekitError(f"--serve: {why}")
     model, model_info = wl.build_model(cfg)
     check_fits(serve.requests, model)
-    run = create_run(opts, workload={**cfg.manifest(), "kind": "serve", "requests": len(serve.requests),
-                                     "shape": cfg.shape}, model=model_info)
+    run = create_run(opts, workload={
+        **cfg.manifest(), "kind": "serve", "requests": len(serve.requests), "shape": cfg.shape,
+        # Over all requests (serve.plan has each one's): a mix has no single shape.
+        "input_tokens": sum(r.input_tokens for r in serve.requests),
+        "output_tokens": sum(r.output_tokens for r in serve.requests),
+    }, model=model_info)
 
     def say(phase: str) -> None:
         if not opts.quiet:

@@ -44,7 +44,7 @@ from tracekit.errors import UsageError
 )
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
-    "--requests", "n_requests", type=click.IntRange(min=1), default=None, help="Requests to run [1; --serve: 16]."
+    "--requests", "n_requests", type=click.IntRange(min=1), default=None, help="Requests to run [1; --serve: 16, or the --lengths file's]."
 )
 @click.option(
     "--serve",
@@ -254,8 +254,8 @@ def command(
         for m in mix:
             if m != sv.AGENTIC:
                 presets.resolve_shape(m)
-        n_requests = n_requests or 16
         lengths = sv.read_lengths(lengths_file) if lengths_file is not None else None
+        n_requests = n_requests or (len(lengths) if lengths else 16)
         if lengths is not None:
             mix = ["lengths"]
         shape = ",".join(mix)

@@ -100,7 +100,7 @@ class ServeConfig:
 
 
 def serve_shape(name: str, index: int, rng: random.Random) -> tuple[int, int]:
-    """(input, output) tokens of one request of a named shape; ``agentic`` is one step of a
+    """(input, output) tokens of one request of a named shape or ``IN/OUT``; ``agentic`` is one step of a
     five-step agent loop that resends its history (AgentSpec: step k has a prompt of
     system + k x (answer + tool result) tokens), step drawn at random (seeded)."""
     from tracekit.collectors.presets import resolve_shape
@@ -109,6 +109,10 @@ def serve_shape(name: str, index: int, rng: random.Random) -> tuple[int, int]:
         a = AgentSpec()
         k = rng.randrange(a.steps)
         return a.system_tokens + k * (a.output_tokens + a.tool_tokens), a.output_tokens
+    if "/" in name:  # IN/OUT, as the sweep writes a custom shape
+        a_, _, b_ = name.partition("/")
+        if a_.isdigit() and b_.isdigit() and int(a_) > 0 and int(b_) > 0:
+            return int(a_), int(b_)
     sp = resolve_shape(name)
     return sp.input_tokens, sp.output_tokens
 

@@ -10,7 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.report.view import ceiling_of, phase_rows, request_rows, verdicts, workload_text
+from tracekit.report.view import (
+    assisted_rows,
+    ceiling_of,
+    cost_rows,
+    phase_rows,
+    request_rows,
+    verdicts,
+    workload_text,
+)
 
 
 def _ms(v: Any) -> str:
@@ -151,9 +159,12 @@ def render_terminal(views: list[Any], out: Any) -> None:
         for w in v.manifest.get("warnings") or []:
             console.print(f"  warning: {w}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
-                                       ("requests", request_rows(v.df("requests")))):
+                                       ("requests", request_rows(v.df("requests"))),
+                                       ("each request's cost inside the batch", cost_rows(v.df("requests"))),
+                                       ("speculative decoding", assisted_rows(v.df("requests"), v.df("steps")))):
             if not rows:
-                console.print(f"  {title}: not recorded")
+                if title in ("phases: three-way split", "requests"):
+                    console.print(f"  {title}: not recorded")
                 continue
             table = Table(title=title, header_style="bold")
             for h in headers:

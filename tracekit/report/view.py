@@ -278,7 +278,8 @@ def assisted_rows(requests: pd.DataFrame, steps: pd.DataFrame) -> tuple[list[str
         st = steps.dropna(subset=["request_id", "cpu_start_ns", "cpu_end_ns"])
         d = (st["cpu_end_ns"].astype(float) - st["cpu_start_ns"].astype(float))
         kind = st["kind"].astype(str).replace({"prefill": "verify"})  # the first round's verify also prefills
-        dur = {(int(k[0]), str(k[1])): float(v) for k, v in d.groupby([st["request_id"].astype(int), kind]).sum().items()}
+        sums = d.groupby([st["request_id"].astype(int), kind]).sum()
+        dur = {(int(rid), str(k)): float(v) for (rid, k), v in zip(sums.index, sums.to_numpy(), strict=True)}
     by_id = requests.set_index("request_id") if "request_id" in requests else pd.DataFrame()
     rows = []
     for r in requests[requests["assistant"].notna()].to_dict("records"):

@@ -309,17 +309,19 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
 
 
 def per_request(step_requests: pd.DataFrame) -> pd.DataFrame:
-    """Per request: the sums of its parts (REQUEST_COST_COLUMNS); null where no step measured a column."""
+    """Per request: the sums of its parts (REQUEST_COST_COLUMNS); null where one of its steps lacks the column."""
     if step_requests.empty:
         return pd.DataFrame(columns=["request_id", *REQUEST_COST_COLUMNS])
-    g = step_requests.groupby(step_requests["request_id"].astype("int64"))
+    rid = step_requests["request_id"].astype("int64")
+    g = step_requests.groupby(rid)
     out = pd.DataFrame({"steps": g["step_id"].nunique()})
     for c in REQUEST_COST_COLUMNS:
         if c in ("steps", "mean_step_share"):
             continue
         col = pd.to_numeric(step_requests[c], errors="coerce").astype(float)
-        summed = col.groupby(step_requests["request_id"].astype("int64")).sum(min_count=1)
-        out[c] = summed
+        # A sum over only some of a request's steps (the others outside a --trace-steps capture
+        # window) would read as its whole cost: null unless every step has the value.
+        out[c] = col.groupby(rid).sum().where(col.notna().groupby(rid).all())
     out["mean_step_share"] = g["share"].mean()
     out = out.reset_index().rename(columns={"index": "request_id"})
     for c in ("step_time_ns", "gpu_time_ns", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns",

@@ -177,3 +177,36 @@ def test_engine_steps_plug_in_through_annotations_or_one_request_steps() -> None
     assert source == "steps" and seqs[["request_id", "q_len", "kv_len"]].values.tolist() == [[3, 4, 160]]
     parts = cost.split(one, seqs, cost.step_costs(one, None, None), MODEL)
     assert parts["share"].tolist() == [1.0] and parts["step_time_ns"].tolist() == [10]
+
+
+def test_a_real_h200_run_gets_each_requests_cost_from_its_bound_and_nvml(tmp_path) -> None:
+    """tests/fixtures/record_gpu_smoke (tinyllama fp16 on the H200, 3 requests, the trace keeps steps 0-2)."""
+    import shutil
+
+    from helpers import FIXTURES
+
+    from tracekit.app.analyze import analyze
+    from tracekit.store.rundir import RunDir
+
+    src = FIXTURES / "record_gpu_smoke"
+    if not src.is_dir():
+        pytest.skip("GPU record fixture not committed")
+    shutil.copytree(src, tmp_path / "run")
+    run, _ = analyze(tmp_path / "run")
+    sr = run.read_df("step_requests").set_index("step_id")
+    sb = pd.read_parquet(run.table_path("step_bound")).set_index("step_id")
+    steps = run.read_df("steps").set_index("step_id")
+    assert len(sr) == len(steps) == 24 and (sr["share"] == 1.0).all()
+    for c in ("compute_bound_ns", "memory_bound_ns", "idle_ns", "other_ns"):
+        assert sr.loc[sb.index, c].astype("int64").tolist() == sb[c].astype("int64").tolist()
+    assert sr.loc[sb.index, "gpu_time_ns"].astype("int64").tolist() == sb["gpu_busy_ns"].astype("int64").tolist()
+    assert sr.loc[sb.index, "flops"].tolist() == pytest.approx(sb["flops"].tolist())
+    # Every step has NVML energy (the counters cover the run); GPU columns only where kernels were captured.
+    assert sr["energy_j"].notna().all() and (sr["energy_j"] > 0).all()
+    assert sr.drop(index=sb.index)["gpu_time_ns"].isna().all()
+    req = run.read_df("requests").set_index("request_id")
+    assert req["energy_j"].tolist() == pytest.approx(sr.groupby("request_id")["energy_j"].sum().tolist())
+    # Request 0 has 5 of its 8 steps outside the capture: no partial GPU time is passed off as its whole.
+    assert req["gpu_time_ns"].isna().all()
+    window = (steps["cpu_end_ns"].astype("Int64") - steps["cpu_start_ns"].astype("Int64"))
+    assert int(req["step_time_ns"].sum()) == int(window.sum())

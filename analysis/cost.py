@@ -242,9 +242,16 @@ def sequences(steps: pd.DataFrame, step_requests: Any = None, annotations: Any =
     parts: list[pd.DataFrame] = []
     covered: set[int] = set()
     source = []
-    for name, df in (("step_requests", as_df(step_requests)), ("annotations", from_annotations(annotations, cpu_ops)
-                                                                if annotations is not None else pd.DataFrame()),
-                     ("steps", from_steps(steps))):
+    all_steps = set(pd.to_numeric(steps["step_id"], errors="coerce").dropna().astype("int64")) \
+        if "step_id" in steps else set()
+    makers = (("step_requests", lambda: as_df(step_requests)),
+              ("annotations", lambda: from_annotations(annotations, cpu_ops) if annotations is not None
+               else pd.DataFrame()),
+              ("steps", lambda: from_steps(steps)))
+    for name, make in makers:
+        if all_steps and all_steps <= covered:
+            break  # every step has its requests: the later sources are not read
+        df = make()
         if df is None or df.empty or "step_id" not in df:
             continue
         df = df[~df["step_id"].astype("int64").isin(covered)]

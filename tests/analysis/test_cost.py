@@ -186,7 +186,6 @@ def test_a_real_h200_run_gets_each_requests_cost_from_its_bound_and_nvml(tmp_pat
     from helpers import FIXTURES
 
     from tracekit.app.analyze import analyze
-    from tracekit.store.rundir import RunDir
 
     src = FIXTURES / "record_gpu_smoke"
     if not src.is_dir():

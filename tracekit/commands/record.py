@@ -261,7 +261,8 @@ def command(
     elif len(mix) != 1 or mix[0] == "agentic":
         raise UsageError(f"--shape {shape}: a mix of shapes and the agentic shape need --serve")
     n_requests = n_requests or 1
-    sp = presets.resolve_shape(mix[0]) if mix[0] in presets.SHAPES else presets.SHAPES["chat"]
+    # With --serve each request has its own shape (serve.plan); the config's lengths are a placeholder.
+    sp = presets.SHAPES.get(mix[0], presets.SHAPES["chat"]) if serve else presets.resolve_shape(mix[0])
     custom = input_tokens is not None or output_tokens is not None
     cfg = wl.WorkloadConfig(
         model=spec,

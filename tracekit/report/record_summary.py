@@ -57,7 +57,10 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     ea = events.get("aggregate") or {}
     has_unprof = unprof.get("ttft_ns") is not None
     base = unprof if has_unprof else prof
-    src = "host timers, no profiler" if has_unprof else "host timers, under the profiler"
+    # record --serve times requests by the engine's own stamps, not tracekit's host timers.
+    timer = "engine timestamps" if "engine" in str((t.get("unprofiled") or t.get("profiled") or {}).get("clock")) \
+        else "host timers"
+    src = f"{timer}, no profiler" if has_unprof else f"{timer}, under the profiler"
 
     def latency(key: str) -> str:
         parts = [f"{_ms(base.get(key))} {src}"]
@@ -72,9 +75,9 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     lines += [
         f"  TTFT            {latency('ttft_ns')}",
         f"  TPOT            {latency('tpot_ns')}",
-        f"  prefill         {_rate(base.get('prefill_tok_s'))}  (host timers, {short})",
-        f"  decode          {_rate(base.get('decode_tok_s'))}  (host timers, {short})",
-        f"  prefill share   {_pct(share)} of request time (host timers, {short})",
+        f"  prefill         {_rate(base.get('prefill_tok_s'))}  ({timer}, {short})",
+        f"  decode          {_rate(base.get('decode_tok_s'))}  ({timer}, {short})",
+        f"  prefill share   {_pct(share)} of request time ({timer}, {short})",
     ]
     if ea.get("ttft_ns") is not None:
         d = events.get("host_minus_events_pct") or {}

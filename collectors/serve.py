@@ -99,7 +99,7 @@ class ServeConfig:
         }
 
 
-def serve_shape(name: str, index: int, rng: random.Random) -> tuple[int, int]:
+def serve_shape(name: str, rng: random.Random | None = None) -> tuple[int, int]:
     """(input, output) tokens of one request of a named shape or ``IN/OUT``; ``agentic`` is one step of a
     five-step agent loop that resends its history (AgentSpec: step k has a prompt of
     system + k x (answer + tool result) tokens), step drawn at random (seeded)."""
@@ -107,7 +107,7 @@ def serve_shape(name: str, index: int, rng: random.Random) -> tuple[int, int]:
 
     if name == AGENTIC:
         a = AgentSpec()
-        k = rng.randrange(a.steps)
+        k = (rng or random.Random(0)).randrange(a.steps)
         return a.system_tokens + k * (a.output_tokens + a.tool_tokens), a.output_tokens
     if "/" in name:  # IN/OUT, as the sweep writes a custom shape
         a_, _, b_ = name.partition("/")
@@ -162,7 +162,7 @@ def plan(shapes: Sequence[str], n: int, rate: float | None, seed: int, *,
             name = "lengths"
         else:
             name = shapes[i % len(shapes)]
-            a, b = serve_shape(name, i, rng)
+            a, b = serve_shape(name, rng)
         a, b = input_tokens or a, output_tokens or b
         if i and rate:
             t += arrivals.expovariate(rate)
@@ -723,7 +723,9 @@ def serve_into(run: RunDir, model: Any, cfg: Any, serve: ServeConfig, opts: Reco
         t = data.get("timings", {})
         t["profiled"]["load"] = load_metrics(prof)
         t["profiled"]["trace_check"] = trace_check(prof)
-        run.update_manifest(timings=t, steps_by_kind=kinds,
+        # Steps whose forward ran on more tokens than the requests had (the engine pads for its CUDA graphs).
+        padded = sum(1 for s in tracer.steps if s.padded_tokens and s.label and s.padded_tokens > s.label.tokens)
+        run.update_manifest(timings=t, steps_by_kind=kinds, steps_padded=padded,
                             max_batch=max((len(s.seqs) for s in tracer.steps), default=0))
         bad = [r.name for r in prof if not r.complete]
         if bad:

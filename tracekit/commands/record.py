@@ -252,7 +252,7 @@ def command(
         from tracekit.collectors import serve as sv
 
         for m in mix:
-            sv.serve_shape(m, 0, sv.random.Random(0))  # an unknown name fails here, in one line
+            sv.serve_shape(m)  # an unknown name fails here, in one line
         lengths = sv.read_lengths(lengths_file) if lengths_file is not None else None
         n_requests = n_requests or (len(lengths) if lengths else 16)
         if lengths is not None:

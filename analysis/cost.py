@@ -348,8 +348,9 @@ def cost_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     if seqs.empty:
         return {}
     model = CostModel.from_manifest(t.get("manifest"))
-    if model is None:
-        warnings.append("cost: no model config in run.json: each step's cost is split by query tokens only")
+    if model is None and bool((seqs.groupby("step_id").size() > 1).any()):
+        # Only where a step is shared: a one-request step is all its request's whatever the rule.
+        warnings.append("cost: no model config in run.json: each shared step's cost is split by query tokens only")
     sb = t.get("step_bound")
     counters = as_df(t.get("counters")) if t.get("counters") is not None else None
     gpu = as_df(t.get("gpu_activity")) if t.get("gpu_activity") is not None else pd.DataFrame()

@@ -179,6 +179,7 @@ def test_engine_steps_plug_in_through_annotations_or_one_request_steps() -> None
     assert parts["share"].tolist() == [1.0] and parts["step_time_ns"].tolist() == [10]
 
 
+@pytest.mark.slow
 def test_a_real_h200_run_gets_each_requests_cost_from_its_bound_and_nvml(tmp_path) -> None:
     """tests/fixtures/record_gpu_smoke (tinyllama fp16 on the H200, 3 requests, the trace keeps steps 0-2)."""
     import shutil

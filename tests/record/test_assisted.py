@@ -26,6 +26,7 @@ def assisted(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, int]:
     return RunDir.open(d / "run"), rc
 
 
+@pytest.mark.slow
 def test_each_request_runs_plainly_and_assisted_in_one_run(assisted: tuple[RunDir, int]) -> None:
     run, rc = assisted
     assert rc == 0
@@ -46,6 +47,7 @@ def test_each_request_runs_plainly_and_assisted_in_one_run(assisted: tuple[RunDi
         assert s["requests"] == 1 and s["proposed"] > 0 and s["draft_forwards"] >= s["proposed"]
 
 
+@pytest.mark.slow
 def test_draft_and_verify_are_steps_of_their_own_with_q_len_proposed_plus_one(assisted: tuple[RunDir, int]) -> None:
     run, _ = assisted
     steps = run.read_df("steps")
@@ -73,6 +75,7 @@ def test_draft_and_verify_are_steps_of_their_own_with_q_len_proposed_plus_one(as
     assert len(drafts) >= int(rounds["proposed_tokens"].sum())
 
 
+@pytest.mark.slow
 def test_the_trace_has_every_forward_and_an_accept_marker_per_round(assisted: tuple[RunDir, int]) -> None:
     run, _ = assisted
     sr = run.read_df("step_requests")
@@ -88,6 +91,7 @@ def test_the_trace_has_every_forward_and_an_accept_marker_per_round(assisted: tu
     assert all(a.emitted <= a.accepted + 1 for a in accepts)
 
 
+@pytest.mark.slow
 def test_analyze_gives_draft_and_verify_phases_and_each_requests_cost(assisted: tuple[RunDir, int]) -> None:
     run, _ = assisted
     assert main(["analyze", str(run.path)]) == 0
@@ -100,6 +104,7 @@ def test_analyze_gives_draft_and_verify_phases_and_each_requests_cost(assisted: 
     assert int(req["step_time_ns"].sum()) == window
 
 
+@pytest.mark.slow
 def test_truncated_draft_shares_the_targets_modules() -> None:
     from tracekit.collectors import presets
     from tracekit.collectors import workload as wl

@@ -34,6 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, int]:
     return RunDir.open(d / "run"), rc
 
 
+@pytest.mark.slow
 def test_serve_run_is_complete_with_engine_timings_under_load(served: tuple[RunDir, int]) -> None:
     run, rc = served
     assert rc == 0
@@ -50,6 +51,7 @@ def test_serve_run_is_complete_with_engine_timings_under_load(served: tuple[RunD
     assert m["max_batch"] >= 2
 
 
+@pytest.mark.slow
 def test_every_step_lists_its_requests_with_exact_query_and_kv_lengths(served: tuple[RunDir, int]) -> None:
     run, _ = served
     sr = run.read_df("step_requests").sort_values(["request_id", "step_id"])
@@ -73,6 +75,7 @@ def test_every_step_lists_its_requests_with_exact_query_and_kv_lengths(served: t
         assert pd.isna(s["request_id"]) if len(g) > 1 else int(s["request_id"]) == int(g["request_id"].iloc[0])
 
 
+@pytest.mark.slow
 def test_the_trace_holds_each_steps_annotation_with_the_same_requests(served: tuple[RunDir, int]) -> None:
     run, _ = served
     sr = run.read_df("step_requests")
@@ -86,6 +89,7 @@ def test_the_trace_holds_each_steps_annotation_with_the_same_requests(served: tu
     assert got == want
 
 
+@pytest.mark.slow
 def test_engine_timestamps_agree_with_the_trace(served: tuple[RunDir, int]) -> None:
     run, _ = served
     req = run.read_df("requests").set_index("request_id")
@@ -101,6 +105,7 @@ def test_engine_timestamps_agree_with_the_trace(served: tuple[RunDir, int]) -> N
     assert req["tpot_ns"].tolist() == pytest.approx(tpot.tolist())
 
 
+@pytest.mark.slow
 def test_analyze_splits_every_step_across_its_requests(served: tuple[RunDir, int]) -> None:
     run, _ = served
     assert main(["analyze", str(run.path)]) == 0

@@ -60,6 +60,7 @@ def test_gpu_price_overrides() -> None:
         pricing.from_mapping({"gpu_per_hour": -1})
 
 
+@pytest.mark.slow
 def test_load_sweep_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """The phases table: where each request's (and the run's) time went, per phase.
 
 One row per (request, phase) and per (run, phase) (request_id null), phases
-prefill / decode / mixed, plus a run-level ``outside`` row for GPU activity
+prefill / decode / mixed (and draft / verify for speculative decoding), plus a run-level ``outside`` row for GPU activity
 launched outside every step. Per row:
 
 - steps: the phase's steps; steps_captured: those the trace has kernels for (a run
@@ -26,7 +26,7 @@ import pandas as pd
 
 from tracekit.analysis import intervals, timeline
 
-PHASES = ("prefill", "decode", "mixed")
+PHASES = ("prefill", "decode", "mixed", "draft", "verify")  # draft / verify: speculative decoding
 PHASE_COLUMNS = ["request_id", "phase", "steps", "steps_captured", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
 
 

@@ -8,7 +8,7 @@ the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
 ``warnings`` (a list of strings; what passes return under ``warnings`` is
 appended, never replaced).
 
-``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, warmup.
+``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, cost, warmup.
 The warmup pass (tracekit.analysis.warmup) reads the non-table input ``warmup_first`` (the first N
 requests are warm-ups, ``--warmup-requests N``) besides run.json's marks.
 """
@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import bound as _bound
+from tracekit.analysis import cost as _cost
 from tracekit.analysis import energy as _energy
 from tracekit.analysis import intervals
 from tracekit.analysis import phases as _phases
@@ -237,9 +238,12 @@ BOUND = Pass("bound", _bound_pass,
              adds=("phases", "kernel_bound", "step_bound"))
 # Energy per phase and GPM DRAM bandwidth, where the bound pass ran and counters exist.
 ENERGY = Pass("energy", _energy_pass, needs=("gpu_activity", "steps", "phases", "counters"), adds=("phases",))
+# Each step's cost split across the requests it served (step_requests), summed per request.
+COST = Pass("cost", _cost.cost_pass, needs=("steps", "requests", "annotations", "cpu_ops", "counters"),
+            adds=("requests", "step_requests"))
 # Warm-up requests out of the run-level phase rows (their own rows stay); first-use outliers flagged.
 WARMUP = Pass("warmup", _warmup.warmup_pass, needs=("phases", "requests"), adds=("phases", "warmup"))
-DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, WARMUP]
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, COST, WARMUP]
 
 
 def to_frame(table: Any) -> pd.DataFrame:

@@ -442,4 +442,11 @@ def from_recorded(
     if not kernel_steps.empty:
         m = steps.set_index("step_id")["request_id"]
         kernel_steps["request_id"] = kernel_steps["step_id"].map(m).astype("Int64")
-    return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps.copy(), kernel_steps, warnings
+    out = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    # Columns only some recorders write (record --serve: queue_ns; --assistant: acceptance) stay as recorded.
+    extra = [c for c in rec.columns if c not in REQUEST_COLUMNS] if not rec.empty else []
+    if extra and len(out):
+        by = rec.drop_duplicates("request_id").set_index(rec["request_id"].drop_duplicates().astype("int64"))
+        for c in extra:
+            out[c] = out["request_id"].astype("int64").map(by[c]).to_numpy()
+    return out, steps.copy(), kernel_steps, warnings

@@ -166,7 +166,7 @@ def _from_tracekit(ann: pd.DataFrame) -> list[dict[str, Any]]:
                 batch=lab.batch,
                 q_len=lab.q_len,
                 kv_len=lab.kv_len,
-                tokens=lab.batch * lab.q_len,
+                tokens=lab.tokens,
                 source="tracekit",
                 cpu_start_ns=int(ts),
                 cpu_end_ns=int(ts + dur),
@@ -502,6 +502,9 @@ def _cross_check(steps: pd.DataFrame, cpu_ops: pd.DataFrame, warnings: list[str]
                                 f"aten::embedding input holds {int(e_n[lo])} tokens (annotation kept, not guessed)")
             continue
         eq, eb = int(e_q[lo]), int(e_batch[lo])
+        if eb == 1 and r.get("tokens") is not None and not pd.isna(r["tokens"]) and int(r["tokens"]) == eq \
+                and int(r["batch"] or 1) > 1:
+            continue  # a packed batch (continuous batching): every request's tokens in one row
         kind = step_kind(eq)
         bad = []
         if r["q_len"] is not None and not pd.isna(r["q_len"]) and int(r["q_len"]) != eq:

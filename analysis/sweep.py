@@ -9,6 +9,11 @@ loop: summed over its calls). Throughputs count every sequence of a batch.
 A point runs ``repeats`` timed repetitions (run.json ``repeats``: repetition r
 holds request_ids [r*k, (r+1)*k)); every timing column is the median over the
 repetitions, and ``*_min`` / ``*_max`` give the spread of TTFT, TPOT and e2e.
+
+A ``load`` point (many requests through the continuous-batching engine at one arrival
+rate) has its own columns instead (``load_columns``): throughput and p50 / p99 latency
+over its requests, and the mean request's cost inside the batches (``ttft_ms`` / ``tpot_ms``
+/ ``e2e_ms`` hold the p50s there).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ SUMMARY_COLUMNS = (
     "kv_formula_bytes_per_token", "kv_cache_bytes_per_token", "kv_allocated_bytes_per_token",
     "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "kv_cache_tokens",
     "prefill_transient_bytes_per_prompt_token", "compile_s", "cost_usd", "cost_vs_chat",
+    "rate_rps", "requests", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+    "itl_p99_ms", "queue_p99_ms", "step_ms_per_request", "gpu_ms_per_request", "j_per_request",
+    "usd_per_request",
     "status", "reason", "run_dir",
 )  # fmt: skip
 
@@ -151,7 +159,44 @@ def activation_bytes_per_token(config: Mapping[str, Any], dtype: str) -> dict[st
             "intermediate_size": float(inter), "hidden_size": float(hidden)}  # fmt: skip
 
 
-def summarize_point(p: PointData, input_price: float, output_price: float) -> dict[str, Any]:
+def load_columns(p: PointData, gpu_per_hour: float) -> dict[str, Any]:
+    """A load point: throughput and latency percentiles from the engine's timestamps without the profiler
+    (run.json timings.unprofiled.load, else the recorded pass's), and the mean request's cost from the
+    analysed requests table (analysis/cost.py: its share of the steps it was in): step time, GPU time,
+    energy, and the step time at ``gpu_per_hour`` in dollars."""
+    t = p.manifest.get("timings") or {}
+    load = (t.get("unprofiled") or {}).get("load") or (t.get("profiled") or {}).get("load") or {}
+    pt = p.point
+    rate = _f(pt.get("rate"))
+
+    def ms(key: str) -> float | None:
+        v = _f(load.get(key))
+        return None if v is None else v / NS_PER_MS
+
+    out: dict[str, Any] = {
+        "rate_rps": rate, "requests": _f(pt.get("requests")), "throughput_tok_s": _f(load.get("output_tok_s")),
+        "ttft_p50_ms": ms("ttft_ns_p50"), "ttft_p99_ms": ms("ttft_ns_p99"), "tpot_p50_ms": ms("tpot_ns_p50"),
+        "tpot_p99_ms": ms("tpot_ns_p99"), "itl_p99_ms": ms("itl_ns_p99"), "queue_p99_ms": ms("queue_ns_p99"),
+        "ttft_ms": ms("ttft_ns_p50"), "tpot_ms": ms("tpot_ns_p50"), "e2e_ms": ms("e2e_ns_p50"),
+    }
+    req = p.requests
+    if req is not None and not req.empty:
+        def mean(col: str) -> float | None:
+            return _f(pd.to_numeric(req[col], errors="coerce").mean()) if col in req else None
+
+        step = mean("step_time_ns")
+        gpu = mean("gpu_time_ns")
+        out.update(
+            step_ms_per_request=None if step is None else step / NS_PER_MS,
+            gpu_ms_per_request=None if gpu is None else gpu / NS_PER_MS,
+            j_per_request=mean("energy_j"),
+            usd_per_request=None if step is None else step / 3.6e12 * gpu_per_hour,
+        )
+    return out
+
+
+def summarize_point(p: PointData, input_price: float, output_price: float, gpu_per_hour: float = 0.0
+                    ) -> dict[str, Any]:
     pt = p.point
     agent = pt.get("agent") or None
     row: dict[str, Any] = dict.fromkeys(SUMMARY_COLUMNS)
@@ -183,6 +228,9 @@ def summarize_point(p: PointData, input_price: float, output_price: float) -> di
     )
     req = p.requests
     if p.status != "complete" or req is None or req.empty:
+        return row
+    if pt.get("group") == "load":
+        row.update(load_columns(p, gpu_per_hour))
         return row
     req = req.sort_values("request_id").reset_index(drop=True)
     batch = row["batch"]
@@ -272,9 +320,10 @@ def _prefilled(p: PointData, req: pd.DataFrame) -> float:
     return float(req["input_tokens"].astype(float).sum())
 
 
-def summarize(points: Sequence[PointData], *, input_price: float, output_price: float) -> pd.DataFrame:
+def summarize(points: Sequence[PointData], *, input_price: float, output_price: float,
+              gpu_per_hour: float = 0.0) -> pd.DataFrame:
     """One row per point, in SUMMARY_COLUMNS order; failed points keep their reason."""
-    rows = [summarize_point(p, input_price, output_price) for p in points]
+    rows = [summarize_point(p, input_price, output_price, gpu_per_hour) for p in points]
     df = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
     for c in ("batch", "input_tokens", "output_tokens"):
         df[c] = df[c].astype("Int64")

@@ -65,6 +65,9 @@ class ProfilerConfig:
     window: StepWindow | None = None
     record_shapes: bool = True
     profile_memory: bool = False
+    # Every thread, not only the one that started the profiler: an engine stepping in a
+    # background thread is invisible otherwise (torch >= 2.7; not with profile_memory).
+    all_threads: bool = False
 
 
 def clock_sync_marker() -> None:
@@ -113,6 +116,13 @@ class KinetoCapture:
             warm = 1 if w.start > 0 else 0
             kwargs["schedule"] = schedule(wait=w.start - warm, warmup=warm, active=w.stop - w.start, repeat=1)
             kwargs["on_trace_ready"] = self._on_ready
+        if self.config.all_threads:
+            try:
+                kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+            except (AttributeError, TypeError):
+                raise UsageError(
+                    f"torch {torch.__version__} cannot profile other threads (profile_all_threads: torch 2.7+)"
+                ) from None
         self._prof = profile(
             activities=activities,
             record_shapes=self.config.record_shapes,

@@ -58,6 +58,7 @@ class RecordOptions:
     quiet: bool = True
     command: tuple[str, ...] = field(default_factory=tuple)
     nvml_off_reason: str = "disabled with --no-nvml"
+    all_threads: bool = False  # profile every thread (an engine stepping in a background thread)
 
 
 def process_rank() -> int:
@@ -212,7 +213,12 @@ class Recording:
         opts: RecordOptions,
         on_token: Callable[[RequestRecord], None] | None = None,
         noise: ThirdPartyOutput | None = None,
+        *,
+        tracker: Any = None,
+        patch: Any = None,
     ):
+        """``tracker`` (default: a GenerationTracker around every generate) keeps the host log of
+        ``steps`` and ``requests``; ``patch`` is the context manager that installs its hooks."""
         self.run = run
         self.opts = opts
         self._on_token = on_token
@@ -222,8 +228,8 @@ class Recording:
         self.capture: KinetoCapture | None = None
         self.sampler: Any = None
         self._nvml_status: dict[str, Any] | None = None
-        self.tracker = GenerationTracker(annotate=True)
-        self._patch = patch_generate(self.tracker)
+        self.tracker = tracker if tracker is not None else GenerationTracker(annotate=True)
+        self._patch = patch if patch is not None else patch_generate(self.tracker)
         self.result: dict[str, Any] = {}
         self.extra_manifest: dict[str, Any] = {}
         self._traced_steps: dict[int, chrome_trace.Annotation] = {}
@@ -258,7 +264,7 @@ class Recording:
         if self.sampler is not None:
             self.sampler.start()
         self.capture = KinetoCapture(
-            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps),
+            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps, all_threads=self.opts.all_threads),
             self.run.path / RAW_TRACE,
             native=self.noise.native,
         )
@@ -371,10 +377,7 @@ class Recording:
                 raw.unlink()
         except TracekitError as e:
             problems.append(f"trace merge failed ({e.message}); raw Kineto trace kept as {RAW_TRACE}")
-        stepped = {s.request_id for s in self.tracker.steps}
-        blind = [
-            r.request_id for r in self.tracker.requests if r.output_tokens and r.request_id not in stepped
-        ]
+        blind = self.unstepped_requests()
         if blind:
             # Tokens but no forward pass: this model's generate bypassed module __call__ (hooks).
             problems.append(f"requests {blind}: tokens were timed but no forward pass was seen; no step rows")
@@ -404,6 +407,11 @@ class Recording:
             warmup_requests=sorted(warm),
             **self.extra_manifest,
         )
+
+    def unstepped_requests(self) -> list[int]:
+        """Requests with tokens but no step: their model's forward bypassed the hooks."""
+        stepped = {s.request_id for s in self.tracker.steps}
+        return [r.request_id for r in self.tracker.requests if r.output_tokens and r.request_id not in stepped]
 
     def _tables(self, offset: int) -> tuple[Any, Any]:
         steps = self.tracker.steps

@@ -22,6 +22,12 @@ capture emits, then ``tracekit.ingest.ingest_into`` reads the trace
 (adding its baseTimeNanoseconds to every table, keeping any counters), the
 same code path ``tracekit analyze`` takes for a run ``tracekit record`` made.
 
+A ``load`` point is a ``record --serve`` run into its directory (collectors/serve.py: the
+requests through the continuous-batching engine at the point's arrival rate, once without the
+profiler, once recorded with NVML counters) analysed by every pass: latency under load from
+the engine's own timestamps without the profiler (run.json ``timings.unprofiled.load``),
+each request's cost (GPU time, energy) from the recorded pass (analysis/cost.py).
+
 A failing point (CUDA out of memory at batch 32, a bad shape) is recorded as
 failed with its one-line reason, and the sweep goes on. A model built from a
 preset (random weights) gets its ``max_position_embeddings`` raised to fit the
@@ -100,7 +106,7 @@ def load(spec: SweepSpec) -> SweepContext:
     model, info = workload.build_model(cfg)
     if override:
         info["max_position_embeddings_override"] = override
-    compiled = [p for p in spec.points if p.mode == "compiled"]
+    compiled = [p for p in spec.points if p.mode == "compiled" and p.group != "load"]
     max_len = max((max(p.prompt_lengths()) + p.output_tokens for p in compiled), default=0)
     from tracekit.collectors.session import environment
 
@@ -345,6 +351,38 @@ def _point_manifest(point: Point) -> dict[str, Any]:
     return d
 
 
+def _run_load(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[str, Any]:
+    """A load point: serve its requests at its rate on the sweep's model, then analyse the run."""
+    from dataclasses import replace
+
+    from tracekit.app.analyze import analyze
+    from tracekit.collectors import presets, workload
+    from tracekit.collectors import serve as sv
+    from tracekit.collectors.session import RecordOptions
+
+    _set_mode(ctx, replace(point, mode="eager"))  # the engine runs its own forward; no generate compile
+    cuda = ctx.device.startswith("cuda")
+    plan = sv.plan([x for x in point.shape.split(",") if x], point.requests, point.rate, seed=0)
+    serve = sv.ServeConfig(requests=plan, rate=point.rate, max_batch_tokens=spec.max_batch_tokens,
+                           cuda_graphs=point.mode == "compiled")
+    cfg = workload.WorkloadConfig(model=presets.ModelSpec(), device=ctx.device, dtype=ctx.dtype, shape=point.shape,
+                                  input_tokens=point.input_tokens, output_tokens=point.output_tokens,
+                                  requests=point.requests, warmup=max(1, spec.warmup_runs), seed=0)
+    device_index = int(ctx.device.split(":", 1)[1]) if ":" in ctx.device else 0
+    opts = RecordOptions(out=run.path, nvml=cuda, cuda=cuda, device_index=device_index, quiet=True,
+                         nvml_off_reason="device is cpu: no GPU to sample")
+    sv.check_fits(plan, ctx.model)
+    sv.serve_into(run, ctx.model, cfg, serve, opts)
+    data: dict[str, Any] = {"repeats": {"n": 1, "calls_per_repeat": point.requests}}
+    warn: list[str] = []
+    try:
+        analyze(run.path)
+    except Exception as exc:
+        warn.append(f"trace analysis failed: {type(exc).__name__}: {exc}")
+    data["warnings"] = run.read_manifest().get("warnings", []) + warn
+    return data
+
+
 def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[str, Any]:
     import torch
 
@@ -356,6 +394,8 @@ def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[
     need = point_length(point)
     if limit is not None and need > int(limit):
         raise ValueError(f"{need} tokens exceed the model's max_position_embeddings ({limit})")
+    if point.group == "load":
+        return _run_load(ctx, spec, point, run)
     _set_mode(ctx, point)
     cuda = ctx.device.startswith("cuda")
     data: dict[str, Any] = {}

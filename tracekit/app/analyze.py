@@ -39,7 +39,8 @@ from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dir
 from tracekit.store.rundir import RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
-OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
+OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
+           "step_requests")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 
 
@@ -151,6 +152,8 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     manifest = run.read_manifest()
     tables["manifest"] = manifest
+    if run.has_table("step_requests"):  # the requests each step served (record --serve / --assistant)
+        tables["step_requests"] = run.read_table("step_requests")
     tables.update(recorded_tables(run, manifest))
     if warmup_requests is not None:
         tables["warmup_first"] = warmup_requests

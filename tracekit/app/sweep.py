@@ -56,7 +56,8 @@ def summarize(sweep_dir: Path, pricing: Pricing) -> SweepTables:
     meta = read_sweep(sweep_dir)
     points = load_points(sweep_dir, list(meta.get("point_ids", [])))
     summary = sweep_analysis.summarize(
-        points, input_price=pricing.input_per_mtok, output_price=pricing.output_per_mtok
+        points, input_price=pricing.input_per_mtok, output_price=pricing.output_per_mtok,
+        gpu_per_hour=pricing.gpu_per_hour,
     )
     agent = sweep_analysis.agent_steps(points)
     seed = sweep_analysis.seed_comparison(summary)

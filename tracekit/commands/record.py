@@ -32,9 +32,9 @@ from tracekit.errors import UsageError
 )
 @click.option(
     "--shape",
-    default="smoke",
-    show_default=True,
-    help="smoke (22/8), chat (128/128), rag (1205/60), creative (25/500).",
+    default=None,
+    help="smoke (22/8), chat (128/128), rag (1205/60), creative (25/500) [smoke]. With --serve a "
+    "comma-separated mix, requests taking the shapes in turn; agentic there is one step of a 5-step agent loop.",
 )
 @click.option(
     "--input-tokens", type=click.IntRange(min=1), default=None, help="Override the shape's prompt length."
@@ -43,7 +43,56 @@ from tracekit.errors import UsageError
     "--output-tokens", type=click.IntRange(min=1), default=None, help="Override the shape's output length."
 )
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--requests", "n_requests", type=click.IntRange(min=1), default=None, help="Requests to run [1; --serve: 16, or the --lengths file's]."
+)
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Serve the requests through Transformers' continuous batching engine, under load: every "
+    "scheduler step recorded with the requests it served.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="--serve: requests per second, Poisson arrivals seeded by --seed [all arrive at once].",
+)
+@click.option(
+    "--lengths",
+    "lengths_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="--serve: a file of 'PROMPT OUTPUT' token counts, one request per line (instead of --shape).",
+)
+@click.option(
+    "--max-batch-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="--serve: tokens per engine step; longer prompts are prefilled in chunks beside the decodes.",
+)
+@click.option(
+    "--kv-blocks",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--serve: KV cache pages of 64 tokens [enough for every request at once].",
+)
+@click.option("--cuda-graphs", is_flag=True, help="--serve: the engine's CUDA graphs (captured in warm-up).")
+@click.option(
+    "--assistant",
+    default=None,
+    metavar="PRESET|PATH|layers:N",
+    help="Speculative decoding: each request plainly and with this draft model (assisted generation); "
+    "layers:N is the target's first N layers, weights shared.",
+)
+@click.option(
+    "--assistant-tokens",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="--assistant: draft tokens proposed per round.",
+)
 @click.option(
     "--warmup",
     type=click.IntRange(min=0),
@@ -109,6 +158,14 @@ def command(
     seed: int,
     quiet: bool,
     script: tuple[str, ...],
+    serve: bool = False,
+    rate: float | None = None,
+    lengths_file: Path | None = None,
+    max_batch_tokens: int = 512,
+    kv_blocks: int | None = None,
+    cuda_graphs: bool = False,
+    assistant: str | None = None,
+    assistant_tokens: int = 4,
 ) -> int:
     """Record a generation workload (or your script) into a run directory.
 
@@ -116,6 +173,8 @@ def command(
     tracekit record                                  # built-in workload, default model and shape
     tracekit record --model tinyllama-1.1b --shape chat
     tracekit record --model ./my-hf-model --shape rag --batch 4
+    tracekit record --serve --shape chat,rag,creative,agentic --requests 16 --rate 4
+    tracekit record --assistant layers:8 --shape chat
     tracekit record --out runs/mine -- python my_script.py ARGS
     """
     import importlib.util
@@ -131,6 +190,10 @@ def command(
     from tracekit.store.rundir import RunDir
 
     window = parse_trace_steps(trace_steps)
+    _check_modes(serve=serve, assistant=assistant, script=script, tp=tp, use_compile=use_compile,
+                 trace_steps=trace_steps, batch=batch, rate=rate, lengths_file=lengths_file,
+                 max_batch_tokens=max_batch_tokens, kv_blocks=kv_blocks, cuda_graphs=cuda_graphs,
+                 assistant_tokens=assistant_tokens)
     command_line = (
         ("tracekit", "record", *sys.argv[2:]) if sys.argv[1:2] == ["record"] else ("tracekit", "record")
     )
@@ -138,6 +201,8 @@ def command(
     if tp is not None and with_counters:
         raise UsageError("--counters does not combine with --tp yet: run tracekit counters on a rank's run")
     if tp is not None:
+        shape = shape or "smoke"
+        n_requests = n_requests or 1
         return _record_tp(
             tp,
             script=script,
@@ -202,13 +267,29 @@ def command(
     dev = wl.resolve_device(device)
     name = model or (presets.GPU_DEFAULT_MODEL if dev.startswith("cuda") else presets.CPU_DEFAULT_MODEL)
     spec = presets.resolve_model(name)
-    sp = presets.resolve_shape(shape)
+    shape = shape or "smoke"
+    mix = [x.strip() for x in shape.split(",") if x.strip()]
+    if serve:
+        from tracekit.collectors import serve as sv
+
+        for m in mix:
+            sv.serve_shape(m)  # an unknown name fails here, in one line
+        lengths = sv.read_lengths(lengths_file) if lengths_file is not None else None
+        n_requests = n_requests or (len(lengths) if lengths else 16)
+        if lengths is not None:
+            mix = ["lengths"]
+        shape = ",".join(mix)
+    elif len(mix) != 1 or mix[0] == "agentic":
+        raise UsageError(f"--shape {shape}: a mix of shapes and the agentic shape need --serve")
+    n_requests = n_requests or 1
+    # With --serve each request has its own shape (serve.plan); the config's lengths are a placeholder.
+    sp = presets.SHAPES.get(mix[0], presets.SHAPES["chat"]) if serve else presets.resolve_shape(mix[0])
     custom = input_tokens is not None or output_tokens is not None
     cfg = wl.WorkloadConfig(
         model=spec,
         device=dev,
         dtype=wl.resolve_dtype(dtype, dev),
-        shape=sp.name if not custom else f"{sp.name}-custom",
+        shape=(shape if serve else sp.name) + ("-custom" if custom else ""),
         input_tokens=input_tokens or sp.input_tokens,
         output_tokens=output_tokens or sp.output_tokens,
         batch=batch,
@@ -222,7 +303,7 @@ def command(
         raise UsageError("--output-tokens must be at least 1")
     device_index = int(dev.split(":", 1)[1]) if ":" in dev else 0
     opts = RecordOptions(
-        out=out or default_out(cfg.shape),
+        out=out or default_out("serve" if serve else f"{cfg.shape}-assisted" if assistant else cfg.shape),
         force=force,
         nvml=not no_nvml and dev.startswith("cuda"),
         sample_hz=sample_hz,
@@ -233,7 +314,21 @@ def command(
         command=command_line,
         nvml_off_reason="disabled with --no-nvml" if no_nvml else "device is cpu: no GPU to sample",
     )
-    run = run_workload(cfg, opts)
+    if serve:
+        plan = sv.plan(mix, n_requests, rate, seed, lengths=lengths, input_tokens=input_tokens,
+                       output_tokens=output_tokens)
+        run = sv.run_serve(
+            cfg,
+            sv.ServeConfig(requests=plan, rate=rate, max_batch_tokens=max_batch_tokens, num_blocks=kv_blocks,
+                           cuda_graphs=cuda_graphs),
+            opts,
+        )
+    elif assistant is not None:
+        from tracekit.collectors.assisted import run_assisted
+
+        run = run_assisted(cfg, assistant, assistant_tokens, opts)
+    else:
+        run = run_workload(cfg, opts)
     if not quiet:
         click.echo(render(run.read_manifest(), run.path), err=True)
     if with_counters:
@@ -275,6 +370,32 @@ def given_options(*names: str) -> list[str]:
         value = ctx.params.get(p.name)
         out.append(p.opts[0] if p.is_flag else f"{p.opts[0]} {value}")
     return out
+
+
+def _check_modes(*, serve: bool, assistant: str | None, script: tuple[str, ...], tp: int | None, use_compile: bool,
+                 trace_steps: str | None, batch: int, rate: float | None, lengths_file: Path | None,
+                 max_batch_tokens: int, kv_blocks: int | None, cuda_graphs: bool, assistant_tokens: int) -> None:
+    """--serve and --assistant are workloads of their own: what they do not combine with, one line each."""
+    serve_only = {"--rate": rate is not None, "--lengths": lengths_file is not None,
+                  "--max-batch-tokens": max_batch_tokens != 512, "--kv-blocks": kv_blocks is not None,
+                  "--cuda-graphs": cuda_graphs}
+    for mode, on in (("--serve", serve), ("--assistant", assistant is not None)):
+        if not on:
+            continue
+        others = {"a script": bool(script), "--tp": tp is not None, "--compile": use_compile,
+                  "--trace-steps": trace_steps is not None, "--batch": batch != 1,
+                  "--assistant": serve and assistant is not None}
+        bad = [k for k, v in others.items() if v]
+        if bad:
+            raise UsageError(f"{mode} does not combine with {bad[0]}"
+                             + (" (the engine batches the requests itself)" if mode == "--serve" and bad[0] == "--batch"
+                                else ""))
+    if not serve:
+        given = [k for k, v in serve_only.items() if v]
+        if given:
+            raise UsageError(f"{given[0]} applies to --serve only")
+    if assistant is None and assistant_tokens != 4:
+        raise UsageError("--assistant-tokens applies to --assistant only")
 
 
 def _record_tp(

@@ -38,6 +38,8 @@ def build_spec(
 ) -> sweepspec.SweepSpec:
     """--quick, --preset, --config and the point flags: exactly one source of points."""
     point_flags = {k: v for k, v in flags.items() if k in _POINT_FLAGS and v}
+    if (flags.get("load_shape") or flags.get("load_requests")) and not flags.get("rates"):
+        raise UsageError("--load-shape and --load-requests go with --rates")
     given = [text for text, on in (("--quick", quick), (f"--preset {preset}", preset is not None),
                                    (f"--config {config}", config is not None)) if on]
     given += [f"--{k.replace('_', '-')} {v}" for k, v in point_flags.items()]
@@ -67,6 +69,9 @@ def build_spec(
                 "steps": flags["agent_steps"],
                 "tool_tokens": flags.get("agent_tool_tokens") or 64,
             }
+        if flags.get("rates"):
+            data["load"] = {"rates": _csv_rates(flags["rates"]), "shape": flags.get("load_shape") or "chat",
+                            "requests": flags.get("load_requests") or 16}
         spec = sweepspec.from_mapping(data, name="flags")
     else:
         raise UsageError(
@@ -97,7 +102,24 @@ def build_spec(
     return replace(spec, **over) if over else spec
 
 
-_POINT_FLAGS = ("shapes", "batch", "prompt_lengths", "output_lengths", "agent_steps")
+_POINT_FLAGS = ("shapes", "batch", "prompt_lengths", "output_lengths", "agent_steps", "rates")
+
+
+def _csv_rates(text: str) -> list[float]:
+    """Requests per second, comma-separated; 0 or ``all``: every request at once."""
+    out = []
+    for x in text.split(","):
+        x = x.strip()
+        if not x:
+            continue
+        try:
+            v = 0.0 if x == "all" else float(x)
+        except ValueError:
+            raise UsageError(f"--rates: expected requests per second (or all), got {x!r}") from None
+        if v < 0:
+            raise UsageError(f"--rates: {x} is negative")
+        out.append(v)
+    return out
 
 
 def _and(items: list[str]) -> str:
@@ -122,6 +144,13 @@ def _and(items: list[str]) -> str:
 @click.option(
     "--agent-tool-tokens", type=int, help="Tool-result tokens appended each agent step (default 64)."
 )
+@click.option(
+    "--rates",
+    help="The load study: requests per second, comma-separated (all: at once), each a point served "
+    "through continuous batching.",
+)
+@click.option("--load-shape", help="Load study: a shape or a mix of them, e.g. chat,rag (default chat).")
+@click.option("--load-requests", type=int, help="Load study: requests per point (default 16).")
 @click.option("--modes", help="Execution modes to cross with every point: eager, compiled.")
 @click.option("--model", help="Model preset or local directory (default: the preset's model).")
 @click.option("--device", help="auto, cpu, cuda or cuda:N.")
@@ -136,6 +165,7 @@ def _and(items: list[str]) -> str:
 @click.option("--warmup-runs", type=int, help="Warm-up runs of the whole point before timing (default 1).")
 @click.option("--input-price", type=float, help="$ per 1M input tokens (default: see docs/sweep.md).")
 @click.option("--output-price", type=float, help="$ per 1M output tokens.")
+@click.option("--gpu-price", type=float, help="$ per GPU-hour, for the cost of one request (default: docs/sweep.md).")
 @click.option(
     "--out", "out", type=click.Path(file_okay=False), help="Sweep directory (default runs/sweep-<timestamp>)."
 )
@@ -143,7 +173,8 @@ def _and(items: list[str]) -> str:
 @click.option("--force", is_flag=True, help="Overwrite an existing sweep directory.")
 @click.option("--dry-run", is_flag=True, help="List the points and the time estimate, run nothing.")
 def command(preset: str | None, quick: bool, config: str | None, out: str | None, resume: bool, force: bool,
-            dry_run: bool, input_price: float | None, output_price: float | None, **flags: Any) -> int:  # fmt: skip
+            dry_run: bool, input_price: float | None, output_price: float | None, gpu_price: float | None,
+            **flags: Any) -> int:  # fmt: skip
     """Run a latency study: every point is its own run directory; a summary table and a report at the end."""
     if resume and force:
         raise UsageError("--resume and --force conflict: --resume continues the sweep in --out, "
@@ -152,6 +183,8 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
     price = _pricing.from_mapping(spec.pricing) if spec.pricing else _pricing.DEFAULT
     price = _pricing.from_mapping({"input_per_mtok": input_price, "output_per_mtok": output_price}, base=price) \
         if input_price is not None or output_price is not None else price  # fmt: skip
+    if gpu_price is not None:
+        price = _pricing.from_mapping({"gpu_per_hour": gpu_price, "gpu_source": "--gpu-price"}, base=price)
     out_dir = Path(out) if out else Path("runs") / f"sweep-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if out_dir.exists() and any(out_dir.iterdir()) and not (resume or force) and not dry_run:
         raise UsageError(f"{out_dir} already exists; pass --resume to continue it or --force to overwrite it")

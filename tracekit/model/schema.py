@@ -174,7 +174,61 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("host_ttft_ns", _f64),
         ("host_tpot_ns", _f64),
         ("host_e2e_ns", _f64),
+        # Serving under load (record --serve): arrival to first scheduled, and TTFT / e2e
+        # read from the trace's step windows, beside the engine's own token timestamps.
+        ("queue_ns", _i64),
+        ("trace_ttft_ns", _i64),
+        ("trace_e2e_ns", _i64),
+        # Speculative decoding (record --assistant): draft tokens proposed / accepted, and the
+        # same prompt without the assistant in the same run (plain_request_id; speedup = its e2e / this e2e).
+        ("assistant", _dict),
+        ("proposed_tokens", _i64),
+        ("accepted_tokens", _i64),
+        ("acceptance_rate", _f64),
+        ("plain_request_id", _i64),
+        ("speedup", _f64),
+        # The request's cost inside the batches it shared (analysis/cost.py, docs/metrics.md):
+        # sums over its steps of its share of each step.
+        ("steps", _i64),  # steps it took part in
+        ("step_time_ns", _i64),  # share of the steps' wall time
+        ("gpu_time_ns", _i64),  # share of the steps' GPU busy time
+        ("compute_bound_ns", _i64),
+        ("memory_bound_ns", _i64),
+        ("latency_bound_ns", _i64),
+        ("other_ns", _i64),
+        ("idle_ns", _i64),
+        ("flops", _f64),
+        ("bytes", _f64),
+        ("energy_j", _f64),
+        ("mean_step_share", _f64),  # mean over its steps of its share of the step's wall time
         doc="One row per request",
+    ),
+    "step_requests": _schema(
+        ("rank", _i32),
+        ("step_id", _i64),
+        ("request_id", _i64),
+        ("phase", _dict),  # p / f / d (batch steps), or the step's kind
+        ("q_len", _i64),  # this request's query tokens in the step
+        ("kv_len", _i64),  # its KV positions after the step (past + q_len)
+        ("round", _i64),  # speculative decoding: the round
+        ("proposed_tokens", _i64),  # verify steps: draft tokens checked
+        ("accepted_tokens", _i64),  # verify steps: of those, accepted
+        # Its share of the step's cost (analysis/cost.py): the shares of a step sum to it
+        # (exactly for the integer ns columns).
+        ("share", _f64),  # of the step's wall time
+        ("step_time_ns", _i64),
+        ("gpu_time_ns", _i64),
+        ("compute_bound_ns", _i64),
+        ("memory_bound_ns", _i64),
+        ("latency_bound_ns", _i64),
+        ("other_ns", _i64),
+        ("comm_ns", _i64),
+        ("memcpy_ns", _i64),
+        ("idle_ns", _i64),
+        ("flops", _f64),
+        ("bytes", _f64),
+        ("energy_j", _f64),
+        doc="One row per (step, request in it): the requests a batch step served and each one's share",
     ),
     "kernel_steps": _schema(
         ("rank", _i32),

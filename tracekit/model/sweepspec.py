@@ -14,6 +14,10 @@ Studies (``group``) and what each measures:
 - ``output``: answer lengths at a fixed prompt: per-output-token cost.
 - ``agent``: an agent loop of N steps, ``resend`` (whole history each step) vs
   ``kv-reuse`` (the previous step's KV cache passed back).
+- ``load``: N requests of a shape (or a mix, ``chat,rag``) served by the continuous
+  batching engine at each arrival rate (requests per second, Poisson; 0: all at once):
+  the latency-throughput curve, and each request's cost at that load. In a load point
+  ``compiled`` means the engine's CUDA graphs.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ SHAPES: dict[str, tuple[int, int]] = {
 AGENTIC = "agentic"
 MODES = ("eager", "compiled")
 AGENT_MODES = ("resend", "kv-reuse")
-GROUPS = ("shapes", "batch", "prompt", "output", "agent")
+GROUPS = ("shapes", "batch", "prompt", "output", "agent", "load")
+# The agentic shape in a load mix is one step of an AgentSpec() loop: its longest prompt and answer.
+AGENTIC_MAX = (128 + 4 * (64 + 64), 64)
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,18 @@ class Point:
     batch: int = 1
     mode: str = "eager"  # eager | compiled
     agent: AgentSpec | None = None
+    # Load points: requests served, and their arrival rate (requests per second; None: all at
+    # once). input/output_tokens are then the mix's longest.
+    requests: int = 0
+    rate: float | None = None
 
     @property
     def id(self) -> str:
         """Stable, readable, filesystem-safe: parameters only, never position or time."""
+        if self.group == "load":
+            shape = "".join(c if c.isalnum() or c in "-_." else "x" if c == "/" else "+" for c in self.shape)
+            rate = "all" if self.rate is None else f"{self.rate:g}"
+            return f"load-{shape}-n{self.requests}-r{rate}-{self.mode}"
         if self.agent is not None:
             a = self.agent
             return (
@@ -116,6 +130,7 @@ class SweepSpec:
     # (prefill + a few decode steps); host timers still cover every token.
     trace_steps: int = 6
     pricing: Mapping[str, Any] = field(default_factory=dict)
+    max_batch_tokens: int = 512  # load points: tokens per engine step
 
     def with_points(self, points: Iterable[Point]) -> SweepSpec:
         return replace(self, points=tuple(dedupe(points)))
@@ -162,6 +177,19 @@ def prompt_points(lengths: Sequence[int], modes: Sequence[str], output_tokens: i
 
 def output_points(lengths: Sequence[int], modes: Sequence[str], input_tokens: int = 128) -> list[Point]:
     return [Point("output", f"output{n}", input_tokens, n, 1, mode) for mode in modes for n in lengths]
+
+
+def load_points(rates: Sequence[float], modes: Sequence[str], shape: str = "chat", requests: int = 16) -> list[Point]:
+    """One point per arrival rate (0: all at once) and mode, ``requests`` requests of ``shape`` (a mix: a,b)."""
+    names = [x.strip() for x in shape.split(",") if x.strip()]
+    if not names:
+        raise UsageError("load: give a shape")
+    dims = [AGENTIC_MAX if n == AGENTIC else _shape(n) for n in names]
+    i, o = max(d[0] for d in dims), max(d[1] for d in dims)
+    if requests < 1 or any(r < 0 for r in rates):
+        raise UsageError("load: requests must be at least 1 and rates not negative")
+    return [Point("load", ",".join(names), i, o, 1, mode, requests=requests, rate=float(r) if r else None)
+            for mode in modes for r in rates]
 
 
 def agent_points(agent: AgentSpec, agent_modes: Sequence[str], modes: Sequence[str]) -> list[Point]:
@@ -270,12 +298,13 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
     Keys: model, device, dtype, warmup_runs, repeats, trace_steps, modes, shapes, batch,
     batch_shape, prompt_lengths, prompt_output_tokens, output_lengths,
     output_input_tokens, [agent] (steps, system_tokens, output_tokens,
-    tool_tokens, modes), [pricing] (input_per_mtok, output_per_mtok).
+    tool_tokens, modes), [load] (rates, shape, requests, max_batch_tokens),
+    [pricing] (input_per_mtok, output_per_mtok, gpu_per_hour).
     """
     known = {
         "name", "model", "device", "dtype", "warmup_runs", "repeats", "trace_steps", "modes", "shapes", "batch",
         "batch_shape", "prompt_lengths", "prompt_output_tokens", "output_lengths", "output_input_tokens",
-        "agent", "pricing",
+        "agent", "load", "pricing",
     }  # fmt: skip
     unknown = set(data) - known
     if unknown:
@@ -310,9 +339,27 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         if spec.steps < 1 or spec.output_tokens < 1 or spec.system_tokens < 2:
             raise UsageError("sweep config: [agent] needs steps >= 1, output_tokens >= 1, system_tokens >= 2")
         pts += agent_points(spec, agent_modes, modes)
+    load = data.get("load")
+    max_batch_tokens = 512
+    if load is not None:
+        if not isinstance(load, Mapping):
+            raise UsageError("sweep config: [load] must be a table")
+        unknown_load = set(load) - {"rates", "shape", "requests", "max_batch_tokens"}
+        if unknown_load:
+            raise UsageError(f"sweep config: [load]: unknown keys {sorted(unknown_load)}")
+        rates = load.get("rates", [0])
+        rates = [rates] if isinstance(rates, int | float) else rates
+        if not isinstance(rates, list) or not all(isinstance(r, int | float) and r >= 0 for r in rates):
+            raise UsageError("sweep config: [load] rates must be a list of requests per second (0: all at once)")
+        try:
+            n = int(load.get("requests", 16))
+            max_batch_tokens = int(load.get("max_batch_tokens", 512))
+        except (TypeError, ValueError):
+            raise UsageError("sweep config: [load] requests and max_batch_tokens must be integers") from None
+        pts += load_points([float(r) for r in rates], modes, str(load.get("shape", "chat")), n)
     if not pts:
         raise UsageError(
-            "sweep config defines no points (give shapes, batch, prompt_lengths, output_lengths or agent)"
+            "sweep config defines no points (give shapes, batch, prompt_lengths, output_lengths, agent or load)"
         )
     for p in pts:
         if p.input_tokens < 2 or p.output_tokens < 1:
@@ -329,6 +376,7 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         repeats=int(data.get("repeats", 0)),
         trace_steps=int(data.get("trace_steps", 6)),
         pricing=dict(pricing),
+        max_batch_tokens=max_batch_tokens,
     )
     return spec_.with_points(pts)
 
@@ -364,6 +412,12 @@ def estimate_seconds(
     total_ms = 0.0
     compiled_batches: set[int] = set()
     for p in spec.points:
+        if p.group == "load":
+            # One unprofiled and one recorded pass (no repeats); decode steps batch the requests, so a
+            # pass lasts about the arrivals plus one answer's decode, plus tracing and analysis.
+            arrive_ms = 1000.0 * p.requests / p.rate if p.rate else 0.0
+            total_ms += 2 * (arrive_ms + p.output_tokens * per.get(p.mode, per["eager"])) + 3000.0 + 40.0 * p.requests
+            continue
         # Batch barely changes the per-token cost while the host is the bottleneck.
         decode_ms = p.total_output_tokens * per.get(p.mode, per["eager"])
         prefill_ms = sum(max(20.0, n * 0.03) for n in p.prompt_lengths()) if cuda else 0.0

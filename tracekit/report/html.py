@@ -26,8 +26,10 @@ from tracekit.report.view import (
     NOT_RECORDED,
     RunView,
     advice_lines,
+    assisted_rows,
     ceiling_of,
     cell,
+    cost_rows,
     has_columns,
     meta_rows,
     outside_line,
@@ -114,6 +116,10 @@ def run_section(run: RunView) -> str:
             parts.append(f'<p class="outside">{_esc(line)}</p>')
     parts.append(_img(split_png(run.df("phases")), "time split per phase"))
     parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups)))
+    for title, (headers, rows) in (("Each request's cost inside the batch", cost_rows(run.df("requests"))),
+                                   ("Speculative decoding", assisted_rows(run.df("requests"), run.df("steps")))):
+        if rows:
+            parts.append(_section_table(title, headers, rows))
     parts.append(_img(latency_png(run.df("requests")), "per-request latency"))
     parts.append("<h3>Phase timeline</h3>" + _img(phase_timeline_png(run.df("steps")), "phase timeline"))
     parts.append("<h3>Counters</h3>" + _img(counters_png(run.df("counters"), run.df("steps")), "counters over time"))

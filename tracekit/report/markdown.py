@@ -34,6 +34,9 @@ SUMMARY_VIEW = ["point_id", "status", "repeats", "ttft_ms", "tpot_ms", "tpot_ms_
                 "prefill_share", "prefill_tok_s", "decode_tok_s", "read_write_asymmetry", "decode_idle_share",
                 "decode_latency_share", "decode_idle_profiler_share", "cost_vs_chat"]  # fmt: skip
 SEED_VIEW = ["claim", "unit", "seed_t4", "measured", "measured_vs_seed", "verdict"]
+LOAD_VIEW = ["point_id", "rate_rps", "requests", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+             "tpot_p99_ms", "queue_p99_ms", "step_ms_per_request", "gpu_ms_per_request", "j_per_request",
+             "usd_per_request"]  # fmt: skip
 AGENT_VIEW = ["agent_mode", "mode", "step", "prompt_tokens", "prefilled_tokens", "output_tokens", "prefill_ms",
               "e2e_ms", "cumulative_ms"]  # fmt: skip
 
@@ -207,6 +210,7 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
     )
     if kv_lines:
         out += ["### KV cache bytes per token", "", *kv_lines, ""]
+    out += load_section(summary, pricing)
     save = agent_saving(agent)
     if save:
         out += ["## Agent loop: resend vs kv-reuse (measured)", "", agent_saving_text(save), "",
@@ -230,6 +234,25 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
     if not failed.empty:
         out += ["## Failed points", "", _md_table(failed, ["point_id", "status", "reason"]), ""]
     return "\n".join(out)
+
+
+def load_section(summary: pd.DataFrame, pricing: Pricing) -> list[str]:
+    """The load study: latency against throughput, and what one request costs at each load."""
+    d = summary[(summary["group"] == "load") & (summary["status"] == "complete")] if "group" in summary else summary
+    if d.empty:
+        return []
+    return [
+        "## Load: latency against throughput, and the cost of one request",
+        "",
+        "Each point serves its requests through Transformers' continuous batching at one arrival rate "
+        "(Poisson; `all`: at once). Throughput and latency percentiles come from the engine's own token "
+        "timestamps without the profiler; the cost per request is its share of the steps it shared with others "
+        "(docs/metrics.md), from the recorded pass: step time (the GPU held), GPU busy time, NVML energy, and "
+        f"the step time at ${pricing.gpu_per_hour:g} per GPU-hour ({pricing.gpu_source or 'given'}).",
+        "",
+        _md_table(d, LOAD_VIEW),
+        "",
+    ]
 
 
 def _override_lines(meta: dict[str, Any]) -> list[str]:

@@ -11,7 +11,8 @@ Run report:
   roofline_png        one point per shape-modelled kernel against a Ceiling
   counters_png        NVML / GPM counters over time
   latency_png         TTFT, decode time and end-to-end per request
-Sweep: make_sweep_plots (prefill share, TTFT/TPOT/throughput curves, KV bytes, agent loop, cost, split).
+Sweep: make_sweep_plots (prefill share, TTFT/TPOT/throughput curves, KV bytes, agent loop, cost, split,
+and the latency-throughput curve of the load study with each request's cost at each load).
 """
 
 from __future__ import annotations
@@ -462,6 +463,46 @@ def _num(v: Any) -> float:
     return 0.0 if f != f else f
 
 
+def plot_load(s: pd.DataFrame, path: Path) -> Path | None:
+    """The latency-throughput curve: TTFT and TPOT p50 / p99 against output tokens/s, one line per mode and
+    percentile, each point labelled with its arrival rate; and each request's cost at that load."""
+    d = _ok(s, group="load")
+    if d.empty or d["throughput_tok_s"].isna().all():
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for mode, dm in d.groupby("mode"):
+        dm = dm.sort_values("throughput_tok_s")
+        x = dm["throughput_tok_s"].astype(float)
+        for ax, metric in ((axes[0], "ttft"), (axes[1], "tpot")):
+            for q, style in (("p50", "-o"), ("p99", "--s")):
+                ax.plot(x, dm[f"{metric}_{q}_ms"].astype(float), style, label=f"{mode} {q}")
+            for xi, yi, r in zip(x, dm[f"{metric}_p99_ms"].astype(float), dm["rate_rps"], strict=True):
+                ax.annotate("all" if pd.isna(r) else f"{float(r):g}/s", (xi, yi), fontsize=7,
+                            textcoords="offset points", xytext=(3, 3))
+        top = dm["rate_rps"].astype(float).max()
+        rate = dm["rate_rps"].astype(float).fillna(2 * top if top == top and top > 0 else 1.0).sort_values()
+        dm = dm.loc[rate.index]
+        axes[2].plot(rate, dm["usd_per_request"].astype(float) * 1e6, "-o", label=f"{mode} µ$ (GPU time)")
+        if dm["j_per_request"].notna().any():
+            twin = axes[2].twinx()
+            twin.plot(rate, dm["j_per_request"].astype(float), "--s", color="#d62728", label=f"{mode} J (NVML)")
+            twin.set_ylabel("J per request")
+            twin.legend(fontsize=7, loc="upper right")
+    for ax, metric in ((axes[0], "TTFT"), (axes[1], "TPOT")):
+        ax.set_xlabel("output tokens/s (all requests)")
+        ax.set_ylabel(f"{metric} (ms)")
+        ax.set_title(f"{metric} against throughput")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[2].set_xlabel("offered load (requests/s; rightmost: all at once)")
+    axes[2].set_ylabel("µ$ per request (its share of the steps' time)")
+    axes[2].legend(fontsize=7, loc="upper left")
+    axes[2].set_title("Cost of one request at each load")
+    axes[2].grid(alpha=0.3)
+    return _save(fig, path)
+
+
 PlotFn = Callable[[pd.DataFrame, Path], "Path | None"]
 
 
@@ -490,5 +531,6 @@ def make_sweep_plots(summary: pd.DataFrame, agent: pd.DataFrame, plots_dir: Path
         "agent_loop": plot_agent(agent, plots_dir / "agent_loop.png"),
         "cost_vs_chat": plot_cost(s, plots_dir / "cost_vs_chat.png"),
         "three_way_split": plot_split(s, plots_dir / "three_way_split.png"),
+        "latency_vs_throughput": plot_load(s, plots_dir / "latency_vs_throughput.png"),
     }  # fmt: skip
     return {k: v for k, v in made.items() if v is not None}

@@ -46,7 +46,13 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     over = t.get("profiler_overhead") or {}
     wl = manifest.get("workload", {})
     lines = [f"tracekit record: {manifest.get('status', '?')}  ({run_path})"]
-    if wl.get("model"):
+    if wl.get("model") and wl.get("kind") == "serve":
+        lines.append(
+            f"  workload        {wl.get('model')} {wl.get('dtype')} on {wl.get('device')}, {wl.get('requests')} "
+            f"requests of {wl.get('shape')}: {wl.get('input_tokens')} prompt / {wl.get('output_tokens')} output "
+            "tokens in all"
+        )
+    elif wl.get("model"):
         lines.append(
             f"  workload        {wl.get('model')} {wl.get('dtype')} on {wl.get('device')}, "
             f"shape {wl.get('shape')} ({wl.get('input_tokens')} in / {wl.get('output_tokens')} out), "
@@ -66,7 +72,10 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     ea = events.get("aggregate") or {}
     has_unprof = unprof.get("ttft_ns") is not None
     base = unprof if has_unprof else prof
-    src = "host timers, no profiler" if has_unprof else "host timers, under the profiler"
+    # record --serve times requests by the engine's own stamps, not tracekit's host timers.
+    timer = "engine timestamps" if "engine" in str((t.get("unprofiled") or t.get("profiled") or {}).get("clock")) \
+        else "host timers"
+    src = f"{timer}, no profiler" if has_unprof else f"{timer}, under the profiler"
 
     def latency(key: str) -> str:
         parts = [f"{_ms(base.get(key))} {src}"]
@@ -81,9 +90,9 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     lines += [
         f"  TTFT            {latency('ttft_ns')}",
         f"  TPOT            {latency('tpot_ns')}",
-        f"  prefill         {_rate(base.get('prefill_tok_s'))}  (host timers, {short})",
-        f"  decode          {_rate(base.get('decode_tok_s'))}  (host timers, {short})",
-        f"  prefill share   {_pct(share)} of request time (host timers, {short})",
+        f"  prefill         {_rate(base.get('prefill_tok_s'))}  ({timer}, {short})",
+        f"  decode          {_rate(base.get('decode_tok_s'))}  ({timer}, {short})",
+        f"  prefill share   {_pct(share)} of request time ({timer}, {short})",
     ]
     if ea.get("ttft_ns") is not None:
         d = events.get("host_minus_events_pct") or {}
@@ -96,6 +105,7 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
             f"  profiler cost   TTFT {_pct(over.get('ttft_pct'), True)}, TPOT {_pct(over.get('tpot_pct'), True)}, "
             f"e2e {_pct(over.get('e2e_pct'), True)}  (profiled vs unprofiled host timers: the traced run is slower)"
         )
+    lines += serve_lines(manifest) + assisted_lines(manifest)
     sources = manifest.get("step_boundaries") or {}
     if sources.get("streamer"):
         lines.append(
@@ -122,3 +132,57 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
         f"                  open it at {PERFETTO_URL} (Open trace file)",
     ]
     return "\n".join(lines)
+
+
+def serve_lines(manifest: dict[str, Any]) -> list[str]:
+    """``record --serve``: the load, throughput and latency percentiles (engine timestamps), and the check."""
+    serve = manifest.get("serve")
+    if not serve:
+        return []
+    t = manifest.get("timings", {})
+    un, pr = (t.get("unprofiled") or {}).get("load") or {}, (t.get("profiled") or {}).get("load") or {}
+    base, src = (un, "no profiler") if un.get("completed") else (pr, "under the profiler")
+    rate = serve.get("rate_rps")
+    lines = [f"  serve           {serve.get('requests')} requests, "
+             + (f"{rate:g} req/s (Poisson)" if rate else "all at once")
+             + f", {serve.get('max_batch_tokens')} tokens/step, attention {serve.get('attention')}"
+             + (", CUDA graphs" if serve.get("cuda_graphs") else "")]
+    if base.get("completed"):
+        lines.append(
+            f"  under load      {_rate(base.get('output_tok_s'))} out, TTFT p50 {_ms(base.get('ttft_ns_p50'))} "
+            f"p99 {_ms(base.get('ttft_ns_p99'))}, TPOT p50 {_ms(base.get('tpot_ns_p50'))} "
+            f"p99 {_ms(base.get('tpot_ns_p99'))}, queue p99 {_ms(base.get('queue_ns_p99'))}  (engine timestamps, {src})"
+        )
+    kinds = manifest.get("steps_by_kind") or {}
+    if kinds:
+        lines.append("  steps           " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+                     + f"; up to {manifest.get('max_batch')} requests in one step")
+    chk = (t.get("profiled") or {}).get("trace_check") or {}
+    if chk.get("requests_checked"):
+        lines.append(
+            f"  vs the trace    first token stamped {_ms(chk.get('first_token_ns_min'))} to "
+            f"{_ms(chk.get('first_token_ns_max'))} after its step ended ({chk['requests_checked']} requests)"
+        )
+    return lines
+
+
+def assisted_lines(manifest: dict[str, Any]) -> list[str]:
+    """``record --assistant``: acceptance, tokens per round, the speed-up and where the time went."""
+    a = manifest.get("assisted")
+    if not a:
+        return []
+    t = manifest.get("timings", {})
+    un, pr = (t.get("unprofiled") or {}).get("assisted") or {}, (t.get("profiled") or {}).get("assisted") or {}
+    base = un or pr
+    rate = base.get("acceptance_rate")
+    lines = [f"  assistant       {a.get('assistant')} ({a.get('kind')}), {a.get('tokens_per_round')} tokens per round: "
+             f"acceptance {_pct(None if rate is None else 100 * rate)}, "
+             f"{base.get('tokens_per_round') or 0:.2f} tokens per round"]
+    if base.get("speedup_mean") is not None:
+        lines.append(f"  speed-up        {base['speedup_mean']:.2f}x e2e against the same requests without it "
+                     f"(range {base.get('speedup_min'):.2f}-{base.get('speedup_max'):.2f}; "
+                     f"{'no profiler' if un else 'under the profiler'})")
+    if pr.get("draft_ns") is not None:
+        lines.append(f"  time            draft forwards {_ms(pr.get('draft_ns'))}, verify forwards "
+                     f"{_ms(pr.get('verify_ns'))} (recorded pass)")
+    return lines

@@ -13,7 +13,9 @@ import pandas as pd
 from tracekit.report.view import (
     OUTSIDE,
     advice_lines,
+    assisted_rows,
     ceiling_of,
+    cost_rows,
     outside_line,
     phase_rows,
     request_rows,
@@ -193,9 +195,12 @@ def render_terminal(views: list[Any], out: Any) -> None:
             if note:
                 console.print(f"  {note}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
-                                       ("requests", request_rows(v.df("requests"), v.warmups))):
+                                       ("requests", request_rows(v.df("requests"), v.warmups)),
+                                       ("each request's cost inside the batch", cost_rows(v.df("requests"))),
+                                       ("speculative decoding", assisted_rows(v.df("requests"), v.df("steps")))):
             if not rows:
-                console.print(f"  {title}: not recorded")
+                if title in ("phases: three-way split", "requests"):
+                    console.print(f"  {title}: not recorded")
                 continue
             table = Table(title=title, header_style="bold")
             for h in headers:

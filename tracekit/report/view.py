@@ -357,6 +357,61 @@ def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = ()) -> tuple
     return headers, rows
 
 
+def cost_rows(requests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Each request's latency beside its cost inside the batches it shared (analysis/cost.py): empty
+    when the cost pass has not run."""
+    headers = ["request", "TTFT (ms)", "TPOT (ms)", "e2e (ms)", "queue (ms)", "steps", "mean share",
+               "step time (ms)", "GPU time (ms)", "compute", "memory", "GFLOP", "GB", "J"]
+    if not has_columns(requests, "step_time_ns"):
+        return headers, []
+    rows = []
+    def part(r: dict[Any, Any], c: str) -> str:
+        g, v = _f(r.get("gpu_time_ns")), _f(r.get(c))
+        return cell(v / g, "pct") if g and v is not None else "—"
+
+    for r in requests.to_dict("records"):
+        g = _f(r.get("gpu_time_ns"))
+
+        flops, nbytes = _f(r.get("flops")), _f(r.get("bytes"))
+        rows.append([str(r.get("name", r.get("request_id"))), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
+                     cell(r.get("e2e_ns"), "ms"), cell(r.get("queue_ns"), "ms"), cell(r.get("steps")),
+                     cell(r.get("mean_step_share"), "pct"), cell(r.get("step_time_ns"), "ms"), cell(g, "ms"),
+                     part(r, "compute_bound_ns"), part(r, "memory_bound_ns"),
+                     cell(flops / 1e9 if flops is not None else None), cell(nbytes / 1e9 if nbytes is not None else None),
+                     cell(r.get("energy_j"))])
+    return headers, rows
+
+
+def assisted_rows(requests: pd.DataFrame, steps: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Speculative decoding per assisted request: acceptance, where its time went (draft forwards, verify
+    forwards, the host outside both) and the speed-up against the same prompt without the assistant."""
+    headers = ["request", "assistant", "proposed", "accepted", "acceptance", "draft (ms)", "verify (ms)",
+               "host (ms)", "e2e (ms)", "plain e2e (ms)", "speed-up"]
+    if not has_columns(requests, "assistant"):
+        return headers, []
+    dur: dict[tuple[int, str], float] = {}
+    if has_columns(steps, "request_id", "kind", "cpu_start_ns", "cpu_end_ns"):
+        st = steps.dropna(subset=["request_id", "cpu_start_ns", "cpu_end_ns"])
+        d = (st["cpu_end_ns"].astype(float) - st["cpu_start_ns"].astype(float))
+        kind = st["kind"].astype(str).replace({"prefill": "verify"})  # the first round's verify also prefills
+        sums = d.groupby([st["request_id"].astype(int), kind]).sum()
+        dur = {(int(rid), str(k)): float(v) for (rid, k), v in zip(sums.index, sums.to_numpy(), strict=True)}
+    by_id = requests.set_index("request_id") if "request_id" in requests else pd.DataFrame()
+    rows = []
+    for r in requests[requests["assistant"].notna()].to_dict("records"):
+        rid = int(r["request_id"])
+        draft, verify, e2e = dur.get((rid, "draft")), dur.get((rid, "verify")), _f(r.get("e2e_ns"))
+        host = e2e - (draft or 0) - (verify or 0) if e2e is not None and (draft or verify) else None
+        plain = _f(by_id.loc[int(r["plain_request_id"]), "e2e_ns"]) if _f(r.get("plain_request_id")) is not None \
+            and int(r["plain_request_id"]) in by_id.index else None
+        sp = _f(r.get("speedup"))
+        rows.append([str(r.get("name", rid)), str(r["assistant"]), cell(r.get("proposed_tokens")),
+                     cell(r.get("accepted_tokens")), cell(r.get("acceptance_rate"), "pct"), cell(draft, "ms"),
+                     cell(verify, "ms"), cell(host, "ms"), cell(e2e, "ms"), cell(plain, "ms"),
+                     f"{sp:.2f}x" if sp is not None else "—"])
+    return headers, rows
+
+
 def meta_rows(m: dict[str, Any]) -> list[list[str]]:
     rows = [[str(k), str(v)] for k, v in m.items() if isinstance(v, str | int | float) and v != ""]
     for group in ("workload", "environment", "profiler"):

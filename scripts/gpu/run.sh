@@ -15,8 +15,9 @@ T0=$(date +%s)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
 fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/site . > "$W/logs/install.log" 2>&1 \
-  || { cat "$W/logs/install.log"; exit 1; }
+# The carried setuptools (if any) builds tracekit: PYTHONPATH makes the build see it.
+PYTHONPATH=/tmp/site python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/site . \
+  > "$W/logs/install.log" 2>&1 || { cat "$W/logs/install.log"; exit 1; }
 rm -rf build
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 TRACEKIT_CORPUS=/nonexistent
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)

@@ -107,35 +107,52 @@ def warm_up(run_once: Callable[[int], Any], batches: Iterable[int]) -> float:
     return time.perf_counter() - t0
 
 
-def record_captures(run_once: Callable[[], Any], run_dir: Path, *, cuda: bool) -> dict[str, Any]:
-    """Capture the compiled model's CUDA graphs again, under the profiler with shapes; what run.json records.
+class _CallFailed(Exception):
+    """A warm-up call raised inside the profiled capture pass (carries the call's exception)."""
 
-    torch.compile's CUDA-graph trees (mode "reduce-overhead") are reset, so the next calls of the
-    compiled code warm up (run it once) and capture (record its launches into a graph) again;
-    ``run_once`` (one generate call of the run's shape) makes those calls while the profiler runs
-    with ``record_shapes``. Nothing is recompiled: only the graphs are. The trace goes to
-    ``run_dir/capture_traces/compile_capture.pt.trace.json.gz``. On CPU there are no graphs:
-    nothing is run.
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def record_captures(run_once: Callable[[], Any], run_dir: Path, *, cuda: bool, calls: int = 2) -> dict[str, Any]:
+    """The first warm-up calls of a compiled model, under the profiler with shapes; what run.json records.
+
+    torch.compile's CUDA-graph trees (mode "reduce-overhead") capture a graph the second time a compiled
+    function runs with a shape: ``calls`` generate calls (``run_once``: one generate of the run's shape)
+    cover the decode graphs (captured in the first call's second decode step) and the prefill graph
+    (captured in the second call). Running them under ``record_shapes`` records each launch inside its
+    ``cudaStreamBeginCapture`` window with the op that made it; the timed requests that follow replay
+    those same graphs. The trace goes to ``run_dir/capture_traces/compile_capture.pt.trace.json.gz``.
+    Without CUDA (no graphs) or if the profiler fails, the calls still run, unprofiled: they are the
+    run's warm-up either way.
     """
     if not cuda:
+        for _ in range(calls):
+            run_once()
         return {"captured": False, "reason": "no CUDA graphs without a GPU"}
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    try:
-        from torch._inductor.cudagraph_trees import reset_cudagraph_trees
-    except ImportError:  # no cudagraph trees in this torch: the graphs stay as warm-up left them
-        return {"captured": False, "reason": "torch has no torch._inductor.cudagraph_trees.reset_cudagraph_trees"}
-    torch.cuda.synchronize()
-    reset_cudagraph_trees()
     path = run_dir / CAPTURE_DIR / CAPTURE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    done = 0
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
-            run_once()
+            for _ in range(calls):
+                try:
+                    run_once()
+                except Exception as exc:
+                    raise _CallFailed(exc) from exc
+                done += 1
             torch.cuda.synchronize()
         prof.export_chrome_trace(str(path))  # gzipped by its .gz name
-    except Exception as exc:  # the run goes on without shapes for its replays; run.json says why
+    except _CallFailed as failed:  # the warm-up itself failed: that is the run's failure, not the profiler's
+        raise failed.exc from None
+    except Exception as exc:  # the profiler failed: the warm-up goes on unprofiled, run.json says why
+        for _ in range(calls - done):
+            run_once()
         return {"captured": False, "reason": f"capture pass failed: {type(exc).__name__}: {exc}"}
-    return {"captured": True, "file": str(path.relative_to(run_dir)), "seconds": round(time.perf_counter() - t0, 3)}
+    return {"captured": True, "file": str(path.relative_to(run_dir)), "calls": calls,
+            "seconds": round(time.perf_counter() - t0, 3)}

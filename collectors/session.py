@@ -740,24 +740,30 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
     try:
         with _oom_guard(cfg):
             t0 = time.perf_counter()
-            for i, p in enumerate(warm):
+            capture: dict[str, Any] | None = None
+            if setup is not None:
+                from tracekit.collectors import compiled
+
+                # The first warm-up calls compile and capture the CUDA graphs: under the profiler with
+                # shapes, so the timed requests' replays get the ops that launched their kernels.
+                phase = "graph capture"
+                progress.total = len(warm)
+                progress.start("warm-up", 0)
+                capture = compiled.record_captures(lambda: model.generate(**wl.generate_kwargs(cfg, warm[0])),
+                                                   run.path, cuda=setup.auto_compile)
+                phase = "warm-up"
+            for i, p in enumerate(warm[1:] if setup is not None else warm, 1 if setup is not None else 0):
                 progress.total = len(warm)
                 progress.start("warm-up", i)
                 model.generate(**wl.generate_kwargs(cfg, p))
             if setup is not None:
                 compile_s = round(time.perf_counter() - t0, 3)
-                from tracekit.collectors import compiled
-
-                # The graphs captured again under the profiler, with shapes, for the replays' kernels.
-                phase = "graph capture"
-                capture = compiled.record_captures(lambda: model.generate(**wl.generate_kwargs(cfg, warm[0])),
-                                                   run.path, cuda=setup.auto_compile)
                 run.update_manifest(
                     compiled={
                         **setup.manifest(),
-                        # The first warm-up request carries the compilation; reported, not timed.
+                        # The first warm-up calls carry the compilation and the capture; reported, not timed.
                         "compile_s": compile_s,
-                        "warmup_requests": len(warm),
+                        "warmup_requests": len(warm),  # the first one runs capture["calls"] times
                         "capture": capture,
                     }
                 )

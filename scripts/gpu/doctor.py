@@ -54,12 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", action="store_true", help="dry run without a GPU (no counter probe)")
     args = ap.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    args.out_dir = args.out_dir.resolve()
     report = args.out_dir / "doctor.json"
     cmd = [sys.executable, "-m", "tracekit", "doctor", "--runs", str(args.out_dir / "runs"), "--json", str(report)]
     if not args.cpu:
         cmd.append("--probe-counters")
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    # From the output directory: `python -m` puts the working directory first on sys.path, and a
+    # checkout there would shadow the installed tracekit.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=args.out_dir.resolve())
     wall = time.perf_counter() - t0
     print(proc.stdout, end="")
     if proc.stderr.strip():

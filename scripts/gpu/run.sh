@@ -41,6 +41,15 @@ validate)  # one call of at most ~560 s: what this session's changes need the H2
   LEFT=$(( DEADLINE - ($(date +%s) - T0) ))
   TAIL=45 run bound_vs_ncu $(( LEFT - 5 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --budget-s $(( LEFT - 20 ))
   ;;
+recheck)  # a short second call: the fixes to the first call's failures (doctor, NVML test, graph capture)
+  DEADLINE=${DEADLINE:-185}
+  run doctor 20 python3 scripts/gpu/doctor.py "$W/doctor"
+  run pytest_gpu 25 pytest -m gpu -q -p no:cacheprovider tests/gpu/test_gpu_real.py -k nvml
+  run graphs 100 python3 scripts/gpu/graphs.py "$W/graphs"
+  LEFT=$(( DEADLINE - ($(date +%s) - T0) ))
+  [ "$LEFT" -gt 45 ] && TAIL=30 run bound_vs_ncu $(( LEFT - 5 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" \
+    --modes compiled --shapes llama-3.2-1b --budget-s $(( LEFT - 15 ))
+  ;;
 record)
   run record_timers 230 python3 scripts/gpu/record_timers.py "$W/validate"
   run gpm 90 python3 scripts/gpu/gpm.py "$W/gpm"

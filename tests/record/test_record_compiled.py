@@ -246,40 +246,46 @@ def test_which_generate_calls_may_compile() -> None:
         GenerationTracker(steps="forward")
 
 
-def test_graph_capture_pass_needs_a_gpu(tmp_path: Any) -> None:
-    # On CPU there are no CUDA graphs to capture again: nothing runs, run.json says why.
+def test_graph_capture_pass_without_a_gpu_is_just_the_warm_up(tmp_path: Any) -> None:
+    # On CPU there are no CUDA graphs: the calls run (they are the warm-up), nothing is written, run.json says why.
     calls: list[int] = []
     out = compiled.record_captures(lambda: calls.append(1), tmp_path, cuda=False)
     assert out == {"captured": False, "reason": "no CUDA graphs without a GPU"}
-    assert not calls and not (tmp_path / compiled.CAPTURE_DIR).exists()
+    assert calls == [1, 1] and not (tmp_path / compiled.CAPTURE_DIR).exists()
 
 
-def test_graph_capture_pass_resets_the_graphs_and_profiles_with_shapes(tmp_path: Any,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # The GPU parts stubbed (no CUDA here): the trees are reset before the profiled call, the trace
-    # lands in capture_traces/ gzipped, with the ops' shapes.
+def test_graph_capture_pass_profiles_the_first_calls_with_shapes(tmp_path: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GPU parts stubbed (no CUDA here): the first two calls (where CUDA-graph trees capture the
+    # decode and the prefill graphs) run under the profiler; the trace lands in capture_traces/
+    # gzipped, with the ops' shapes. Nothing resets the graphs: the timed requests replay these.
     import gzip
     import json
 
-    import torch._inductor.cudagraph_trees as trees
-
-    resets: list[int] = []
-    monkeypatch.setattr(trees, "reset_cudagraph_trees", lambda: resets.append(1))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     calls: list[int] = []
 
     def once() -> None:
-        assert resets == [1]  # reset before the call, so the call captures again
         calls.append(1)
         torch.randn(8, 16) @ torch.randn(16, 4)
 
     out = compiled.record_captures(once, tmp_path, cuda=True)
-    assert out["captured"] is True and calls == [1]
+    assert out["captured"] is True and calls == [1, 1] and out["calls"] == 2
     path = tmp_path / out["file"]
     assert path == tmp_path / compiled.CAPTURE_DIR / compiled.CAPTURE_FILE
     doc = json.loads(gzip.decompress(path.read_bytes()))
     dims = [e["args"].get("Input Dims") for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
-    assert dims == [[[8, 16], [16, 4]]]
-    # a failing pass is reported, and the run goes on
-    bad = compiled.record_captures(lambda: 1 / 0, tmp_path, cuda=True)
-    assert bad["captured"] is False and "ZeroDivisionError" in bad["reason"]
+    assert dims == [[[8, 16], [16, 4]]] * 2
+    # a call that fails is the warm-up failing: it raises, as the warm-up would
+    with pytest.raises(ZeroDivisionError):
+        compiled.record_captures(lambda: 1 / 0, tmp_path, cuda=True)
+    # a profiler that fails leaves the warm-up to run unprofiled, and says so
+    import torch.profiler as tp
+
+    def broken(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("CUPTI unavailable")
+
+    monkeypatch.setattr(tp, "profile", broken)
+    calls.clear()
+    bad = compiled.record_captures(once, tmp_path, cuda=True)
+    assert bad["captured"] is False and "CUPTI unavailable" in bad["reason"] and calls == [1, 1]

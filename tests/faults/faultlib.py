@@ -122,7 +122,7 @@ def outside_unchanged(before: dict[str, tuple[int, str]], root: Path, out: Path)
 
 def nothing_executed(*roots: Path) -> None:
     for root in roots:
-        hits = [p for p in root.rglob("*") if "PWNED" in p.name.upper()] if root.exists() else []
+        hits = [p for p in root.rglob("*") if p.name.upper().startswith("PWNED")] if root.exists() else []
         assert not hits, hits
 
 
@@ -188,6 +188,7 @@ def write_trace(path: Path, doc: Any, *, gz: bool | None = None) -> Path:
 
 def good_run(root: Path, name: str = "GOOD", n_kernels: int = 4, *, analyze: bool = True) -> Path:
     """A complete, analysed run (ingested from a small trace) at ``root/name``."""
+    root.mkdir(parents=True, exist_ok=True)
     src = write_trace(root / f"{name}-src.json", trace_doc(events(n_kernels)))
     r = cli(["analyze" if analyze else "ingest", src, "--out", root / name])
     assert r.rc == 0, r.err

@@ -43,7 +43,7 @@ def test_query_never_runs_sql_from_file_or_folder_names(tmp_path: Path) -> None:
     odd = runs / "a'b\"c*[1]"
     good_run(runs, odd.name)
     # WHEN any query runs
-    r = cli(["query", "select run_id, count(*) as n from steps group by run_id order by run_id", "--runs", runs,
+    r = cli(["query", "select run_id, count(*) as n from gpu_activity group by run_id order by run_id", "--runs", runs,
              "--format", "json"], cwd=tmp_path)
     # THEN nothing was executed, the odd name is skipped with a warning, the odd folder is a run like any other
     one_line(r)
@@ -190,10 +190,10 @@ def test_an_interrupted_analysis_is_never_taken_for_a_finished_one(tmp_path: Pat
 def test_out_of_range_times_are_skipped_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", engine)
     ev = events(3)
-    bad = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": f"§{v}", "dur": 1,
+    bad = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": f"@@{v}", "dur": 1,
             "args": {"correlation": 1, "device": 0, "stream": 7}}
            for i, v in enumerate(["9223372036854775808", "1e400", "1" * 40, "-1e400"])]
-    text = json.dumps(trace_doc(ev + bad)).replace('"§', "").replace('", "dur"', ', "dur"')
+    text = json.dumps(trace_doc(ev + bad)).replace('"@@', "").replace('", "dur"', ', "dur"')
     src = write_trace(tmp_path / "t.json", text.encode())
     r = cli(["analyze", src, "--out", tmp_path / "run"])
     one_line(r)
@@ -284,7 +284,7 @@ def test_a_corrupt_table_is_one_line_and_query_skips_that_run(tmp_path: Path, da
         r = cli(argv)
         one_line(r)
         assert r.rc == 1 and "bad" in r.err, argv
-    r = cli(["query", "select run_id, count(*) as n from steps group by run_id", "--runs", runs, "--format", "json"])
+    r = cli(["query", "select run_id, count(*) as n from gpu_activity group by run_id", "--runs", runs, "--format", "json"])
     one_line(r)
     assert r.rc == 0 and [json.loads(x)["run_id"] for x in r.out.splitlines()] == ["good"]
     assert "bad" in r.err and "skipped" in r.err

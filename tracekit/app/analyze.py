@@ -20,6 +20,7 @@ comm_phases (NCCL time split into transfer / wait / unmatched), comm_collectives
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from tracekit.ingest import ingest, ingest_into
 from tracekit.model import schema as _schema
 from tracekit.store.calibration import resolve
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
-from tracekit.store.rundir import RunDir
+from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound")
@@ -56,7 +57,11 @@ def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
         if not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
                 raise UsageError(f"{target}: no raw tables and no {run.trace_path.name} to ingest")
-            ingest_into(run)
+            run.lock()
+            try:
+                ingest_into(run)
+            finally:
+                run.release()
         return run
     if not target.is_file():
         raise UsageError(f"{target}: no such file or run directory")
@@ -101,7 +106,20 @@ def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
 
 
 def analyse_run(run: RunDir) -> dict[str, Any]:
-    """Run the default passes on a run directory and write their tables. Returns the tables."""
+    """Run the default passes on a run directory and write their tables. Returns the tables.
+
+    Holds the run's write lock. run.json's ``analysis.status`` is ``running`` from the first table
+    written until the last (then ``complete``, with the rows of every table written), so a killed
+    analysis is never taken for a finished one (RunDir.unfinished).
+    """
+    run.lock()
+    try:
+        return _analyse_run(run)
+    finally:
+        run.release()
+
+
+def _analyse_run(run: RunDir) -> dict[str, Any]:
     import pyarrow as pa
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
@@ -117,26 +135,36 @@ def analyse_run(run: RunDir) -> dict[str, Any]:
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):
         result["warnings"].append(f"no ceiling: {why}")
+    out: dict[str, pa.Table] = {}
     for name in OUTPUTS:
         df = result.get(name)
         if df is None:
             continue
         if name in _schema.SCHEMAS:
-            table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+            out[name] = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
         else:  # kernel_bound / step_bound: schema-less, columns as analysis/bound.py makes them
-            table = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
-        run.write_table(name, table)
-    for w in result["warnings"]:
-        run.add_warning(f"analyze: {w}")
+            out[name] = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
     steps = result["steps"]
-    run.update_manifest(analysis={
+    info = {
         "passes": [p.name for p in DEFAULT_PASSES],
         "steps": len(steps),
         "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
         "requests": len(result["requests"]),
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
-    })
+    }
+    mark_running(run, "analysis", info)
+    for name, table in out.items():
+        run.write_table(name, table)
+    for w in result["warnings"]:
+        run.add_warning(f"analyze: {w}")
+    run.update_manifest(analysis={**info, "status": STATUS_COMPLETE, "rows": {k: t.num_rows for k, t in out.items()}})
     return result
+
+
+def mark_running(run: RunDir, key: str, info: dict[str, Any]) -> None:
+    """run.json ``key``: ``info`` with status ``running`` (before the first table of a derived set is written)."""
+    run.update_manifest(**{key: {**info, "status": "running",
+                                 "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}})
 
 
 def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -156,16 +184,20 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     and requests stay as they are: they are the latency numbers, the window only the split."""
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
-    ingest_into(run)
-    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
-    tables["manifest"] = run.read_manifest()
-    result = run_passes(tables, DEFAULT_PASSES)
-    for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
-        df = result.get(name)
-        if df is None:
-            continue
-        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-        run.write_table(dest, table)
+    run.lock()
+    try:
+        ingest_into(run)
+        tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
+        tables["manifest"] = run.read_manifest()
+        result = run_passes(tables, DEFAULT_PASSES)
+        for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
+            df = result.get(name)
+            if df is None:
+                continue
+            table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+            run.write_table(dest, table)
+    finally:
+        run.release()
     return result
 
 
@@ -231,6 +263,15 @@ def analyse_multirank(
             failed.append(f"rank {d.name}: {exc.message}")
     if not per_rank:
         raise UsageError(f"{run.path}: no rank could be analysed ({'; '.join(failed)})")
+    run.lock()
+    try:
+        return _merge_ranks(run, dirs, per_rank, failed)
+    finally:
+        run.release()
+
+
+def _merge_ranks(run: RunDir, dirs: list[Path], per_rank: dict[int, dict[str, Any]], failed: list[str]) -> MultirankResult:
+    mark_running(run, "rank_analysis", {"ranks": sorted(per_rank), "failed": failed, "tables": list(RANK_TABLES)})
     rows = merge_tables(run, [d for d in dirs if int(d.name) in per_rank])
     steps = _ranks.gpu_windows(
         run.read_table("steps"), run.read_table("runtime"), run.read_table("gpu_activity")
@@ -254,6 +295,7 @@ def analyse_multirank(
             "failed": failed,
             "tables": list(RANK_TABLES),
             "rows": {**rows, **{k: len(v) for k, v in frames.items()}},
+            "status": STATUS_COMPLETE,
         }
     )
     return MultirankResult(sorted(per_rank), per_rank, frames)

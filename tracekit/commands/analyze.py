@@ -17,11 +17,13 @@ def command(target: Path, out: Path | None, force: bool) -> int:
     from tracekit.app.analyze import MultirankResult, analyze
     from tracekit.report.terminal import analyze_lines, multirank_lines
 
+    from tracekit.report.text import visible
+
     run, result = analyze(target, out, force)
-    click.echo(f"{run.path}")
+    click.echo(visible(run.path))
     if isinstance(result, MultirankResult):
         lines = multirank_lines(result) + [
-            f"warning: {w}" for w in run.read_manifest().get("rank_analysis", {}).get("failed", [])]
+            visible(f"warning: {w}") for w in run.read_manifest().get("rank_analysis", {}).get("failed", [])]
     else:
         lines = analyze_lines(result)
     for line in lines:

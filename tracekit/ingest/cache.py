@@ -2,8 +2,11 @@
 
 The key is a hash of every input file's content, the table schema version and
 tracekit's version (a new decoder may fill columns an old one left null). It is
-stored in run.json (``ingest.cache_key``); ingesting the same files into a run
-directory that is complete and carries the same key returns it at once.
+stored in run.json (``ingest.cache_key``) with each table's size and digest
+(``ingest.tables``); ingesting the same files into a run directory that is complete,
+carries the same key and whose table files are byte for byte the ones ingest wrote
+returns it at once. A run of the same inputs whose tables were damaged or removed is
+rebuilt in its place (``lookup`` says so); anything else is re-read as usual.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tracekit.errors import TracekitError
+from tracekit.ingest.result import TABLES_OUT
 from tracekit.model import schema as _schema
 from tracekit.model.version import VERSION
 
@@ -36,22 +41,47 @@ def cache_key(files: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
+def table_entry(path: Path, rows: int) -> dict[str, Any]:
+    """What run.json records of one written table: rows, bytes and digest."""
+    return {"rows": rows, "bytes": path.stat().st_size, "blake2b": file_digest(path)}
+
+
+def _intact(run: Any, tables: dict[str, Any]) -> bool:
+    for name in TABLES_OUT:
+        entry = tables.get(name)
+        if not isinstance(entry, dict):
+            return False
+        path = run.table_path(name)
+        try:
+            if path.stat().st_size != entry.get("bytes") or file_digest(path) != entry.get("blake2b"):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+STALE = "stale"  # lookup's answer for a run of the same inputs whose tables are not the ones ingest wrote
+
+
 def lookup(out: str | Path, key: str) -> Any:
-    """The run at ``out`` if it is a complete ingest of exactly these inputs, else None."""
+    """The run at ``out`` if it is a complete ingest of exactly these inputs with intact tables (its
+    ``cached`` set); ``STALE`` if it is an ingest of these inputs that is damaged (rebuild it); else None."""
     from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
     run = RunDir(out)
-    if not run.manifest_path.is_file():
-        return None
     try:
+        if not run.manifest_path.is_file():
+            return None
         manifest = run.read_manifest()
-    except Exception:
+    except (OSError, TracekitError):
         return None
     ingest = manifest.get("ingest")
     if manifest.get("status") != STATUS_COMPLETE or not isinstance(ingest, dict):
         return None
     if ingest.get("cache_key") != key:
         return None
-    if not all(run.has_table(t) for t in ("gpu_activity", "cpu_ops", "runtime")):
-        return None
+    tables = ingest.get("tables")
+    if not isinstance(tables, dict) or not _intact(run, tables):
+        return STALE
+    run.cached = True
     return run

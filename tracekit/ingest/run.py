@@ -2,7 +2,8 @@
 
 ``ingest`` reads files in parallel processes into one run directory (run.json stays "incomplete"
 until every table is written) and serves a complete earlier ingest of the same bytes from the
-cache. ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
+cache (whose tables are checked first). With ``force`` the new run replaces the old one only once
+it is complete: a trace that fails leaves the old run as it was (tracekit.store.rundir). ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
 recorder wrote.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracekit.errors import TraceFormatError, UsageError
+from tracekit.errors import TraceFormatError, UsageError, visible
 from tracekit.ingest import cache as ingest_cache
 from tracekit.ingest import native
 from tracekit.ingest.framing import offset_ns
@@ -34,23 +35,35 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
             if not found:
-                raise UsageError(f"{p}: no .json or .json.gz traces in this directory")
+                raise UsageError(f"{visible(p)}: no .json or .json.gz traces in this directory")
             out.extend(found)
         elif p.exists():
             out.append(p)
         else:
-            raise UsageError(f"{p}: no such file")
+            raise UsageError(f"{visible(p)}: no such file")
     if not out:
         raise UsageError("no trace given")
     return out
 
 
+def not_a_trace(r: FileResult) -> str | None:
+    """Why a file that parsed is not a trace (no element is an event: all skipped, or none has a ``ph``), or None."""
+    c = r.counts
+    kept = sum(c.events_by_table.values())
+    if kept and set(c.by_ph) != {"(none)"}:
+        return None
+    why = ", ".join(f"{n} {k}" for k, n in sorted(c.skipped.items())) if not kept else "none has a ph field"
+    return f"{visible(r.path)}: not a trace: none of its {c.events_read} elements is a trace event ({why})"
+
+
 def _worker(args: tuple[str, int | None, int, int | None]) -> FileResult | TraceFormatError:
     path, rank, idx, threads = args
     try:
-        return read_file(path, rank=rank, file_index=idx, threads=threads)
+        res = read_file(path, rank=rank, file_index=idx, threads=threads)
     except TraceFormatError as exc:
         return exc
+    why = not_a_trace(res)
+    return TraceFormatError(why) if why else res
 
 
 def ingest(
@@ -71,14 +84,25 @@ def ingest(
     key = ingest_cache.cache_key(files)
     if use_cache:
         hit = ingest_cache.lookup(out, key)
-        if hit is not None:
+        if hit == ingest_cache.STALE:
+            force = True  # an ingest of these very inputs whose tables were damaged: rebuilt in its place
+        elif hit is not None:
             return hit
-    return _ingest_files(files, key, out, force=force, jobs=jobs)
-
-
-def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None) -> Any:
-    t0 = time.perf_counter()
     run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
+    try:
+        return _ingest_files(run, files, key, jobs=jobs)
+    except BaseException as exc:
+        if run.staged:  # the run it would replace stays as it was
+            run.discard()
+            if isinstance(exc, TraceFormatError):
+                raise TraceFormatError(f"{exc.message}; {visible(run.path)} kept as it was") from None
+        else:
+            run.release()  # the run stays, marked incomplete
+        raise
+
+
+def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None) -> Any:
+    t0 = time.perf_counter()
     multi = len(files) > 1
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     # Files in parallel: one DuckDB thread each, so processes x threads stays at the core count.
@@ -105,8 +129,10 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
                 r.tables = {k: set_rank(v, i) for k, v in r.tables.items()}
             run.add_warning("ranks from file order (distributedInfo.rank missing or repeated)")
     rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
+    written: dict[str, Any] = {}
     for t in TABLES_OUT:
-        run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        path = run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        written[t] = ingest_cache.table_entry(path, rows[t])
         for r in good:  # written: let its memory go before the next table is encoded
             r.tables[t] = _schema.empty(t)
         native.trim_heap()  # and the Parquet encoder's buffers (freed, but kept by malloc)
@@ -121,6 +147,7 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
     mb = sum(r.bytes_in for r in good) / 1e6
     info = {
         "cache_key": key,
+        "tables": written,
         "files": [
             {"path": r.path, "rank": r.rank, "events": r.counts.events_read, "bytes": r.bytes_in,
              "seconds": round(r.seconds, 3), "truncated": r.truncated}
@@ -138,6 +165,8 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
     if truncated or errors:
         reason = truncated[0] if truncated else errors[0].message
         run.mark_incomplete(reason)
+        if run.staged:  # ingest discards it: the run it would have replaced is kept instead
+            raise TraceFormatError(reason)
         raise TraceFormatError(f"{reason} (tables hold the events read before it; run marked incomplete)")
     run.mark_complete()
     return run

@@ -131,7 +131,7 @@ def test_a_second_writer_fails_with_one_line_while_the_first_holds_the_run(tmp_p
         assert r.rc == 1 and f"pid {proc.pid}" in r.err
         assert snapshot(good) == before
     finally:
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert manifest(good)["status"] == "complete"
     assert pq.read_table(good / "tables" / "gpu_activity.parquet").num_rows == 8

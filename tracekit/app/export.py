@@ -91,11 +91,11 @@ def export_run(
 
 def export_from_trace(run: RunDir, out: Path, tables: dict[str, pa.Table]) -> tuple[TrackSet, dict[str, int]]:
     """Splice tracekit's tracks into the run's Kineto trace.json.gz (every original event kept) as ``out``."""
-    from tracekit.trace.chrome import merge
-    from tracekit.trace.tracks import chrome_event_dicts
-
     import gzip
     import zlib
+
+    from tracekit.trace.chrome import merge
+    from tracekit.trace.tracks import chrome_event_dicts
 
     if not run.trace_path.is_file():
         raise UsageError(f"--from-trace: {visible(run.trace_path)} not found")

@@ -16,7 +16,6 @@ def command(target: Path, out: Path | None, force: bool) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
     from tracekit.app.analyze import MultirankResult, analyze
     from tracekit.report.terminal import analyze_lines, multirank_lines
-
     from tracekit.report.text import visible
 
     run, result = analyze(target, out, force)

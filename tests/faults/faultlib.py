@@ -111,8 +111,14 @@ def snapshot(root: Path, *, skip: Sequence[Path] = ()) -> dict[str, tuple[int, s
     return out
 
 
+def outside(root: Path, out: Path) -> dict[str, tuple[int, str]]:
+    """The snapshot ``outside_unchanged`` compares with: everything under ``root`` but ``out``."""
+    return snapshot(root, skip=[out])
+
+
 def outside_unchanged(before: dict[str, tuple[int, str]], root: Path, out: Path) -> None:
-    """Nothing under ``root`` outside ``out`` changed, and no staging directory was left beside ``out``."""
+    """Nothing under ``root`` outside ``out`` changed (``before``: ``outside(root, out)``), and no
+    staging directory was left beside ``out``."""
     after = snapshot(root, skip=[out])
     added = sorted(set(after) - set(before))
     changed = sorted(k for k in set(after) & set(before) if after[k] != before[k])
@@ -194,3 +200,51 @@ def good_run(root: Path, name: str = "GOOD", n_kernels: int = 4, *, analyze: boo
     assert r.rc == 0, r.err
     src.unlink()
     return root / name
+
+
+# --------------------------------------------------------------------------- figures
+# Cases run per fault class in this session (docs/reliability.md quotes them; tests/faults/conftest.py
+# writes them to $TRACEKIT_FAULT_STATS at the end of the session when that is set).
+CASES: dict[str, int] = {}
+
+
+def case(cls: str) -> None:
+    CASES[cls] = CASES.get(cls, 0) + 1
+
+
+def examples(n: int) -> Any:
+    """Hypothesis settings for a generated class: ``n`` examples, the same ones on every run (CI and the
+    figures in docs/reliability.md); TRACEKIT_FAULT_EXPLORE=K draws K times as many new ones."""
+    from hypothesis import HealthCheck, settings
+
+    explore = int(os.environ.get("TRACEKIT_FAULT_EXPLORE", "0") or 0)
+    return settings(max_examples=n * max(explore, 1), derandomize=not explore, database=None, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+class env:
+    """Set environment variables for a block (hypothesis examples cannot use monkeypatch)."""
+
+    def __init__(self, **values: str | None) -> None:
+        self.values, self.old = values, {k: os.environ.get(k) for k in values}
+
+    def __enter__(self) -> None:
+        for k, v in self.values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dest)
+    return dest

@@ -23,6 +23,7 @@ from faultlib import (
     manifest,
     nothing_executed,
     one_line,
+    outside,
     outside_unchanged,
     snapshot,
     trace_doc,
@@ -156,9 +157,8 @@ def test_the_cache_checks_the_tables_it_serves(tmp_path: Path, damage: str) -> N
 
 
 # 5 --------------------------------------------------------------------------------------------
-def test_an_interrupted_analysis_is_never_taken_for_a_finished_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    good = good_run(tmp_path, analyze=False)
-    # GIVEN an analysis that dies after writing some of its tables (as kill -9 would leave it)
+def _dying_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RunDir.write_table dies on the third table (as kill -9 would leave an analysis)."""
     real = RunDir.write_table
     written: list[str] = []
 
@@ -169,9 +169,29 @@ def test_an_interrupted_analysis_is_never_taken_for_a_finished_one(tmp_path: Pat
         return real(self, name, table)  # type: ignore[arg-type]
 
     monkeypatch.setattr(RunDir, "write_table", dying)
+
+
+def test_an_interrupted_analysis_leaves_the_run_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = good_run(tmp_path)  # analysed once already
+    before = snapshot(good)
+    _dying_writes(monkeypatch)
     r = cli(["analyze", good])
     assert r.rc == 130
-    monkeypatch.setattr(RunDir, "write_table", real)
+    assert snapshot(good) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["GOOD"]
+
+
+def test_an_interrupted_analysis_in_place_is_never_taken_for_a_finished_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracekit.store.rundir as rundir
+
+    good = good_run(tmp_path, analyze=False)
+    # GIVEN a file system without hard links (the analysis writes in place) and an analysis that dies
+    monkeypatch.setattr(rundir, "link_tree", lambda src, tag: None)
+    _dying_writes(monkeypatch)
+    r = cli(["analyze", good])
+    assert r.rc == 130
+    monkeypatch.undo()
     m = manifest(good)
     assert m["analysis"]["status"] != "complete"
     # THEN report, diff and query say the analysis is unfinished
@@ -381,7 +401,7 @@ def test_files_respect_the_umask(tmp_path: Path, umask: int) -> None:
 # invariants shared by every case above
 def test_a_failed_ingest_writes_nothing_outside_its_out(tmp_path: Path) -> None:
     src = write_trace(tmp_path / "t.json", b"[1]")
-    before = snapshot(tmp_path)
+    before = outside(tmp_path, tmp_path / "out")
     r = cli(["ingest", src, "--out", tmp_path / "out"])
     one_line(r)
     outside_unchanged(before, tmp_path, tmp_path / "out")

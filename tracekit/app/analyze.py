@@ -54,14 +54,12 @@ def trace_stem(path: Path) -> str:
 def open_or_ingest(target: Path, out: Path | None, force: bool) -> RunDir:
     if target.is_dir():
         run = RunDir.open(target)
+        run.check_ingested()  # an ingested run's tables are the ones ingest wrote, or it is not analysed
         if not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
                 raise UsageError(f"{target}: no raw tables and no {run.trace_path.name} to ingest")
-            run.lock()
-            try:
-                ingest_into(run)
-            finally:
-                run.release()
+            with run.rewrite() as work:
+                ingest_into(work)
         return run
     if not target.is_file():
         raise UsageError(f"{target}: no such file or run directory")
@@ -108,15 +106,14 @@ def resolve_ceiling(manifest: dict[str, Any]) -> tuple[Any, str | None]:
 def analyse_run(run: RunDir) -> dict[str, Any]:
     """Run the default passes on a run directory and write their tables. Returns the tables.
 
-    Holds the run's write lock. run.json's ``analysis.status`` is ``running`` from the first table
-    written until the last (then ``complete``, with the rows of every table written), so a killed
-    analysis is never taken for a finished one (RunDir.unfinished).
+    The run changes as one step (RunDir.rewrite: a hard-linked copy swapped in when every table is
+    written), so a failed or killed analysis leaves it as it was. Where it is written in place (no
+    hard links), run.json's ``analysis.status`` is ``running`` from the first table written until the
+    last (then ``complete``, with the rows of every table), so a killed analysis is never taken for a
+    finished one (RunDir.unfinished).
     """
-    run.lock()
-    try:
-        return _analyse_run(run)
-    finally:
-        run.release()
+    with run.rewrite() as work:
+        return _analyse_run(work)
 
 
 def _analyse_run(run: RunDir) -> dict[str, Any]:
@@ -124,6 +121,7 @@ def _analyse_run(run: RunDir) -> dict[str, Any]:
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
+    run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     manifest = run.read_manifest()
     tables["manifest"] = manifest
@@ -263,11 +261,8 @@ def analyse_multirank(
             failed.append(f"rank {d.name}: {exc.message}")
     if not per_rank:
         raise UsageError(f"{run.path}: no rank could be analysed ({'; '.join(failed)})")
-    run.lock()
-    try:
-        return _merge_ranks(run, dirs, per_rank, failed)
-    finally:
-        run.release()
+    with run.rewrite() as work:
+        return _merge_ranks(work, dirs, per_rank, failed)
 
 
 def _merge_ranks(run: RunDir, dirs: list[Path], per_rank: dict[int, dict[str, Any]], failed: list[str]) -> MultirankResult:

@@ -20,16 +20,7 @@ from tracekit.errors import TracekitError
 from tracekit.ingest.result import TABLES_OUT
 from tracekit.model import schema as _schema
 from tracekit.model.version import VERSION
-
-_READ = 8 << 20
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=20)
-    with open(path, "rb") as fh:
-        while block := fh.read(_READ):
-            h.update(block)
-    return h.hexdigest()
+from tracekit.store.fsops import file_digest
 
 
 def cache_key(files: Sequence[Path]) -> str:
@@ -39,25 +30,6 @@ def cache_key(files: Sequence[Path]) -> str:
         h.update(file_digest(f).encode())
         h.update(b";")
     return h.hexdigest()
-
-
-def table_entry(path: Path, rows: int) -> dict[str, Any]:
-    """What run.json records of one written table: rows, bytes and digest."""
-    return {"rows": rows, "bytes": path.stat().st_size, "blake2b": file_digest(path)}
-
-
-def _intact(run: Any, tables: dict[str, Any]) -> bool:
-    for name in TABLES_OUT:
-        entry = tables.get(name)
-        if not isinstance(entry, dict):
-            return False
-        path = run.table_path(name)
-        try:
-            if path.stat().st_size != entry.get("bytes") or file_digest(path) != entry.get("blake2b"):
-                return False
-        except OSError:
-            return False
-    return True
 
 
 STALE = "stale"  # lookup's answer for a run of the same inputs whose tables are not the ones ingest wrote
@@ -81,7 +53,7 @@ def lookup(out: str | Path, key: str) -> Any:
     if ingest.get("cache_key") != key:
         return None
     tables = ingest.get("tables")
-    if not isinstance(tables, dict) or not _intact(run, tables):
+    if not isinstance(tables, dict) or set(tables) != set(TABLES_OUT) or run.table_problems(tables):
         return STALE
     run.cached = True
     return run

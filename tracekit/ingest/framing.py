@@ -208,6 +208,7 @@ class Chunk:
 # --------------------------------------------------------------------------- outside the array
 META_LIMIT = 64 << 20  # bytes of JSON kept from outside the events array (header and trailer together)
 _DEEP = 1000  # nesting orjson refuses (its limit is 1024): such a value is skipped, not an error
+_BOM = b"\xef\xbb\xbf"
 _WS_RE = re.compile(rb"[ \t\n\r]*")
 _WS_ANY = re.compile(rb"[ \t\n\r]+")
 _PLAIN_RE = re.compile(rb'[^"\[\]{}]*')  # inside a container: everything up to a quote or a bracket
@@ -550,6 +551,8 @@ class Body:
                 if not started:
                     at = 0
                     if head is None:
+                        if seen == 0 and data.startswith(_BOM):  # UTF-8 with a byte order mark
+                            data, seen = data[len(_BOM) :], len(_BOM)
                         # Leading whitespace is skipped, never stored (a 256 MB run of it costs nothing).
                         at = _WS_RE.match(data).end()  # type: ignore[union-attr]
                         seen += at

@@ -131,8 +131,8 @@ def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None)
     rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
     written: dict[str, Any] = {}
     for t in TABLES_OUT:
-        path = run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
-        written[t] = ingest_cache.table_entry(path, rows[t])
+        run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        written[t] = run.table_entry(t, rows[t])
         for r in good:  # written: let its memory go before the next table is encoded
             r.tables[t] = _schema.empty(t)
         native.trim_heap()  # and the Parquet encoder's buffers (freed, but kept by malloc)
@@ -200,6 +200,8 @@ def ingest_into(run: RunDir) -> None:
     import pyarrow.compute as pc
 
     res = read_file(run.trace_path)
+    if res.truncated:  # nothing is written from a trace that is not whole: the run stays as it was
+        raise TraceFormatError(f"{res.truncated}; {visible(run.path)} not changed")
     base = offset_ns(res.meta)
     manifest = run.read_manifest()
     clock = dict(manifest.get("clock") or {})

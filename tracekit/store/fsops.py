@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,18 @@ from typing import IO, Any
 from tracekit.errors import StoreWriteError, visible
 
 _TMP_STEM = 64  # characters of the target's name kept in a temp name (the whole name may be 255 bytes)
+
+
+_READ = 8 << 20
+
+
+def file_digest(path: Path) -> str:
+    """blake2b (20 bytes, hex) of a file's content."""
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as fh:
+        while block := fh.read(_READ):
+            h.update(block)
+    return h.hexdigest()
 
 
 def umask() -> int:
@@ -107,6 +120,32 @@ def make_dir_beside(target: Path, tag: str) -> Path:
     except OSError as exc:
         raise write_error(target, exc) from None
     return d
+
+
+def link_tree(src: Path, tag: str) -> Path | None:
+    """A copy of directory ``src`` beside it whose files are hard links (no data copied); None where
+    the file system has no hard links. Replacing a file in the copy (atomic_path) leaves ``src``'s
+    as it was."""
+    import shutil
+    import stat
+
+    dest = make_dir_beside(src, tag)
+    try:
+        os.chmod(dest, stat.S_IMODE(os.stat(src).st_mode))
+        for dirpath, dirnames, filenames in os.walk(src):
+            here = Path(dirpath)
+            there = dest / here.relative_to(src)
+            for d in dirnames:
+                (there / d).mkdir()
+                os.chmod(there / d, stat.S_IMODE(os.stat(here / d, follow_symlinks=False).st_mode))
+            for f in filenames:
+                os.link(here / f, there / f, follow_symlinks=False)
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if exc.errno in (errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            return None
+        raise write_error(src, exc) from None
+    return dest
 
 
 _RENAME_EXCHANGE = 2

@@ -20,6 +20,8 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,16 @@ from tracekit.errors import CorruptRunError, RunExistsError, StoreWriteError, Us
 from tracekit.model import schema as _schema
 from tracekit.model.version import VERSION
 from tracekit.store import lock as _lock
-from tracekit.store.fsops import atomic_open, atomic_path, exchange, make_dir_beside, mkdirs, write_error
+from tracekit.store.fsops import (
+    atomic_open,
+    atomic_path,
+    exchange,
+    file_digest,
+    link_tree,
+    make_dir_beside,
+    mkdirs,
+    write_error,
+)
 
 __all__ = ["MANIFEST", "STATUS_COMPLETE", "STATUS_INCOMPLETE", "TABLES_DIR", "TRACE", "RunDir", "atomic_open",
            "atomic_path", "check_manifest", "default_run_id", "write_json", "write_parquet", "write_table"]
@@ -233,6 +244,33 @@ class RunDir:
             _lock.release(self._locked)
             self._locked, self._depth = None, 0
 
+    @contextmanager
+    def rewrite(self) -> Iterator[RunDir]:
+        """Change a run as one step: yields the RunDir to write (a hard-linked copy beside this one),
+        swapped into place when the block ends without an error; on any error, or a kill, the run is
+        exactly as it was. Holds the run's write lock. Where the file system has no hard links, or the
+        run is being created (not complete yet), the block writes in place."""
+        self.lock()
+        try:
+            if self.staged or self.read_manifest().get("status") != STATUS_COMPLETE:
+                yield self
+                return
+            _clean_staging(self.path)
+            copy = link_tree(self.path, _staging_tag(self.path))
+            if copy is None:
+                yield self
+                return
+            work = RunDir(copy)
+            work._target = self.path
+            try:
+                yield work
+            except BaseException:
+                shutil.rmtree(copy, ignore_errors=True)
+                raise
+            work._publish()
+        finally:
+            self.release()
+
     def _end_write(self) -> None:
         if self._locked is not None:
             _lock.release(self._locked)
@@ -351,9 +389,13 @@ class RunDir:
         """
         path = self.table_path(name)
         if not path.is_file():
+            if path.exists():
+                raise CorruptRunError(f"{visible(self.run_id)}: table {name} is not a file ({visible(path)}); "
+                                      "re-ingest or re-analyze the run")
             return _schema.empty(name)
         try:
-            return pq.read_table(path)
+            table = pq.read_table(path)
+            return _fit(name, table) if name in _schema.SCHEMAS else table
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({visible(path)}: "
                                   f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
@@ -366,18 +408,54 @@ class RunDir:
             return []
         return sorted(p.stem for p in self.tables_dir.glob("*.parquet"))
 
-    def table_problem(self, name: str, rows: int | None = None) -> str | None:
-        """Why the table file is not what run.json says (missing, unreadable footer, other row count), or None."""
+    def table_entry(self, name: str, rows: int) -> dict[str, Any]:
+        """What run.json records of a table just written (``table_problems`` checks it): rows, bytes, digest."""
         path = self.table_path(name)
-        try:
-            n = pq.ParquetFile(path).metadata.num_rows
-        except FileNotFoundError:
-            return f"{name}: missing"
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            return f"{name}: unreadable ({_first_line(exc)})"
-        if rows is not None and n != rows:
-            return f"{name}: {n} rows, run.json says {rows}"
-        return None
+        return {"rows": rows, "bytes": path.stat().st_size, "blake2b": file_digest(path)}
+
+    def table_problems(self, entries: dict[str, Any]) -> list[str]:
+        """How the table files differ from ``entries`` (name -> ``table_entry``): missing, other size or
+        content. Empty when every file is byte for byte the one recorded."""
+        out = []
+        for name, entry in entries.items():
+            path = self.table_path(name)
+            try:
+                size = path.stat().st_size
+                same = isinstance(entry, dict) and size == entry.get("bytes") and file_digest(path) == entry.get("blake2b")
+            except FileNotFoundError:
+                out.append(f"table {name} is missing")
+                continue
+            except OSError as exc:
+                out.append(f"table {name} is unreadable ({exc.strerror})")
+                continue
+            if not same:
+                out.append(f"table {name} is not the file ingest wrote")
+        return out
+
+    def check_ingested(self) -> None:
+        """CorruptRunError if the tables ingest wrote (run.json ``ingest.tables``) were changed since."""
+        info = self.read_manifest().get("ingest")
+        entries = info.get("tables") if isinstance(info, dict) else None
+        if isinstance(entries, dict):
+            problems = self.table_problems(entries)
+            if problems:
+                raise CorruptRunError(f"{visible(self.run_id)}: {problems[0]}"
+                                      + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                                      + "; re-ingest with --force")
+
+
+def _fit(name: str, table: pa.Table) -> pa.Table:
+    """``table`` with every column of its schema (cast; absent ones null), other columns kept after them.
+    The table as it is when it already has them (every table tracekit wrote)."""
+    sch = _schema.schema(name)
+    have = table.schema
+    if all(have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in sch):
+        return table
+    known = _schema.conform(name, table.select([c for c in table.column_names if c in sch.names]))
+    for c in table.column_names:
+        if c not in sch.names:
+            known = known.append_column(table.schema.field(c), table.column(c))
+    return known
 
 
 def _first_line(exc: BaseException) -> str:

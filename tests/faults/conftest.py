@@ -10,7 +10,7 @@ import pytest
 # The suite's harness (faultlib) sits beside its tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import faultlib  # noqa: E402
+import faultlib
 
 
 @pytest.fixture(scope="session")

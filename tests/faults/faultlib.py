@@ -91,7 +91,8 @@ def one_line(r: Result, *, ok: Sequence[int] = (0, 1, 2)) -> None:
 
 
 def snapshot(root: Path, *, skip: Sequence[Path] = ()) -> dict[str, tuple[int, str]]:
-    """Every file under ``root`` (except under ``skip`` and lock files): relative path -> (size, digest)."""
+    """Every file under ``root`` (except under ``skip``, lock files and a killed writer's hidden temp
+    files): relative path -> (size, digest)."""
     out: dict[str, tuple[int, str]] = {}
     skips = [s.resolve() for s in skip]
     if not root.exists():
@@ -101,8 +102,8 @@ def snapshot(root: Path, *, skip: Sequence[Path] = ()) -> dict[str, tuple[int, s
         dirnames[:] = [n for n in dirnames if (d / n).resolve() not in skips]
         for n in filenames:
             p = d / n
-            if n == LOCK_NAME or p.resolve() in skips:
-                continue
+            if n == LOCK_NAME or p.resolve() in skips or (n.startswith(".") and n.endswith(".tmp")):
+                continue  # a killed writer's temp file is never read (the next writer removes it)
             try:
                 data = p.read_bytes()
             except OSError:

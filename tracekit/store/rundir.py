@@ -15,6 +15,7 @@ have written (truncated, not an object, fields of the wrong type) is a one-line 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -332,7 +333,7 @@ class RunDir:
 
     def add_warning(self, message: str) -> None:
         data = self.read_manifest()
-        warnings = data.setdefault("warnings", [])
+        warnings = data["warnings"] = data.get("warnings") or []
         if message not in warnings:
             warnings.append(message)
         self.write_manifest(data)
@@ -463,12 +464,28 @@ def _first_line(exc: BaseException) -> str:
     return text.split("\n", 1)[0][:300] if text else type(exc).__name__
 
 
-def _clean_staging(target: Path) -> None:
-    """Remove what an earlier writer of ``target`` left beside it (killed mid-write, or a kept partial).
+_STALE_TMP_S = 600  # a temp file this old was left by a killed writer (an unlocked one may still be writing a newer one)
 
-    Called with ``target``'s lock held, so no writer of it is alive. A ``run`` inside is an old run
-    moved aside by a swap without atomic exchange: if ``target`` is gone, it is put back first.
+
+def _clean_staging(target: Path) -> None:
+    """Remove what an earlier writer of ``target`` left beside it (killed mid-write, or a kept partial)
+    and the temp files a killed writer left in it.
+
+    Called with ``target``'s lock held, so no locked writer of it is alive. A ``run`` inside a staging
+    directory is an old run moved aside by a swap without atomic exchange: if ``target`` is gone, it
+    is put back first.
     """
+    import time
+
+    now = time.time()
+    for d in (target, target / TABLES_DIR):
+        try:
+            stale = [p for p in d.glob(".*.tmp") if now - p.stat().st_mtime > _STALE_TMP_S]
+        except OSError:
+            continue
+        for p in stale:
+            with contextlib.suppress(OSError):
+                p.unlink()
     try:
         leftovers = sorted(target.parent.glob(f".tracekit-{_staging_tag(target)}-*"))
     except OSError:

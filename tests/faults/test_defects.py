@@ -339,13 +339,17 @@ def test_export_from_a_truncated_trace_is_an_error_not_an_interrupt(tmp_path: Pa
 # 11 -------------------------------------------------------------------------------------------
 def _peak_rss_mb(argv: list[str], warm: list[str]) -> tuple[float, str]:
     """Peak RSS of ``tracekit ARGV`` above that of a warm-up run of the same verb (imports, arenas)."""
+    # VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork and exec.
     code = textwrap.dedent(f"""
-        import resource, sys
         from tracekit.cli import main
+        def hwm():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
         assert main({warm!r}) == 0
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        base = hwm()
         rc = main({argv!r})
-        print(rc, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+        print(rc, hwm() - base)
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     rc, mb = p.stdout.split()[-2:]
@@ -370,7 +374,9 @@ def test_whitespace_and_big_values_outside_the_events_are_read_in_bounded_memory
         mb, detail = _peak_rss_mb(["ingest", str(src), "--out", str(tmp_path / name), "--jobs", "1"],
                                   ["ingest", str(warm), "--out", str(tmp_path / f"warm-{name}"), "--jobs", "1"])
         assert detail.startswith("0"), (name, detail)
-        assert mb < 48, (name, mb)  # 80-96 MB of input outside the array
+        # 80-96 MB outside the array (before: 4.6x that for whitespace, 5.7x for a header value): at most
+        # the 64 MB of metadata tracekit keeps while it reads a value, and a few blocks
+        assert mb < (32 if name == "ws" else 120), (name, mb)
         m = manifest(tmp_path / name)
         assert m["status"] == "complete"
         if name != "ws":

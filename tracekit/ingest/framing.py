@@ -93,17 +93,21 @@ def _inflate(path: str | Path, block: int) -> Iterator[bytes]:
             if not comp:
                 break
             while comp:
-                piece = d.decompress(comp)
+                # At most a block per call: a highly compressible input (whitespace, a repeated
+                # value) inflates ~1000x, and the rest waits in unconsumed_tail.
+                piece = d.decompress(comp, max(block - size, 1 << 16))
                 if piece:
                     out.append(piece)
                     size += len(piece)
-                comp = b""
-                if d.eof and d.unused_data.strip(b"\0"):  # next gzip member
-                    comp = d.unused_data
-                    d = z.decompressobj(wbits=47)
-            if size >= block:
-                yield b"".join(out)
-                out, size = [], 0
+                if not d.eof:
+                    comp = d.unconsumed_tail
+                else:  # what follows the member (zlib keeps it in unconsumed_tail too: not used)
+                    comp = d.unused_data if d.unused_data.strip(b"\0") else b""
+                    if comp:  # the next gzip member
+                        d = z.decompressobj(wbits=47)
+                if size >= block:
+                    yield b"".join(out)
+                    out, size = [], 0
         tail = d.flush()
         if tail:
             out.append(tail)

@@ -93,6 +93,22 @@ def test_force_swaps_a_complete_new_run_in(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["GOOD", "new.json"]
 
 
+def test_force_never_deletes_a_good_dataset_before_the_new_one_is_written(tmp_path: Path) -> None:
+    good = write_trace(tmp_path / "good.json", trace_doc())
+    bad = write_trace(tmp_path / "bad.json", b"[1, 2]")
+    ds = tmp_path / "DS"
+    assert cli(["ingest", good, "--dataset", "--engine", "serial", "--out", ds]).rc == 0
+    before = snapshot(ds)
+    r = cli(["ingest", bad, "--dataset", "--engine", "serial", "--out", ds, "--force"])
+    one_line(r)
+    assert r.rc == 1 and "not a trace" in r.err
+    assert snapshot(ds) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DS", "bad.json", "good.json"]
+    # AND a forced ingest that reads every trace replaces it
+    assert cli(["ingest", good, "--dataset", "--engine", "serial", "--out", ds, "--force", "--run-id", "new"]).rc == 0
+    assert sorted(p.name for p in (ds / "gpu_activity").iterdir()) == ["run_id=new"]
+
+
 def test_force_refuses_to_replace_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -172,7 +188,12 @@ def _dying_writes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_interrupted_analysis_leaves_the_run_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    good = good_run(tmp_path)  # analysed once already
+    from tracekit.model import schema
+
+    good = good_run(tmp_path)  # analysed once already, by an analysis whose tables a new one changes
+    RunDir(good).write_table("steps", schema.from_columns("steps", {"step_id": [99]}))
+    RunDir(good).write_table("requests", schema.from_columns("requests", {"request_id": [99]}))
+    RunDir(good).write_table("phases", schema.empty("phases"))
     before = snapshot(good)
     _dying_writes(monkeypatch)
     r = cli(["analyze", good])

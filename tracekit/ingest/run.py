@@ -23,7 +23,7 @@ from tracekit.ingest import cache as ingest_cache
 from tracekit.ingest import native
 from tracekit.ingest.framing import offset_ns
 from tracekit.ingest.reader import read_file, set_rank
-from tracekit.ingest.result import TABLES_OUT, Counts, FileResult
+from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, not_a_trace
 from tracekit.model import schema as _schema
 from tracekit.model.trackids import TRACEKIT_PID
 from tracekit.store.rundir import RunDir
@@ -44,16 +44,6 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
     if not out:
         raise UsageError("no trace given")
     return out
-
-
-def not_a_trace(r: FileResult) -> str | None:
-    """Why a file that parsed is not a trace (no element is an event: all skipped, or none has a ``ph``), or None."""
-    c = r.counts
-    kept = sum(c.events_by_table.values())
-    if kept and set(c.by_ph) != {"(none)"}:
-        return None
-    why = ", ".join(f"{n} {k}" for k, n in sorted(c.skipped.items())) if not kept else "none has a ph field"
-    return f"{visible(r.path)}: not a trace: none of its {c.events_read} elements is a trace event ({why})"
 
 
 def _worker(args: tuple[str, int | None, int, int | None]) -> FileResult | TraceFormatError:

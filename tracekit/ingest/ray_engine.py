@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TraceFormatError, TracekitError, UsageError
+from tracekit.errors import TraceFormatError, TracekitError, UsageError, visible
 from tracekit.ingest.result import not_a_trace
 from tracekit.store import dataset as _ds
 
@@ -274,5 +274,8 @@ def ingest_command(
         f"{s.events:,} events, {s.seconds:.1f} s, engine {s.engine})"
     )
     for path, err in s.failed:
-        click.echo(f"tracekit: error: {path}: {err}", err=True)
-    return 1 if s.failed else 0
+        click.echo(f"warning: {visible(path)}: {visible(err)}", err=True)
+    if s.failed:  # one error line, after a warning per file
+        click.echo(f"tracekit: error: {len(s.failed)} of {s.files} traces could not be read (listed above)", err=True)
+        return 1
+    return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracekit.report.text import visible
+
 PERFETTO_URL = "https://ui.perfetto.dev"
 
 
@@ -102,4 +104,4 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
         f"  trace           {trace}",
         f"                  open it at {PERFETTO_URL} (Open trace file)",
     ]
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)  # run.json text shown, never sent to the terminal

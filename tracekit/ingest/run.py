@@ -208,6 +208,7 @@ def ingest_into(run: RunDir) -> None:
         clock["base_ns"] = base
         clock["trace_clock"] = "Kineto ts + baseTimeNanoseconds, int64 ns (every table; shifted at ingest)"
         run.update_manifest(clock=clock)
+    written: dict[str, int] = {}
     for name, table in res.tables.items():
         if name == "counters" and "counters" in recorded:
             own = recorded["counters"]
@@ -220,3 +221,10 @@ def ingest_into(run: RunDir) -> None:
             table = pa.concat_tables([_schema.conform("counters", own), _schema.conform("counters", table)],
                                      promote_options="permissive")
         run.write_table(name, table)
+        written[name] = table.num_rows
+    ingest = run.read_manifest().get("ingest")
+    if isinstance(ingest, dict) and isinstance(ingest.get("tables"), dict):
+        # An ingested run read again: its record of the raw tables follows (the cache and analyze check it).
+        entries = dict(ingest["tables"])
+        entries.update({name: run.table_entry(name, n) for name, n in written.items()})
+        run.update_manifest(ingest={**ingest, "tables": entries})

@@ -32,7 +32,7 @@ run() { # run NAME LIMIT_S CMD...: log to $W/logs/NAME.log, print its tail
   echo "== $name rc=$rc $(( $(date +%s) - s ))s"; grep -v '^USDT' "$W/logs/$name.log" | tail -n "${TAIL:-20}"
 }
 case "$STAGE" in
-validate)  # one call of at most ~560 s: what this session's changes need the H200 for
+validate)  # one call of at most ~560 s: doctor, the gpu-marked tests, graph capture, serving, bound classes vs ncu
   DEADLINE=${DEADLINE:-555}
   run doctor 25 python3 scripts/gpu/doctor.py "$W/doctor"
   run pytest_gpu 85 pytest -m gpu -q -p no:cacheprovider tests/gpu tests/model/test_ceilings.py tests/record/test_tp.py

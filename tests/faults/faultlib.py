@@ -204,7 +204,7 @@ def good_run(root: Path, name: str = "GOOD", n_kernels: int = 4, *, analyze: boo
 
 
 # --------------------------------------------------------------------------- figures
-# Cases run per fault class in this session (docs/reliability.md quotes them; tests/faults/conftest.py
+# Cases run per fault class in this pytest run (docs/reliability.md quotes them; tests/faults/conftest.py
 # writes them to $TRACEKIT_FAULT_STATS at the end of the session when that is set).
 CASES: dict[str, int] = {}
 

@@ -118,9 +118,10 @@ def make_run(
         import pyarrow as pa
 
         steps_table = steps_table.append_column("bound", pa.array(steps["bound"]))
-        from tracekit.store.rundir import write_table
+        from tracekit.store.rundir import write_parquet
 
-        write_table(run.table_path("steps"), steps_table)
+        # a steps file with a column tracekit's schema lacks (the store would refuse it): written raw
+        write_parquet(steps_table, run.table_path("steps"))
     else:
         run.write_table("steps", steps_table)
     run.write_table("requests", from_columns("requests", reqs))
@@ -177,3 +178,44 @@ def make_run(
     run.write_table("phases", from_columns("phases", ph))
     run.mark_complete()
     return run
+
+
+def undeclared_tables(root: Path) -> tuple[list[str], set[str]]:
+    """(problems, table names seen) for every Parquet file tracekit wrote under ``root``.
+
+    A file is a run table (``.../tables/<name>.parquet``), a dataset part
+    (``<table>/run_id=<id>/rank=<k>/part-<p>.parquet``: the partition columns live in the path) or a
+    sweep file (``<name>.parquet`` beside sweep.json). A problem is a file of none of these places, a
+    table tracekit.model.schema does not declare, or columns / types other than the declared ones.
+    """
+    import pyarrow.parquet as pq
+
+    from tracekit.model import schema as sch
+    from tracekit.store.dataset import PARTITION_COLUMNS
+
+    problems: list[str] = []
+    seen: set[str] = set()
+    for path in sorted(root.rglob("*.parquet")):
+        if path.name.startswith("."):
+            continue
+        drop: tuple[str, ...] = ()
+        if path.parent.name == "tables":
+            name, declared = path.stem, sch.SCHEMAS.get(path.stem)
+        elif path.name.startswith("part-") and path.parent.name.startswith("rank="):
+            name, declared, drop = path.parents[2].name, sch.SCHEMAS.get(path.parents[2].name), PARTITION_COLUMNS
+        elif (path.parent / "sweep.json").is_file():
+            name, declared = path.stem, sch.SWEEP_SCHEMAS.get(path.stem)
+        else:
+            problems.append(f"{path}: not a run table, a dataset part or a sweep file")
+            continue
+        seen.add(name)
+        if declared is None:
+            problems.append(f"{path}: table {name} is not declared in tracekit.model.schema")
+            continue
+        want = [(f.name, f.type) for f in declared if f.name not in drop]
+        got = [(f.name, f.type) for f in pq.read_schema(path)]
+        if [n for n, _ in got] != [n for n, _ in want]:
+            problems.append(f"{path}: columns {[n for n, _ in got]} != declared {[n for n, _ in want]}")
+        else:
+            problems += [f"{path}: {n} is {t}, declared {w}" for (n, t), (_, w) in zip(got, want, strict=True) if t != w]
+    return problems, seen

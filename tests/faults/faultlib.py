@@ -249,3 +249,15 @@ def copy_run(src: Path, dest: Path) -> Path:
 
     shutil.copytree(src, dest)
     return dest
+
+
+def foreign_part(root: Path, table: str, run_id: str, rows: Any) -> Path:
+    """A dataset part of a table tracekit has no schema for (the store refuses to write one), as a
+    foreign writer would leave it: the file written directly, at the place the layout gives it."""
+    from tracekit.store.dataset import part_path
+    from tracekit.store.rundir import write_parquet
+
+    path = part_path(Path(root), table, run_id, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_parquet(rows, path)
+    return path

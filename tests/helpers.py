@@ -2,8 +2,9 @@
 
 Paths: REPO, FIXTURES (committed real recordings), DATA (tests/data: real traces other projects wrote,
 with their origin and license in tests/data/*/README.md), CORPUS (where the corpus tests read those
-traces: $TRACEKIT_CORPUS when it names a directory holding the full-size originals, else DATA, whose
-large traces are trimmed copies; a clone runs every corpus test).
+traces: $TRACEKIT_CORPUS when set, e.g. to a directory of the full-size originals, else DATA, whose
+large traces are trimmed copies: a clone runs every corpus test, and a TRACEKIT_CORPUS that names no
+directory makes them skip with "corpus absent").
 
 Synthetic run directories (export, report, query, diff):
 
@@ -24,8 +25,16 @@ from tracekit.store.rundir import RunDir
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DATA = Path(__file__).resolve().parent / "data"
+# $TRACEKIT_CORPUS, when set, is the corpus: where it names no directory the corpus tests skip with
+# "corpus absent" (conftest's corpus_dir), never silently reading tests/data instead.
 _corpus_env = os.environ.get("TRACEKIT_CORPUS")
-CORPUS = Path(_corpus_env) if _corpus_env and Path(_corpus_env).is_dir() else DATA
+CORPUS = Path(_corpus_env) if _corpus_env else DATA
+CORPUS_ABSENT = f"corpus absent: TRACEKIT_CORPUS={CORPUS} is not a directory"
+
+
+def corpus_traces(root: Path) -> list[Path]:
+    """Every trace file (.json, .json.gz) anywhere under the corpus ``root``."""
+    return sorted(p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file())
 
 T0 = 1_732_900_000_000_000_000  # epoch-scale ns, as Kineto writes them
 MS = 1_000_000

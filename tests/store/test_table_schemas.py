@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import CORPUS, FIXTURES, REPO, undeclared_tables
+from helpers import DATA, FIXTURES, REPO, undeclared_tables
 
 from tracekit.app.analyze import analyze
 from tracekit.errors import SchemaError, TracekitError
@@ -30,7 +30,7 @@ from tracekit.store.rundir import RunDir, write_table
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("written")
-    hta = CORPUS / "hta"
+    hta = DATA / "hta"  # the committed corpus copies: this test never skips
     # a single-GPU corpus trace, and the two ranks of a corpus job as one multi-file run
     analyze(hta / "trace_filter__sampled_rank-0.json.gz", root / "one")
     ranks = sorted(hta.glob("trace_filter__sampled_rank-*.json.gz"))

@@ -359,6 +359,7 @@ def test_a_window_past_the_end_keeps_the_steps_it_captured(tmp_path: Path) -> No
     assert captured == {5, 6, 7}
 
 
+@pytest.mark.slow
 def test_every_table_recorded_and_analysed_is_declared(default_run: tuple[RunDir, float, int],
                                                        tmp_path: Path) -> None:
     import shutil

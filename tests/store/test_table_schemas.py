@@ -46,6 +46,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_table_written_is_declared_with_its_columns_and_types(written: Path) -> None:
     problems, seen = undeclared_tables(written)
     assert not problems, "\n".join(problems)

@@ -53,7 +53,7 @@ TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
 t = time.perf_counter() - t0
 print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, base)
 """
-# HTA's peak RSS is about 6.5x the JSON size (issue 3); do not start it where that cannot fit.
+# HTA's peak RSS is about 6.5x the JSON size (docs/measurements/2026-11-29-ingest.md); do not start it where that cannot fit.
 HTA_RSS_FACTOR = 6.5
 
 

@@ -118,6 +118,16 @@ class MemoryProbe:
         return schema.from_columns("step_memory", cols)
 
 
+def kv_formula(config: dict[str, Any], model: Any) -> int:
+    """2 x layers x KV heads x head dim x bytes per element of the model's floating dtype (its first
+    floating parameter's: quantized weights keep fp16/bf16 activations and cache)."""
+    heads = int(config.get("num_attention_heads", 1))
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    elem = next((p.element_size() for p in model.parameters() if p.is_floating_point() and p.element_size() >= 2), 4)
+    return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * int(elem)
+
+
 def cache_tensor_bytes(cache: Any) -> int:
     """Bytes of the K/V tensors a Transformers cache holds (allocated size, static caches included)."""
     total = 0

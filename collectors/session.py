@@ -812,9 +812,9 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
             phase = "profiled"
             probe = None
             if cfg.memory:
-                from tracekit.collectors.memory import MemoryProbe
+                from tracekit.collectors.memory import MemoryProbe, kv_formula
 
-                probe = MemoryProbe(model, kv_bytes_per_token=_kv_formula(model_info, model),
+                probe = MemoryProbe(model, kv_bytes_per_token=kv_formula(model_info.get("config") or {}, model),
                                     hook_cache=setup is None)
             rec = Recording(run, opts, on_token=progress.on_token, noise=noise, memory=probe)
             with rec:
@@ -832,15 +832,6 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
             noise.terminal.flush()
         raise
     return run
-
-
-def _kv_formula(model_info: dict[str, Any], model: Any) -> int:
-    """KV bytes per token from the config, at the dtype the model's weights (or activations) run in."""
-    from tracekit.collectors.sweep_runner import kv_bytes_per_token_formula
-
-    names = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
-    dt = next((names[str(p.dtype)] for p in model.parameters() if str(p.dtype) in names), "fp32")
-    return int(kv_bytes_per_token_formula(model_info.get("config") or {}, dt))
 
 
 class _oom_guard:

@@ -117,7 +117,9 @@ def ncu_cell(run: Path, budget_s: float) -> dict[str, Any]:
         return {"error": exc.message}
     r = tracekit.open(run)
     k = r.kernels
-    k = k[(k["step_id"] == 1) & (k["kclass"] == "gemm")]
+    gemm_ops = {"aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm", "aten::_int_mm",
+                "aten::_scaled_mm", "aten::_weight_int4pack_mm", "aten::_weight_int8pack_mm"}
+    k = k[(k["step_id"] == 1) & ((k["kclass"] == "gemm") | k["op_name"].isin(gemm_ops))]
     nc = pd.read_parquet(run / "tables" / "ncu_counters.parquet")
     nc = nc[(nc["step_id"] == 1) & nc["name"].isin(set(k["name"]))]
     modelled, dram = float(k["bytes"].sum()), float(nc["dram_bytes"].sum())
@@ -161,7 +163,7 @@ def main() -> int:
     ap.add_argument("--compiled", action="store_true", help="also --compile (static cache + CUDA graphs)")
     ap.add_argument("--ncu", action="store_true", help="then Nsight Compute on decode step 1 of the batch-1 runs")
     ap.add_argument("--quants", default=",".join(QUANTS))
-    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--batches", default=None, help="default 1,16 (--cpu: 1,2)")
     ap.add_argument("--budget-s", type=float, default=230.0)
     a = ap.parse_args()
     t0 = time.monotonic()
@@ -169,7 +171,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     model = "tiny" if a.cpu else "tinyllama-1.1b"
     quants = [q for q in a.quants.split(",") if q]
-    batches = [int(b) for b in a.batches.split(",") if b] if not a.cpu else [1, 2]
+    batches = [int(b) for b in (a.batches or ("1,2" if a.cpu else ",".join(map(str, BATCHES)))).split(",") if b]
     modes = [False, True] if a.compiled else [False]
     cells: list[dict[str, Any]] = []
     for compiled in modes:

@@ -17,14 +17,22 @@ def _mb(b: float | None) -> str:
 
 
 def memory_lines(manifest: dict[str, Any], run_path: str | Path) -> list[str]:
-    """Lines for the summary; [] when the run was recorded without --memory."""
-    info = manifest.get("memory")
-    if not info:
+    """Lines for the record summary; [] when the run was recorded without --memory."""
+    if not manifest.get("memory"):
         return []
     import pandas as pd
 
     path = Path(run_path) / "tables" / "step_memory.parquet"
-    table = pd.read_parquet(path) if path.is_file() else None
+    return memory_text(manifest, pd.read_parquet(path) if path.is_file() else None)
+
+
+def memory_text(manifest: dict[str, Any], table: Any) -> list[str]:
+    """The lines from run.json ``memory`` and the step_memory table (a DataFrame, or None / empty)."""
+    info = manifest.get("memory")
+    if not info:
+        return []
+    if table is not None and len(table) == 0:
+        table = None
     formula = int(info.get("kv_bytes_per_token_formula") or 0)
     measured = am.measured_kv_per_token(table) if table is not None else {"cache_tensors": None, "allocator": None}
     lines = [f"  weights         {_mb(info.get('weights_bytes'))} ({info.get('source')})"]

@@ -88,7 +88,7 @@ def read_cell(run: Path, quant: str, batch: int) -> dict[str, Any]:
         cell["modelled_bytes_per_step"] = float(d["bytes"]) / cap if cap and pd.notna(d["bytes"]) else None
     cfg = (manifest.get("model") or {}).get("config") or {}
     dtype = "bf16" if quant == "int4" else manifest["workload"].get("dtype", "fp16")
-    kv_len = INPUT_TOKENS + 3
+    kv_len = int(manifest["workload"].get("input_tokens", INPUT_TOKENS)) + 3  # the middle of decode steps 1..5
     if cfg:
         model = quantbytes.decode_bytes(cfg, dtype, quant, kv_len=kv_len, batch=batch)
         cell["config_bytes_per_step"] = model.total_bytes

@@ -129,3 +129,26 @@ def test_quant_without_torchao_names_what_is_missing(tmp_path, capsys, monkeypat
 def test_memory_with_serve_is_a_usage_error(capsys) -> None:
     assert main(["record", "--memory", "--serve"]) == 2
     assert "--memory does not combine with --serve" in capsys.readouterr().err
+
+
+def test_quant_with_serve(tmp_path) -> None:
+    pytest.importorskip("torchao")
+    out = tmp_path / "sq"
+    rc = main(["record", "--serve", "--quant", "int8-dyn", "--requests", "2", "--shape", "smoke", "-q",
+               "--out", str(out)])
+    assert rc == 0
+    m = RunDir.open(out).read_manifest()
+    assert m["status"] == STATUS_COMPLETE and m["workload"]["quant"] == "int8-dyn"
+    assert m["model"]["quant"]["config"] == "Int8DynamicActivationInt8WeightConfig"
+
+
+def test_memory_with_compile_takes_kv_from_the_formula(tmp_path) -> None:
+    out = tmp_path / "cm"
+    rc = main(["record", "--memory", "--compile", "--shape", "smoke", "--output-tokens", "3", "--warmup", "0",
+               "-q", "--out", str(out)])
+    assert rc == 0
+    run = RunDir.open(out)
+    mem = pd.read_parquet(out / "tables" / "step_memory.parquet")
+    per = run.read_manifest()["memory"]["kv_bytes_per_token_formula"]
+    assert run.read_manifest()["memory"]["kv_source"] == "formula" and (mem["kv_source"] == "formula").all()
+    assert list(mem["kv_cache_bytes"]) == [kv * per for kv in mem["kv_len"]] and len(mem) == 3

@@ -64,6 +64,9 @@ def apply(model: Any, mode: str, device: str) -> tuple[Any, dict[str, Any]]:
         import torchao.quantization as tq
     except ImportError as exc:
         raise QuantError(f"--quant {mode}: torchao is not installed here ({exc}); pip install torchao") from None
+    except Exception as exc:  # installed but broken for this torch: say which
+        raise QuantError(f"--quant {mode}: torchao does not import here: {type(exc).__name__}: "
+                         f"{(str(exc).strip().splitlines() or [''])[0][:300]}") from None
     version = str(getattr(torchao, "__version__", "?"))
     config_cls = getattr(tq, spec.config, None)
     if config_cls is None:

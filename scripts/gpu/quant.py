@@ -42,8 +42,24 @@ BATCHES = (1, 16)
 INPUT_TOKENS, OUTPUT_TOKENS = 128, 16
 
 
+def release() -> None:
+    """Free the previous cell's model (and compiled graphs holding it) so the next cell's allocator
+    numbers hold only its own weights, KV and working set."""
+    import contextlib
+    import gc
+
+    import torch
+
+    with contextlib.suppress(Exception):  # no dynamo in this torch: nothing compiled to drop
+        torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def record(out: Path, model: str, quant: str, batch: int, compiled: bool, cpu: bool) -> tuple[Path, str | None]:
     """One `tracekit record` in this process; (run dir, None) or (run dir, the one-line error)."""
+    release()
     from tracekit.commands.record import command
     from tracekit.errors import TracekitError
 

@@ -352,6 +352,66 @@ def _gather(ts: list[_Tensor | None]) -> OpCost | None:
     return OpCost(0.0, float(idx.nbytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
 
 
+# --- quantized GEMMs (torchao's int8 / int4 / fp8 paths) --------------------------------------
+#
+# Each reads its packed weight at its own width plus the scales (and zeros) it needs, and writes
+# its output once: the bytes decode streams per token at the quantized width (tracekit.model.quant).
+# Output dtypes the profiler's shapes do not carry (a ScalarType argument) are taken as 2 B
+# (fp16 / bf16: what torchao asks for).
+
+
+def _scaled_mm(ts: list[_Tensor | None]) -> OpCost | None:
+    """aten::_scaled_mm(a [M, K] fp8, b [K, N] fp8, scale_a, scale_b, bias, scale_result, out_dtype, ...):
+    a and b at 1 B, the scales and bias as recorded, the output at 2 B."""
+    a, b = _get(ts, 0), _get(ts, 1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    extra = sum(t.nbytes for t in ts[2:6] if t is not None)
+    return OpCost(2.0 * m * k * n, float(a.nbytes + b.nbytes + extra + m * n * 2), GEMM, _key(a), True)
+
+
+def _int_mm(ts: list[_Tensor | None]) -> OpCost | None:
+    """aten::_int_mm(a [M, K] int8, b [K, N] int8) -> int32 [M, N]: MK + KN + 4MN bytes."""
+    a, b = _get(ts, 0), _get(ts, 1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    return OpCost(2.0 * m * k * n, float(a.nbytes + b.nbytes + 4 * m * n), GEMM, "int8", True)
+
+
+def _int4pack_mm(n_from_scales: bool) -> Callable[..., OpCost | None]:
+    """aten::_weight_int4pack_mm(A [M, K], B packed int4, group_size, scale_and_zeros [K/g, N, 2]) (CUDA
+    tinygemm: B int32 [N/8, K/(16t), 32, t/2]) and _weight_int4pack_mm_for_cpu (B uint8 [N, K/2]):
+    A, the packed weight (K*N/2 B), the bf16 scales and zeros, and the [M, N] output at A's width."""
+
+    def model(ts: list[_Tensor | None]) -> OpCost | None:
+        a, w, sz = _get(ts, 0), _get(ts, 1), _get(ts, 3)
+        if a is None or w is None or len(a.shape) != 2 or not w.shape:
+            return None
+        m, k = a.shape
+        if n_from_scales:
+            if sz is None or len(sz.shape) != 3:
+                return None
+            n = sz.shape[1]
+        else:
+            n = w.shape[0]
+        extra = sz.nbytes if sz is not None else 0
+        return OpCost(2.0 * m * k * n, float(a.nbytes + w.nbytes + extra + m * n * a.itemsize), GEMM, _key(a), True)
+
+    return model
+
+
+def _int8pack_mm(ts: list[_Tensor | None]) -> OpCost | None:
+    """aten::_weight_int8pack_mm(A [M, K], B int8 [N, K], scales [N]): A, B at 1 B, the scales, the output."""
+    a, w, sc = _get(ts, 0), _get(ts, 1), _get(ts, 2)
+    if a is None or w is None or len(a.shape) != 2 or len(w.shape) != 2:
+        return None
+    m, k, n = a.shape[0], a.shape[1], w.shape[0]
+    extra = sc.nbytes if sc is not None else 0
+    return OpCost(2.0 * m * k * n, float(a.nbytes + w.nbytes + extra + m * n * a.itemsize), GEMM, _key(a), True)
+
+
 _EW_FLOPS: dict[str, float] = {
     # activations cost a few FLOPs per element (silu: neg, exp, add, div, mul)
     "silu": 4, "gelu": 8, "gelu_tanh": 10, "sigmoid": 4, "tanh": 4, "exp": 1, "rsqrt": 1, "sqrt": 1,
@@ -369,7 +429,11 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "baddbmm": lambda ts: _bmm(ts, 1),
     "linear": _linear,
     "matmul": _matmul,
-    "_scaled_mm": _mm,
+    "_scaled_mm": _scaled_mm,
+    "_int_mm": _int_mm,
+    "_weight_int4pack_mm": _int4pack_mm(True),
+    "_weight_int4pack_mm_for_cpu": _int4pack_mm(False),
+    "_weight_int8pack_mm": _int8pack_mm,
     "softmax": _softmax,
     "_softmax": _softmax,
     "log_softmax": _softmax,

@@ -28,7 +28,7 @@ import pandas as pd
 NS_PER_MS = 1e6
 
 SUMMARY_COLUMNS = (
-    "point_id", "group", "shape", "mode", "agent_mode", "batch", "input_tokens", "output_tokens", "calls",
+    "point_id", "group", "shape", "mode", "quant", "agent_mode", "batch", "input_tokens", "output_tokens", "calls",
     "sent_input_tokens", "prefilled_tokens", "generated_tokens",
     "repeats", "ttft_ms", "tpot_ms", "e2e_ms",
     "ttft_ms_min", "ttft_ms_max", "tpot_ms_min", "tpot_ms_max", "e2e_ms_min", "e2e_ms_max", "prefill_ms", "prefill_share", "prefill_tok_s", "decode_tok_s",
@@ -205,6 +205,7 @@ def summarize_point(p: PointData, input_price: float, output_price: float, gpu_p
         group=pt.get("group"),
         shape=pt.get("shape"),
         mode=pt.get("mode"),
+        quant=pt.get("quant") or "none",
         agent_mode=agent.get("mode") if agent else None,
         batch=int(pt.get("batch", 1)),
         input_tokens=int(pt.get("input_tokens", 0)),

@@ -369,7 +369,7 @@ def _rerun_builtin(w: dict[str, Any], tracker: Any) -> None:
         dtype=str(w.get("dtype", "fp16")), shape=str(w.get("shape", "custom")),
         input_tokens=int(w["input_tokens"]), output_tokens=int(w["output_tokens"]), batch=int(w.get("batch", 1)),
         requests=int(w.get("requests", 1)), warmup=int(w.get("warmup", 0)), seed=int(w.get("seed", 0)),
-        compile=w.get("mode") == "compiled",
+        compile=w.get("mode") == "compiled", quant=str(w.get("quant") or "none"),
     )
     model, _ = wl.build_model(cfg)
     vocab = int(model.config.vocab_size)

@@ -36,6 +36,12 @@ ROUTINE = (
     re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$"),  # Kineto marking its own start and stop
     re.compile(r"Profiler clears events at the end of each cycle"),  # tracekit's schedule runs one cycle
     re.compile(r"^STAGE:\d{4}-\d\d-\d\d .*ActivityProfilerController"),  # Kineto's older stage lines
+    # torchao (imported by transformers wherever it is installed): its optional compiled kernels for
+    # another torch build, and its enums registered with torch.compile the deprecated way. A --quant
+    # config that needs a missing kernel fails on its own, in one line (collectors/quant.py).
+    re.compile(r"Failed to load .*torchao/_C\w*\.\S*so: Could not load this library"),
+    re.compile(r"_pytree\.py:\d+\] <enum '\w+'> is an Enum subclass .* register_constant\(\) on Enum subclasses"),
+    re.compile(r"Detected no triton, on systems without Triton certain kernels will not work"),
 )
 
 

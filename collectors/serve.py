@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.hooks import RequestRecord
-from tracekit.collectors.session import Recording, RecordOptions, create_run, timings
+from tracekit.collectors.noise import ThirdPartyOutput
+from tracekit.collectors.session import Recording, RecordOptions, create_run, keep_third_party, timings
 from tracekit.errors import TracekitError, UsageError
 from tracekit.model import schema as _schema
 from tracekit.model.stepnames import SeqLabel, StepLabel, batch_label, format_batch_step
@@ -742,7 +743,18 @@ def run_serve(cfg: Any, serve: ServeConfig, opts: RecordOptions) -> RunDir:
     why = engine_support()
     if why is not None:
         raise TracekitError(f"--serve: {why}")
-    model, model_info = wl.build_model(cfg)
+    # The build imports the model's modules (and through them optional libraries such as torchao,
+    # which log as they load): caught here and kept in the run like the recorded pass's output.
+    build_noise = ThirdPartyOutput()
+    try:
+        with build_noise, build_noise.native():
+            model, model_info = wl.build_model(cfg)
+    except BaseException:
+        text = build_noise.stderr_text()
+        if text.strip():
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        build_noise.close()
+        raise
     check_fits(serve.requests, model)
     run = create_run(opts, workload={
         **cfg.manifest(), "kind": "serve", "requests": len(serve.requests), "shape": cfg.shape,
@@ -750,6 +762,8 @@ def run_serve(cfg: Any, serve: ServeConfig, opts: RecordOptions) -> RunDir:
         "input_tokens": sum(r.input_tokens for r in serve.requests),
         "output_tokens": sum(r.output_tokens for r in serve.requests),
     }, model=model_info)
+    keep_third_party(run, build_noise)
+    build_noise.close()
 
     def say(phase: str) -> None:
         if not opts.quiet:

@@ -59,6 +59,7 @@ class RecordOptions:
     command: tuple[str, ...] = field(default_factory=tuple)
     nvml_off_reason: str = "disabled with --no-nvml"
     all_threads: bool = False  # profile every thread (an engine stepping in a background thread)
+    memory: bool = False  # --memory: the profiler's memory events (profile_memory) on
 
 
 def process_rank() -> int:
@@ -216,6 +217,7 @@ class Recording:
         *,
         tracker: Any = None,
         patch: Any = None,
+        memory: Any = None,
     ):
         """``tracker`` (default: a GenerationTracker around every generate) keeps the host log of
         ``steps`` and ``requests``; ``patch`` is the context manager that installs its hooks."""
@@ -234,6 +236,8 @@ class Recording:
         self.extra_manifest: dict[str, Any] = {}
         self._traced_steps: dict[int, chrome_trace.Annotation] = {}
         self._warmup: set[int] = set()
+        # --memory: a collectors.memory.MemoryProbe driven by the step hooks, written as step_memory.
+        self.memory = memory
 
     @property
     def path(self) -> Path:
@@ -264,12 +268,17 @@ class Recording:
         if self.sampler is not None:
             self.sampler.start()
         self.capture = KinetoCapture(
-            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps, all_threads=self.opts.all_threads),
+            ProfilerConfig(cuda=cuda, window=self.opts.trace_steps, all_threads=self.opts.all_threads,
+                           profile_memory=self.opts.memory),
             self.run.path / RAW_TRACE,
             native=self.noise.native,
         )
         self.tracker.on_step_start = self.capture.on_step_start
         self.tracker.on_step_end = self.capture.on_step_end
+        if self.memory is not None:
+            self.tracker.on_step_start = _both(self.memory.on_step_start, self.capture.on_step_start)
+            self.tracker.on_step_end = _both(self.memory.on_step_end, self.capture.on_step_end)
+            self.memory.start()
         self.tracker.on_token = self._on_token
         self.run.update_manifest(
             profiler={
@@ -298,6 +307,8 @@ class Recording:
         """Stop every collector and write what was captured; complete only if ``exc`` is None."""
         problems: list[str] = []
         self._patch.__exit__(None, None, None)
+        if self.memory is not None:
+            self.memory.stop()
         if self in ACTIVE:
             ACTIVE.remove(self)
         if self.capture is not None:
@@ -370,7 +381,12 @@ class Recording:
             shifted = pc.add(counters.column("ts_ns"), offset)
             counters = counters.set_column(counters.schema.get_field_index("ts_ns"), "ts_ns", shifted)
         run.write_table("counters", _schema.fill_rank(counters, rank))
-        events = record_track_events(steps_t, requests_t, counters)
+        step_memory = None
+        if self.memory is not None:
+            step_memory = _schema.fill_rank(self.memory.table(steps_t), rank)
+            run.write_table("step_memory", step_memory)
+            self.extra_manifest["memory"] = self.memory.manifest()
+        events = record_track_events(steps_t, requests_t, counters, step_memory)
         try:
             chrome_trace.merge(raw if have_raw else None, run.trace_path, events)
             if have_raw:
@@ -497,7 +513,15 @@ def warmup() -> Any:
     return ACTIVE[-1].warmup() if ACTIVE else contextlib.nullcontext()
 
 
-def record_track_events(steps: Any, requests: Any, counters: Any) -> list[dict[str, Any]]:
+def _both(first: Callable[[int], None], then: Callable[[int], None]) -> Callable[[int], None]:
+    def call(step_id: int) -> None:
+        first(step_id)
+        then(step_id)
+
+    return call
+
+
+def record_track_events(steps: Any, requests: Any, counters: Any, step_memory: Any = None) -> list[dict[str, Any]]:
     """tracekit's tracks for the recorded trace: the same builder ``tracekit export`` uses.
 
     The bound track is left out: nothing is classified at record time (the
@@ -506,7 +530,10 @@ def record_track_events(steps: Any, requests: Any, counters: Any) -> list[dict[s
     """
     from tracekit.trace.tracks import build_tracks, chrome_event_dicts
 
-    ts = build_tracks({"steps": steps, "requests": requests, "counters": counters}, include_trace=False)
+    tables = {"steps": steps, "requests": requests, "counters": counters}
+    if step_memory is not None:
+        tables["step_memory"] = step_memory
+    ts = build_tracks(tables, include_trace=False)
     bound = {k for k in ts.tracks if k.startswith("tracekit/bound")}
     ts.tracks = {k: t for k, t in ts.tracks.items() if k not in bound}
     ts.slices = [sl for sl in ts.slices if sl.track not in bound]
@@ -783,7 +810,13 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
                     unprofiled["cuda_events"] = by_events
                 run.update_manifest(timings={"unprofiled": unprofiled})
             phase = "profiled"
-            rec = Recording(run, opts, on_token=progress.on_token, noise=noise)
+            probe = None
+            if cfg.memory:
+                from tracekit.collectors.memory import MemoryProbe, kv_formula
+
+                probe = MemoryProbe(model, kv_bytes_per_token=kv_formula(model_info.get("config") or {}, model),
+                                    hook_cache=setup is None)
+            rec = Recording(run, opts, on_token=progress.on_token, noise=noise, memory=probe)
             with rec:
                 for i, p in enumerate(prompts):
                     progress.start("recording", i)

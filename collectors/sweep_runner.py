@@ -78,6 +78,9 @@ class SweepContext:
     repeats: int = 1
     # record's environment(): the bound pass finds the GPU's ceiling by its name
     environment: dict[str, Any] | None = None
+    # How the model was built, and the quantization it has now: a point of another quant rebuilds it.
+    build: Any = None
+    current_quant: str = "none"
 
 
 def resolve_model_name(name: str) -> str:
@@ -112,8 +115,31 @@ def load(spec: SweepSpec) -> SweepContext:
 
     cuda = device.startswith("cuda")
     return SweepContext(
-        model, info, device, dtype, set(), max_len, repeats=spec.repeats_for(cuda), environment=environment()
+        model, info, device, dtype, set(), max_len, repeats=spec.repeats_for(cuda), environment=environment(),
+        build=(cfg, override),
     )
+
+
+def _set_quant(ctx: SweepContext, point: Point) -> None:
+    """Rebuild the sweep's model at the point's quantization (collectors/quant.py) when it changes."""
+    if point.quant == ctx.current_quant:
+        return
+    from dataclasses import replace
+
+    from tracekit.collectors import workload
+
+    if ctx.current_mode == "compiled":
+        _set_mode(ctx, replace(point, mode="eager"))
+    cfg, override = ctx.build
+    ctx.model = None
+    _empty_cache(ctx)
+    ctx.current_quant = "unbuilt"  # a failed build leaves no model of the old quant posing as the new
+    ctx.model, info = workload.build_model(replace(cfg, quant=point.quant))
+    if override:
+        info["max_position_embeddings_override"] = override
+    ctx.model_info = info
+    ctx.current_quant = point.quant
+    ctx.compiled_batches = set()
 
 
 def point_length(point: Point) -> int:
@@ -328,9 +354,13 @@ def run_point(ctx: SweepContext, spec: SweepSpec, point: Point, path: Path) -> P
         point=_point_manifest(point),
         model=ctx.model_info,
         environment=ctx.environment or {},
-        workload={"device": ctx.device, "dtype": ctx.dtype, "batch": point.batch, "mode": point.mode},
+        workload={"device": ctx.device, "dtype": ctx.dtype, "batch": point.batch, "mode": point.mode,
+                  "quant": point.quant},
     )
     try:
+        if point.quant != ctx.current_quant:
+            _set_quant(ctx, point)
+            run.update_manifest(model=ctx.model_info)
         data = _run(ctx, spec, point, run)
         run.update_manifest(**data)
         run.mark_complete()

@@ -31,6 +31,8 @@ class WorkloadConfig:
     seed: int = 0
     trust_remote_code: bool = False
     compile: bool = False  # static KV cache + torch.compile (collectors/compiled.py)
+    quant: str = "none"  # tracekit.model.quant mode, applied by collectors/quant.py after the build
+    memory: bool = False  # --memory: the step_memory table (collectors/memory.py) and profile_memory
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class WorkloadConfig:
             "warmup": self.warmup,
             "seed": self.seed,
             "mode": "compiled" if self.compile else "eager",
+            "quant": self.quant,
         }
 
 
@@ -105,6 +108,11 @@ def build_model(cfg: WorkloadConfig) -> tuple[Any, dict[str, Any]]:
         source = {"path": str(cfg.model.path), "weights": "pretrained"}
     model.eval()
     n_params = sum(p.numel() for p in model.parameters())
+    quant_info = None
+    if cfg.quant != "none":
+        from tracekit.collectors import quant
+
+        model, quant_info = quant.apply(model, cfg.quant, cfg.device)
     info = {
         **source,
         "model_type": getattr(config, "model_type", None),
@@ -112,6 +120,8 @@ def build_model(cfg: WorkloadConfig) -> tuple[Any, dict[str, Any]]:
         "build_s": round(time.perf_counter() - t0, 3),
         "config": _config_dict(config),
     }
+    if quant_info is not None:
+        info["quant"] = quant_info
     return model, info
 
 

@@ -193,3 +193,14 @@ def test_summary_line_reads_run_json(tmp_path: Path) -> None:
                     f"1 kept as run.json warnings; full text in {tmp_path / LOG_NAME}"]
     assert "libraries" not in render({"status": "complete"}, tmp_path)
     assert json.dumps(m)  # run.json stays plain JSON
+
+
+def test_torchao_import_lines_are_routine() -> None:
+    """What importing torchao 0.18 prints with a torch it was not built for (recorded on this CPU)."""
+    so = "/venv/lib/python3.11/site-packages/torchao/_C_cutlass_90a.abi3.so"
+    assert is_routine(f"Failed to load {so}: Could not load this library: {so}")
+    assert is_routine("W1201 16:57:24.231000 27311 torch/utils/_pytree.py:630] <enum 'KernelPreference'> is an Enum "
+                      "subclass and is now natively supported by torch.compile as an opaque value type. Calling "
+                      "register_constant() on Enum subclasses is deprecated and will be an error in a future release.")
+    assert is_routine("Warning: Detected no triton, on systems without Triton certain kernels will not work")
+    assert not is_routine("Failed to load /opt/my_model/weights.safetensors: Could not load this library")

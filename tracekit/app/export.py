@@ -22,7 +22,7 @@ from tracekit.store.rundir import RunDir
 from tracekit.trace.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
 
 TRACE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "steps", "requests",
-                "step_bound", "kernel_bound")  # the bound pass's, where analyze wrote them
+                "step_bound", "kernel_bound", "step_memory", "memory")  # the bound pass's, where analyze wrote them
 
 
 def _pair(text: str, opt: str, conv: type) -> tuple[float, float]:

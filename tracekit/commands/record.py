@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tracekit.errors import UsageError
+from tracekit.model.quant import CHOICES as QUANT_CHOICES
 
 
 @click.command(
@@ -130,6 +131,21 @@ from tracekit.errors import UsageError
     is_flag=True,
     help="Then measure the recorded steps (--trace-steps, else 0:2) with Nsight Compute (tracekit counters).",
 )
+@click.option(
+    "--memory",
+    "with_memory",
+    is_flag=True,
+    help="Memory at every step: the profiler's memory events and the step_memory table (allocated, "
+    "reserved, peak; weights / KV cache / transient); the summary adds a KV capacity line.",
+)
+@click.option(
+    "--quant",
+    type=click.Choice(list(QUANT_CHOICES)),
+    default="none",
+    show_default=True,
+    help="Quantize the model's linear layers with torchao first: int8 / int4 weight-only, int8-dyn and "
+    "fp8 with dynamic activations.",
+)
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML counters.")
 @click.option("--sample-hz", type=click.FloatRange(min=0.1, max=1000), default=100.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -166,6 +182,8 @@ def command(
     cuda_graphs: bool = False,
     assistant: str | None = None,
     assistant_tokens: int = 4,
+    with_memory: bool = False,
+    quant: str = "none",
 ) -> int:
     """Record a generation workload (or your script) into a run directory.
 
@@ -175,6 +193,7 @@ def command(
     tracekit record --model ./my-hf-model --shape rag --batch 4
     tracekit record --serve --shape chat,rag,creative,agentic --requests 16 --rate 4
     tracekit record --assistant layers:8 --shape chat
+    tracekit record --quant int8 --memory --shape chat
     tracekit record --out runs/mine -- python my_script.py ARGS
     """
     import importlib.util
@@ -198,6 +217,14 @@ def command(
         ("tracekit", "record", *sys.argv[2:]) if sys.argv[1:2] == ["record"] else ("tracekit", "record")
     )
 
+    for flag, on in (("--memory", with_memory), (f"--quant {quant}", quant != "none")):
+        bad = [k for k, v in (("--tp", tp is not None), ("a script", bool(script)),
+                              ("--assistant", assistant is not None)) if v]
+        if on and bad:
+            raise UsageError(f"{flag} does not combine with {bad[0]} yet")
+    if with_memory and serve:
+        raise UsageError("--memory does not combine with --serve yet (the profiler's memory events and "
+                         "profile_all_threads exclude each other)")
     if tp is not None and with_counters:
         raise UsageError("--counters does not combine with --tp yet: run tracekit counters on a rank's run")
     if tp is not None:
@@ -298,6 +325,8 @@ def command(
         seed=seed,
         trust_remote_code=trust_remote_code,
         compile=use_compile,
+        quant=quant,
+        memory=with_memory,
     )
     if cfg.output_tokens < 1:
         raise UsageError("--output-tokens must be at least 1")
@@ -313,6 +342,7 @@ def command(
         quiet=quiet,
         command=command_line,
         nvml_off_reason="disabled with --no-nvml" if no_nvml else "device is cpu: no GPU to sample",
+        memory=with_memory,
     )
     if serve:
         plan = sv.plan(mix, n_requests, rate, seed, lengths=lengths, input_tokens=input_tokens,
@@ -353,7 +383,7 @@ def _counters(path: Path, window: object, quiet: bool) -> None:
 
 # Options of the built-in workload: meaningless for a script (``tracekit record -- python my.py``).
 WORKLOAD_ONLY = ("model", "model_preset", "trust_remote_code", "device", "dtype", "shape", "input_tokens",
-                 "output_tokens", "batch", "n_requests", "warmup", "seed")
+                 "output_tokens", "batch", "n_requests", "warmup", "seed", "with_memory", "quant")
 
 
 def given_options(*names: str) -> list[str]:

@@ -89,6 +89,8 @@ def build_spec(
             raise UsageError(f"--modes: unknown {bad}; known: {', '.join(sweepspec.MODES)}")
         pts = [replace(p, mode=m) for p in spec.points for m in modes]
         spec = spec.with_points(pts)
+    if flags.get("quant"):
+        spec = spec.with_points(sweepspec.with_quant(spec.points, _csv(flags["quant"]) or []))
     if flags.get("trace_steps"):
         over["trace_steps"] = int(flags["trace_steps"])
     if flags.get("repeats") is not None:
@@ -152,6 +154,7 @@ def _and(items: list[str]) -> str:
 @click.option("--load-shape", help="Load study: a shape or a mix of them, e.g. chat,rag (default chat).")
 @click.option("--load-requests", type=int, help="Load study: requests per point (default 16).")
 @click.option("--modes", help="Execution modes to cross with every point: eager, compiled.")
+@click.option("--quant", help="Quantizations to cross with every point: none, int8, int8-dyn, int4, fp8 (torchao).")
 @click.option("--model", help="Model preset or local directory (default: the preset's model).")
 @click.option("--device", help="auto, cpu, cuda or cuda:N.")
 @click.option(

@@ -112,6 +112,27 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("total_reserved_bytes", _i64),
         doc="Allocator events ([memory] instants)",
     ),
+    "step_memory": _schema(
+        ("rank", _i32),
+        ("step_id", _i64),
+        ("request_id", _i64),
+        ("kind", _dict),  # prefill | decode | mixed
+        ("batch", _i64),
+        ("kv_len", _i64),
+        ("ts_ns", _i64),  # the step's end on the trace clock
+        ("device", _dict),  # cuda:0, cpu
+        # The caching allocator at the step's end (null where there is none: a CPU run).
+        ("allocated_bytes", _i64),
+        ("reserved_bytes", _i64),
+        ("peak_allocated_bytes", _i64),  # highest allocated inside the step
+        # allocated = weights + kv_cache + transient (exactly, where allocated is known)
+        ("weights_bytes", _i64),  # the model's parameters and buffers (packed, scales and zeros included)
+        ("kv_cache_bytes", _i64),  # the K/V tensors the cache holds after the step
+        ("transient_bytes", _i64),  # everything else: activations, workspace, logits
+        ("peak_transient_bytes", _i64),  # peak - weights - kv_cache: the step's working set
+        ("kv_source", _dict),  # cache-tensors | formula
+        doc="Memory at each step boundary: allocator state split into weights, KV cache and transient",
+    ),
     "other_events": _schema(
         ("rank", _i32),
         ("ts_ns", _i64),
@@ -516,7 +537,7 @@ TABLES = tuple(SCHEMAS)
 # The files of a sweep directory (tracekit.store.sweepdir): <name>.parquet beside sweep.json.
 SWEEP_SCHEMAS: dict[str, pa.Schema] = {
     "summary": _schema(
-        *[(c, _str) for c in ("point_id", "group", "shape", "mode", "agent_mode")],
+        *[(c, _str) for c in ("point_id", "group", "shape", "mode", "quant", "agent_mode")],
         *[(c, _i64) for c in ("batch", "input_tokens", "output_tokens", "calls")],
         *[(c, _f64) for c in ("sent_input_tokens", "prefilled_tokens", "generated_tokens")],
         ("repeats", _i64),

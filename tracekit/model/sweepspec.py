@@ -18,6 +18,9 @@ Studies (``group``) and what each measures:
   batching engine at each arrival rate (requests per second, Poisson; 0: all at once):
   the latency-throughput curve, and each request's cost at that load. In a load point
   ``compiled`` means the engine's CUDA graphs.
+
+``quant`` is a dimension across every study: each point runs once per quantization
+(tracekit.model.quant: none, int8, int8-dyn, int4, fp8), the model quantized by torchao.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import UsageError
+from tracekit.model.quant import CHOICES as QUANT_CHOICES
+from tracekit.model.quant import NONE as QUANT_NONE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,10 +82,15 @@ class Point:
     # once). input/output_tokens are then the mix's longest.
     requests: int = 0
     rate: float | None = None
+    quant: str = "none"  # tracekit.model.quant mode of the model's linear layers
 
     @property
     def id(self) -> str:
         """Stable, readable, filesystem-safe: parameters only, never position or time."""
+        base = self._base_id()
+        return base if self.quant == QUANT_NONE else f"{base}-{self.quant}"
+
+    def _base_id(self) -> str:
         if self.group == "load":
             shape = "".join(c if c.isalnum() or c in "-_." else "x" if c == "/" else "+" for c in self.shape)
             rate = "all" if self.rate is None else f"{self.rate:g}"
@@ -201,6 +211,15 @@ def agent_points(agent: AgentSpec, agent_modes: Sequence[str], modes: Sequence[s
     return pts
 
 
+def with_quant(points: Iterable[Point], quants: Sequence[str]) -> list[Point]:
+    """Every point once per quantization, quantization outermost (the model is rebuilt once per value)."""
+    bad = [q for q in quants if q not in QUANT_CHOICES]
+    if bad:
+        raise UsageError(f"quant: unknown {bad}; known: {', '.join(QUANT_CHOICES)}")
+    pts = list(points)
+    return [replace(p, quant=q) for q in quants for p in pts]
+
+
 def _shape(name: str) -> tuple[int, int]:
     if name in SHAPES:
         return SHAPES[name]
@@ -297,14 +316,14 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
 
     Keys: model, device, dtype, warmup_runs, repeats, trace_steps, modes, shapes, batch,
     batch_shape, prompt_lengths, prompt_output_tokens, output_lengths,
-    output_input_tokens, [agent] (steps, system_tokens, output_tokens,
+    output_input_tokens, quant, [agent] (steps, system_tokens, output_tokens,
     tool_tokens, modes), [load] (rates, shape, requests, max_batch_tokens),
     [pricing] (input_per_mtok, output_per_mtok, gpu_per_hour).
     """
     known = {
         "name", "model", "device", "dtype", "warmup_runs", "repeats", "trace_steps", "modes", "shapes", "batch",
         "batch_shape", "prompt_lengths", "prompt_output_tokens", "output_lengths", "output_input_tokens",
-        "agent", "load", "pricing",
+        "agent", "load", "pricing", "quant",
     }  # fmt: skip
     unknown = set(data) - known
     if unknown:
@@ -361,6 +380,8 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         raise UsageError(
             "sweep config defines no points (give shapes, batch, prompt_lengths, output_lengths, agent or load)"
         )
+    if "quant" in data:
+        pts = with_quant(pts, _strs(data["quant"], "quant", QUANT_CHOICES))
     for p in pts:
         if p.input_tokens < 2 or p.output_tokens < 1:
             raise UsageError(f"sweep point {p.id}: needs at least 2 input tokens and 1 output token")

@@ -8,3 +8,4 @@ from __future__ import annotations
 
 TRACEKIT_PID = 0x7FFF0000  # requests, steps and bound tracks
 COUNTER_PID_BASE = 0x7FFF0100  # + device + 1: one counter process per GPU
+MEMORY_PID = 0x7FFF00F0  # the step_memory counter tracks (record --memory)

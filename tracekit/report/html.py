@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.model.ceilings import Ceiling
+from tracekit.report.memory_summary import memory_text
 from tracekit.report.plots import (
     counters_png,
     latency_png,
@@ -85,8 +86,10 @@ def summary_html(run: RunView) -> str:
     lines = verdicts(run.df("phases"))
     items = "".join(f"<li>{_esc(v)}</li>" for v in lines) or f"<li>phases: {NOT_RECORDED}</li>"
     helps = "".join(f'<p class="advice">What would help: {_esc(a)}</p>' for a in advice_lines(run.df("phases")))
+    mem = "".join(f"<li>{_esc(line.strip())}</li>" for line in memory_text(run.manifest, run.tables.get("step_memory")))
+    mem = f'<ul class="memory">{mem}</ul>' if mem else ""
     return (f'<div class="summary"><p class="workload">{_esc(workload_text(run.manifest))}</p>'
-            f'<p class="ceiling">{_esc(ceiling.text())}</p><ul class="verdicts">{items}</ul>{helps}</div>')
+            f'<p class="ceiling">{_esc(ceiling.text())}</p><ul class="verdicts">{items}</ul>{helps}{mem}</div>')
 
 
 def kernel_roofline_png(run: RunView) -> bytes | None:

@@ -506,15 +506,54 @@ def plot_load(s: pd.DataFrame, path: Path) -> Path | None:
 PlotFn = Callable[[pd.DataFrame, Path], "Path | None"]
 
 
+def base_quant(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one quantization: ``none`` where present, else the first one listed."""
+    if "quant" not in summary.columns or summary["quant"].nunique(dropna=True) <= 1:
+        return summary
+    q = summary["quant"].fillna("none")
+    keep = "none" if (q == "none").any() else q.iloc[0]
+    return summary[q == keep]
+
+
+def plot_quant_tpot(summary: pd.DataFrame, path: Path) -> Path | None:
+    """TPOT per point (shape, batch, mode) and quantization, grouped bars; None without two quantizations."""
+    if "quant" not in summary.columns:
+        return None
+    s = summary[summary["tpot_ms"].notna() & (summary["group"] != "load")].copy()
+    s["quant"] = s["quant"].fillna("none")
+    if s["quant"].nunique() < 2:
+        return None
+    plt = _plt()
+    s["label"] = s["shape"].astype(str) + " b" + s["batch"].astype(str) + " " + s["mode"].astype(str)
+    labels = list(dict.fromkeys(s["label"]))
+    quants = list(dict.fromkeys(s["quant"]))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(labels) * len(quants) / 2), 4))
+    width = 0.8 / len(quants)
+    for j, q in enumerate(quants):
+        vals = s[s["quant"] == q].groupby("label")["tpot_ms"].median()
+        ax.bar([i + j * width for i in range(len(labels))], [float(vals.get(lb, float("nan"))) for lb in labels],
+               width, label=q)
+    ax.set_xticks([i + width * (len(quants) - 1) / 2 for i in range(len(labels))], labels, rotation=20, fontsize=8)
+    ax.set_ylabel("TPOT (ms)")
+    ax.set_title("TPOT by quantization")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
 def make_sweep_plots(summary: pd.DataFrame, agent: pd.DataFrame, plots_dir: Path) -> dict[str, Path]:
-    """Every plot the data allows; a study with no points yields no plot, never an empty one."""
-    s = summary
+    """Every plot the data allows; a study with no points yields no plot, never an empty one.
+
+    With a quant dimension, the per-study plots draw the unquantized points (else the first
+    quantization's); ``quant_tpot`` compares TPOT across quantizations."""
+    s = base_quant(summary)
     try:
         _plt()
     except ImportError:  # a GPU box without matplotlib: tables and text still get written
         return {}
     made: dict[str, Path | None] = {
         "prefill_share": plot_prefill_share(s, plots_dir / "prefill_share.png"),
+        "quant_tpot": plot_quant_tpot(summary, plots_dir / "quant_tpot.png"),
         "ttft_vs_prompt": _line(s, "prompt", "input_tokens", "ttft_ms", plots_dir / "ttft_vs_prompt.png",
                                 "TTFT against prompt length", "prompt tokens", "TTFT (ms)", logx=True),
         "prefill_tps_vs_prompt": _line(s, "prompt", "input_tokens", "prefill_tok_s",

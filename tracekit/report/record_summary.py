@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracekit.report.memory_summary import memory_lines
 from tracekit.report.text import visible
 
 PERFETTO_URL = "https://ui.perfetto.dev"
@@ -107,7 +108,11 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
             f"  profiler cost   TTFT {_pct(over.get('ttft_pct'), True)}, TPOT {_pct(over.get('tpot_pct'), True)}, "
             f"e2e {_pct(over.get('e2e_pct'), True)}  (profiled vs unprofiled host timers: the traced run is slower)"
         )
-    lines += serve_lines(manifest) + assisted_lines(manifest)
+    lines += serve_lines(manifest) + assisted_lines(manifest) + memory_lines(manifest, run_path)
+    quant = (manifest.get("model") or {}).get("quant")
+    if quant:
+        lines.append(f"  quant           {quant.get('mode')}: torchao {quant.get('torchao')} {quant.get('config')}, "
+                     f"weights {quant.get('weights_bytes_before', 0) / 1e6:,.1f} -> {quant.get('weights_bytes', 0) / 1e6:,.1f} MB")
     sources = manifest.get("step_boundaries") or {}
     if sources.get("streamer"):
         lines.append(

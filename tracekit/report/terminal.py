@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit.report.memory_summary import memory_text
 from tracekit.report.text import cell, markup_safe, visible
 from tracekit.report.view import (
     OUTSIDE,
@@ -192,6 +193,8 @@ def render_terminal(views: list[Any], out: Any) -> None:
             console.print(f"  - {visible(line)}", markup=False)
         for line in advice_lines(v.df("phases")):
             console.print(f"  what would help: {visible(line)}", markup=False)
+        for line in memory_text(v.manifest, v.tables.get("step_memory")):
+            console.print(f"  {visible(line.strip())}", markup=False)
         for w in v.manifest.get("warnings") or []:
             console.print(f"  warning: {visible(w)}", markup=False)
         for note in (outside_line(v.df("phases")), warmup_line(v)):

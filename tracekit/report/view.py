@@ -15,7 +15,7 @@ import pandas as pd
 from tracekit.store.rundir import RunDir
 
 NOT_RECORDED = "not recorded"
-TABLES = ("phases", "steps", "requests", "counters", "kernel_bound")  # kernel_bound: the per-kernel roofline
+TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory")  # kernel_bound: the per-kernel roofline
 
 
 @dataclass

@@ -23,6 +23,10 @@ Tracks:
                           Kernel slices carry their own class (``kernel_bound``) in
                           args and, for Chrome's viewer, as their colour.
   * GPU <n> counters      one counter track per (device, source, metric).
+  * memory (record --memory)  counter tracks of the step_memory table at each step's end:
+                          allocated, reserved, peak in the step, weights, KV cache, transient;
+                          and the allocator's total after every [memory] event (the ingested
+                          ``memory`` table: profile_memory), one track per device.
   * the trace itself      kernels per device/stream, CPU ops and runtime calls per
                           thread, annotations: rebuilt from the tables, so a
                           windowed export needs no pass over the raw JSON.
@@ -43,7 +47,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from tracekit.model.trackids import COUNTER_PID_BASE, TRACEKIT_PID
+from tracekit.model.trackids import COUNTER_PID_BASE, MEMORY_PID, TRACEKIT_PID
 
 # Chrome's legacy viewer takes reserved colour names; Perfetto colours by slice name.
 KIND_CNAME = {"prefill": "thread_state_running", "decode": "thread_state_iowait", "mixed": "yellow"}
@@ -213,6 +217,8 @@ def build_tracks(
     _request_tracks(ts, tables.get("requests"), window)
     _step_tracks(ts, tables.get("steps"), window, tables.get("step_bound"))
     _counter_tracks(ts, tables.get("counters"), window)
+    _memory_tracks(ts, tables.get("step_memory"), window)
+    _allocator_tracks(ts, tables.get("memory"), window)
     if include_trace:
         _trace_tracks(ts, tables, window)
     return ts
@@ -346,6 +352,49 @@ def _counter_tracks(ts: TrackSet, counters: pa.Table | None, window: Window | No
         ts.counters.append(CounterPoint(key, t, float(r["value"])))
     if not seen:
         ts.notes.append("counters: not recorded")
+
+
+MEMORY_COUNTERS = ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "weights_bytes", "kv_cache_bytes",
+                   "transient_bytes")
+
+
+def _memory_tracks(ts: TrackSet, step_memory: pa.Table | None, window: Window | None) -> None:
+    """One counter track per step_memory column, a point at each step's end (null values skipped)."""
+    rows = _rows(step_memory, ("ts_ns", *MEMORY_COUNTERS))
+    for r in rows:
+        if r["ts_ns"] is None:
+            continue
+        t = int(r["ts_ns"])
+        if window is not None and not (window.start_ns <= t <= window.end_ns):
+            continue
+        for i, col in enumerate(MEMORY_COUNTERS):
+            if r[col] is None:
+                continue
+            key = f"memory/{col}"
+            if key not in ts.tracks:
+                ts.add_track(Track(key, f"memory.{col.removesuffix('_bytes')} (bytes)", "memory",
+                                   MEMORY_PID, i, "counter", i, 9, "bytes"))
+            ts.counters.append(CounterPoint(key, t, float(r[col])))
+
+
+def _allocator_tracks(ts: TrackSet, memory: pa.Table | None, window: Window | None) -> None:
+    """The allocator's total allocated bytes after each [memory] event, one counter track per device."""
+    rows = _rows(memory, ("ts_ns", "device_type", "device", "total_allocated_bytes"))
+    for r in rows:
+        if r["ts_ns"] is None or r["total_allocated_bytes"] is None:
+            continue
+        t = int(r["ts_ns"])
+        if window is not None and not (window.start_ns <= t <= window.end_ns):
+            continue
+        # Kineto's device types: 0 CPU, 1 CUDA.
+        dev = ("cpu" if r["device_type"] == 0 else f"cuda:{r['device'] if r['device'] is not None else 0}"
+               if r["device_type"] == 1 else f"type{r['device_type']}:{r['device']}")
+        key = f"memory/allocator/{dev}"
+        if key not in ts.tracks:
+            lane = len(MEMORY_COUNTERS) + sum(1 for k in ts.tracks if k.startswith("memory/allocator/"))
+            ts.add_track(Track(key, f"allocator {dev} allocated (bytes)", "memory", MEMORY_PID, lane, "counter",
+                               lane, 9, "bytes"))
+        ts.counters.append(CounterPoint(key, t, float(r["total_allocated_bytes"])))
 
 
 def _kernel_classes(tables: dict[str, pa.Table]) -> list[tuple[Any, Any]] | None:

@@ -9,8 +9,8 @@
 #   record    record's timers against CUDA events, the GPM sampler against known loads, sampler overhead
 #   sweep     the seed sweep (tracekit sweep --preset seed)
 #   tp        2-rank tensor parallel (needs 2 GPUs)
-#   quant     decode at fp16 / int8 / int8-dyn / int4 / fp8 with --memory (scripts/gpu/quant.py, <= 240 s)
-#   quant_more  the same compiled, then Nsight Compute on the batch-1 GEMMs (<= 540 s)
+#   quant     decode at fp16 / int8 / int8-dyn / int4 / fp8 with --memory, then Nsight Compute on the batch-1 GEMMs (<= 540 s)
+#   quant_compiled  the same comparison compiled (CUDA graphs) (<= 240 s)
 set -u
 STAGE=${1:?stage}
 OUT=${OUT:?OUT must be set}
@@ -71,15 +71,16 @@ sweep)
 tp)
   run tp 500 python3 scripts/gpu/tp_record.py "$W/tp"
   ;;
-quant)  # --quant / --memory: fp16 vs int8 vs int8-dyn vs int4 vs fp8 decode (torchao's wheel carried under .whl/)
+quant)  # --quant / --memory: fp16 vs int8 vs int8-dyn vs int4 vs fp8 decode, then Nsight Compute's DRAM bytes
+  # against the modelled GEMM bytes (torchao's wheel carried under .whl/); one call of ~560 s
   TAIL=20 run quant 240 python3 scripts/gpu/quant.py "$W/quant" --budget-s 230
-  find "$W/quant" -name 'trace.json.gz' -delete
+  TAIL=12 run quant_ncu 290 python3 scripts/gpu/quant.py "$W/quant_ncu" --ncu --quants none,int8,int4 --batches 1 \
+    --budget-s 280
+  find "$W"/quant* -name 'trace.json.gz' -delete
   ;;
-quant_more)  # compiled cells, then Nsight Compute's DRAM bytes against the modelled GEMM bytes
+quant_compiled)  # the compiled (CUDA-graph) cells of the same comparison
   TAIL=12 run quant_compiled 240 python3 scripts/gpu/quant.py "$W/quant_compiled" --modes compiled \
     --quants none,int8,int4 --budget-s 230
-  TAIL=12 run quant_ncu 300 python3 scripts/gpu/quant.py "$W/quant_ncu" --ncu --quants none,int8,int4 --batches 1 \
-    --budget-s 290
   find "$W"/quant_* -name 'trace.json.gz' -delete
   ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;

@@ -114,6 +114,12 @@ PERMISSION_HELP = (
 )
 
 
+def _last_error(log: str) -> str | None:
+    """The workload's own last error line (a traceback's final ``SomeError: ...``), if its output has one."""
+    lines = [ln.strip() for ln in log.splitlines() if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", ln)]
+    return lines[-1][:200] if lines else None
+
+
 def failure(rc: int, log: str) -> str | None:
     """The one line a failed ncu run deserves, from its exit code and log; None if it succeeded."""
     if "ERR_NVGPUCTRPERM" in log:
@@ -126,7 +132,9 @@ def failure(rc: int, log: str) -> str | None:
         return "no NVIDIA GPU visible to ncu: counters need the GPU the run was recorded on"
     app = re.search(r"The application returned an error code \((\d+)\)", log)
     if app:
-        return f"the workload failed under ncu (exit code {app.group(1)}): see the ncu log"
+        last = _last_error(log)
+        return (f"the workload failed under ncu (exit code {app.group(1)})" + (f": {last}" if last else "")
+                + "; see the ncu log")
     if "No kernels were profiled" in log:
         return "ncu profiled no kernels: the step window was never reached"
     errors = [ln.strip() for ln in log.splitlines() if ln.startswith("==ERROR==")]
@@ -157,7 +165,9 @@ def _run(cmd: Sequence[str], timeout_s: float, env: dict[str, str], stdout: Any 
 
 
 def child_argv(run_dir: Path, window: StepWindow) -> list[str]:
-    return [sys.executable, "-m", "tracekit.collectors.ncu", str(run_dir), "--steps", str(window)]
+    """The re-run's command. ``-P``: the working directory is not put on sys.path, so a source checkout
+    there cannot shadow the installed package (a script workload's own folder is added by the re-run)."""
+    return [sys.executable, "-P", "-m", "tracekit.collectors.ncu", str(run_dir), "--steps", str(window)]
 
 
 def check_rerunnable(manifest: dict[str, Any]) -> None:

@@ -280,3 +280,33 @@ def test_the_replay_has_the_recorded_runs_steps(tmp_path: Path) -> None:
                           columns=["step_id", "kind", "q_len", "kv_len"])
     pd.testing.assert_frame_equal(replay, recorded.astype(replay.dtypes.to_dict()), check_dtype=False)
     assert names == ["start", "tracekit.step id=2", "tracekit.step id=3", "tracekit.step id=4", "stop"]
+
+
+def test_a_workload_that_fails_under_ncu_is_named_by_its_own_last_error() -> None:
+    from tracekit.collectors.ncu import failure
+
+    log = ("==PROF== Connected to process 1013\n"
+           "Traceback (most recent call last):\n  File \"<frozen runpy>\", line 189\n"
+           "ModuleNotFoundError: No module named 'tracekit.collectors'\n"
+           "==ERROR== The application returned an error code (1).\n")
+    msg = failure(1, log)
+    assert msg is not None and "exit code 1" in msg
+    assert "ModuleNotFoundError: No module named 'tracekit.collectors'" in msg
+    assert "\n" not in msg
+
+
+def test_the_rerun_does_not_put_the_working_directory_on_sys_path(tmp_path: Path) -> None:
+    # A source checkout in the working directory (without its installed sub-packages) must not shadow
+    # the installed tracekit in the re-run: on the GPU machine it made every workload fail under ncu.
+    import subprocess
+
+    from tracekit.collectors.ncu import child_argv
+    from tracekit.collectors.profiler import parse_trace_steps
+
+    argv = child_argv(tmp_path / "run", parse_trace_steps("1:2"))  # type: ignore[arg-type]
+    flags = argv[1:argv.index("-m")]
+    code = "import os, sys; print(any(p in ('', os.getcwd()) for p in sys.path))"
+    out = subprocess.run([sys.executable, *flags, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "False"
+    plain = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert plain.stdout.strip() == "True"

@@ -1,0 +1,130 @@
+"""Step detection on tiny hand-built traces: what it finds and what it warns about, worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from tracekit.analysis import steps
+from tracekit.model import schema
+from tracekit.model.stepnames import SeqLabel, StepLabel, batch_label, format_step
+
+US = 1000
+
+
+def _tables(ops: list[dict[str, Any]], ann: list[dict[str, Any]]) -> dict[str, Any]:
+    def cols(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[Any]]:
+        return {k: [r.get(k) for r in rows] for k in keys}
+
+    return {
+        "cpu_ops": schema.from_columns("cpu_ops", cols(ops, ("op_id", "ts_ns", "dur_ns", "name", "cat", "input_dims"))),
+        "annotations": schema.from_columns("annotations", cols(ann, ("ts_ns", "dur_ns", "name", "cat"))),
+        "runtime": schema.from_columns("runtime", cols([], ("ts_ns", "dur_ns", "name", "correlation"))),
+        "gpu_activity": schema.from_columns("gpu_activity", cols([], ("ts_ns", "dur_ns", "name", "kind", "device"))),
+    }
+
+
+def _embedding(op_id: int, ts: int, index_shape: list[int]) -> dict[str, Any]:
+    return {"op_id": op_id, "ts_ns": ts, "dur_ns": 5 * US, "name": "aten::embedding", "cat": "cpu_op",
+            "input_dims": json.dumps([[32000, 64], index_shape])}
+
+
+def _detect(ops: list[dict[str, Any]], ann: list[dict[str, Any]]) -> Any:
+    t = _tables(ops, ann)
+    return steps.detect(t["cpu_ops"], t["annotations"], t["runtime"], t["gpu_activity"])
+
+
+def test_a_batch_step_packed_into_one_row_is_not_a_disagreement() -> None:
+    # GIVEN a batch step of three requests (1 + 1 + 5 = 7 query tokens) whose embedding runs them as one
+    # row [1, 7] (continuous batching), and a plain step whose annotation says q_len 5 while its
+    # embedding holds [1, 7]
+    batch = batch_label(0, [SeqLabel(0, "d", 1, 10), SeqLabel(1, "d", 1, 20), SeqLabel(2, "p", 5, 5)])
+    plain = StepLabel(step_id=1, request_id=3, kind="prefill", batch=1, q_len=5, kv_len=5)
+    ann = [{"ts_ns": 0, "dur_ns": 100 * US, "name": format_step(batch), "cat": "user_annotation"},
+           {"ts_ns": 200 * US, "dur_ns": 100 * US, "name": format_step(plain), "cat": "user_annotation"}]
+    d = _detect([_embedding(0, 10 * US, [1, 7]), _embedding(1, 210 * US, [1, 7])], ann)
+    # THEN only the plain step is reported, for its q_len
+    about = [w for w in d.warnings if w.startswith("step ")]
+    assert len(about) == 1 and about[0].startswith("step 1 ") and "q_len=5" in about[0]
+    assert list(d.steps["batch"]) == [3, 1] and list(d.steps["tokens"]) == [7, 5]
+
+
+def _tables_full(ops: list[dict[str, Any]], rt: list[dict[str, Any]], gpu: list[dict[str, Any]]) -> dict[str, Any]:
+    def cols(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[Any]]:
+        return {k: [r.get(k) for r in rows] for k in keys}
+
+    return {
+        "cpu_ops": schema.from_columns("cpu_ops", cols(ops, ("op_id", "ts_ns", "dur_ns", "name", "cat", "input_dims"))),
+        "annotations": schema.from_columns("annotations", cols([], ("ts_ns", "dur_ns", "name", "cat"))),
+        "runtime": schema.from_columns("runtime", cols(rt, ("ts_ns", "dur_ns", "name", "correlation"))),
+        "gpu_activity": schema.from_columns("gpu_activity", cols(
+            gpu, ("ts_ns", "dur_ns", "name", "kind", "device", "stream", "correlation"))),
+    }
+
+
+def _op(i: int, name: str, ts: int, dur: int = 5, dims: Any = None) -> dict[str, Any]:
+    return {"op_id": i, "ts_ns": ts * US, "dur_ns": dur * US, "name": name, "cat": "cpu_op",
+            "input_dims": json.dumps(dims) if dims is not None else None}
+
+
+def _rt(name: str, ts: int, corr: int | None = None) -> dict[str, Any]:
+    return {"ts_ns": ts * US, "dur_ns": 5 * US, "name": name, "correlation": corr}
+
+
+def _act(name: str, kind: str, ts: int, dur: int, corr: int) -> dict[str, Any]:
+    return {"ts_ns": ts * US, "dur_ns": dur * US, "name": name, "kind": kind, "device": 0, "stream": 7,
+            "correlation": corr}
+
+
+def _cols(d: Any, *names: str) -> list[tuple]:
+    return [tuple(None if pd.isna(v) else v for v in row) for row in d.steps[list(names)].itertuples(index=False)]
+
+
+def test_eager_passes_from_the_embedding_with_kv_and_token_times() -> None:
+    # GIVEN three eager passes at batch 2: a 5-token prefill, then two decodes; attention's key length
+    # grows 5, 6, 7; each pass's lm_head (linear) launches a GEMM, then the token is copied to the host
+    ops, rt, gpu = [], [], []
+    for i, (t, q, kv) in enumerate([(1000, 5, 5), (2000, 1, 6), (3000, 1, 7)]):
+        ops += [_op(3 * i, "aten::embedding", t, dims=[[32000, 64], [2, q]]),
+                _op(3 * i + 1, "aten::scaled_dot_product_attention", t + 20,
+                    dims=[[2, 4, q, 16], [2, 2, kv, 16], [2, 2, kv, 16]]),
+                _op(3 * i + 2, "aten::linear", t + 30, dur=10)]
+        rt += [_rt("cudaLaunchKernel", t + 35, 2 * i + 1), _rt("cudaMemcpyAsync", t + 45, 2 * i + 2)]
+        gpu += [_act("gemm", "kernel", t + 50, 100 if i == 0 else 50, 2 * i + 1),
+                _act("Memcpy DtoH (Device -> Pageable)", "memcpy", t + 160 if i == 0 else t + 110, 10, 2 * i + 2)]
+    t = _tables_full(ops, rt, gpu)
+    d = steps.detect(t["cpu_ops"], t["annotations"], t["runtime"], t["gpu_activity"])
+    assert d.warnings == []
+    # each pass runs to the next; the last ends with its lm_head (3030 + 10 µs)
+    assert _cols(d, "step_id", "kind", "batch", "q_len", "kv_len", "tokens", "source") == [
+        (0, "prefill", 2, 5, 5, 10, "model_ops"), (1, "decode", 2, 1, 6, 2, "model_ops"),
+        (2, "decode", 2, 1, 7, 2, "model_ops")]
+    assert _cols(d, "cpu_start_ns", "cpu_end_ns") == [(1000 * US, 2000 * US), (2000 * US, 3000 * US),
+                                                     (3000 * US, 3040 * US)]
+    # GPU columns: the GEMM and the token copy of each step; the last copy is launched after its window
+    assert _cols(d, "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns") == [
+        (1050 * US, 1170 * US, 110 * US), (2050 * US, 2120 * US, 60 * US), (3050 * US, 3100 * US, 50 * US)]
+    assert _cols(d, "token_ns", "graph_launches") == [(1170 * US, 0), (2120 * US, 0), (None, 0)]
+    assert [None if pd.isna(s) else int(s) for s in d.kernel_steps["step_id"]] == [0, 0, 1, 1, 2, None]
+
+
+def test_compiled_decode_steps_from_graph_launches() -> None:
+    # GIVEN an eager 4-token prefill, then two compiled decode steps: the first replays two graphs (piecewise:
+    # no token copy between them), each step's token leaves in a device-to-host copy
+    ops = [_op(0, "aten::embedding", 1000, dims=[[32000, 64], [1, 4]]), _op(1, "aten::linear", 1030, dur=10)]
+    rt = [_rt("cudaGraphLaunch", 2000), _rt("cudaGraphLaunch", 2010), _rt("cudaMemcpyAsync", 2100, 11),
+          _rt("cudaGraphLaunch", 3000), _rt("cudaMemcpyAsync", 3100, 12)]
+    gpu = [_act("Memcpy DtoH (Device -> Pageable)", "memcpy", 2150, 10, 11),
+           _act("Memcpy DtoH (Device -> Pageable)", "memcpy", 3150, 10, 12)]
+    t = _tables_full(ops, rt, gpu)
+    d = steps.detect(t["cpu_ops"], t["annotations"], t["runtime"], t["gpu_activity"])
+    assert _cols(d, "kind", "batch", "q_len", "kv_len", "tokens", "source", "graph_launches") == [
+        ("prefill", 1, 4, 4, 4, "model_ops", 0), ("decode", 1, 1, 5, 1, "cuda_graph", 2),
+        ("decode", 1, 1, 6, 1, "cuda_graph", 1)]
+    # the last step ends with its launch (3000 + 5 µs)
+    assert _cols(d, "cpu_start_ns", "cpu_end_ns") == [(1000 * US, 2000 * US), (2000 * US, 3000 * US),
+                                                     (3000 * US, 3005 * US)]
+    # the token of the first decode: the copy launched after its last graph launch
+    assert _cols(d, "token_ns") == [(None,), (2160 * US,), (None,)]

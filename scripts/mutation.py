@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -91,6 +92,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("analysis/pipeline.py", "_outside_row", "if ⟨not mask.any() or b.empty⟩:", "or -> and"):
         "the bound pass keeps the phases pass's rows: an outside row after it means one before, and with "
         "none after every write below is to an empty selection",
+    ("analysis/sweep.py", "summarize_point",
+     "chat = (CHAT_REFERENCE[⟨0⟩] * input_price + CHAT_REFERENCE[1] * output_price) / 1e6", "0 -> 1"):
+        "CHAT_REFERENCE is (128, 128): either index reads 128",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:⟨0⟩], tid[:0])[0]", "0 -> 1"):
         "the query arrays only shape _thread_codes' second result, which [0] discards",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:0], tid[:⟨0⟩])[0]", "0 -> 1"):
@@ -468,14 +472,25 @@ def summary(results: list[dict[str, Any]], every: int, seed: int | None) -> dict
 
 
 def _find(old: dict[str, Any], current: list[Site]) -> Site | None:
-    """The current site of a recorded mutant: same module, function, mutation and marked text (or the
-    same expression text in it), nearest line."""
-    same = [s for s in current if (s.path, s.function, s.what) == (old["path"], old["function"], old["what"])
-            and (s.text == old["text"] or ("⟨" not in old["text"] and f"⟨{old['text']}" in s.text))]
+    """The current site of a recorded mutant: the same index where the module has not changed there (same
+    line, mutation and marked text), else the same function, mutation and text, nearest line."""
+    same_index = [s for s in current if (s.path, s.index, s.line, s.what) ==
+                  (old["path"], old["index"], old["line"], old["what"])]
+    if same_index and ("⟨" not in old["text"] or same_index[0].text == old["text"]):
+        return same_index[0]
+    same = [s for s in current if (s.path, s.function, s.what, s.text) ==
+            (old["path"], old["function"], old["what"], old["text"])]
     return min(same, key=lambda s: abs(s.line - old["line"])) if same else None
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # unwinds through run_one's finally: the source is restored
+
+
 def main() -> int:
+    # A job started in the background (nohup ... &) ignores SIGINT: stop it with SIGTERM or SIGINT alike.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--mutants", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)

@@ -153,6 +153,11 @@ def test_serving_norms_activations_rotary() -> None:
     # rotary: query 64 + key 32 elements, 3 FLOPs each, read and written; positions; 4 cache rows of 8
     rot = fb("_C::rotary_embedding", [[4], [4, 16], [4, 8], [], [100, 8], []], [L, H, H, "Scalar", H, "Scalar"])
     assert rot == (3 * 96, 2 * 96 * 2 + 32 + 4 * 8 * 2)
+    # M-RoPE: 3 position rows per token, each selecting a cache row; without positions, one per query row
+    mrope = fb("_C::rotary_embedding", [[3, 4], [4, 16], [4, 8], [], [100, 8], []], [L, H, H, "Scalar", H, "Scalar"])
+    assert mrope == (3 * 96, 2 * 96 * 2 + 96 + 12 * 8 * 2)
+    nopos = fb("_C::rotary_embedding", [[], [4, 16], [], [], [100, 8], []], ["Scalar", H, "", "Scalar", H, "Scalar"])
+    assert nopos == (3 * 64, 2 * 64 * 2 + 4 * 8 * 2)
 
 
 def test_fused_moe_and_grouped_gemm() -> None:

@@ -37,10 +37,10 @@ def _detect(ops: list[dict[str, Any]], ann: list[dict[str, Any]]) -> Any:
 
 
 def test_a_batch_step_packed_into_one_row_is_not_a_disagreement() -> None:
-    # GIVEN a batch step of three requests (1 + 1 + 5 = 7 query tokens) whose embedding runs them as one
+    # GIVEN a batch step of two requests (1 + 6 = 7 query tokens) whose embedding runs them as one
     # row [1, 7] (continuous batching), and a plain step whose annotation says q_len 5 while its
     # embedding holds [1, 7]
-    batch = batch_label(0, [SeqLabel(0, "d", 1, 10), SeqLabel(1, "d", 1, 20), SeqLabel(2, "p", 5, 5)])
+    batch = batch_label(0, [SeqLabel(0, "d", 1, 10), SeqLabel(2, "p", 6, 6)])
     plain = StepLabel(step_id=1, request_id=3, kind="prefill", batch=1, q_len=5, kv_len=5)
     ann = [{"ts_ns": 0, "dur_ns": 100 * US, "name": format_step(batch), "cat": "user_annotation"},
            {"ts_ns": 200 * US, "dur_ns": 100 * US, "name": format_step(plain), "cat": "user_annotation"}]
@@ -48,7 +48,7 @@ def test_a_batch_step_packed_into_one_row_is_not_a_disagreement() -> None:
     # THEN only the plain step is reported, for its q_len
     about = [w for w in d.warnings if w.startswith("step ")]
     assert len(about) == 1 and about[0].startswith("step 1 ") and "q_len=5" in about[0]
-    assert list(d.steps["batch"]) == [3, 1] and list(d.steps["tokens"]) == [7, 5]
+    assert list(d.steps["batch"]) == [2, 1] and list(d.steps["tokens"]) == [7, 5]
 
 
 def _tables_full(ops: list[dict[str, Any]], rt: list[dict[str, Any]], gpu: list[dict[str, Any]]) -> dict[str, Any]:
@@ -128,3 +128,29 @@ def test_compiled_decode_steps_from_graph_launches() -> None:
                                                      (3000 * US, 3005 * US)]
     # the token of the first decode: the copy launched after its last graph launch
     assert _cols(d, "token_ns") == [(None,), (2160 * US,), (None,)]
+
+
+def test_overlapping_annotated_steps_are_cut_and_reported() -> None:
+    a = StepLabel(step_id=0, request_id=0, kind="prefill", batch=1, q_len=5, kv_len=5)
+    b = StepLabel(step_id=1, request_id=0, kind="decode", batch=1, q_len=1, kv_len=6)
+    ann = [{"ts_ns": 0, "dur_ns": 120 * US, "name": format_step(a), "cat": "user_annotation"},
+           {"ts_ns": 100 * US, "dur_ns": 50 * US, "name": format_step(b), "cat": "user_annotation"}]
+    d = _detect([], ann)
+    # the first ends where the second starts: no GPU activity counts twice
+    assert _cols(d, "cpu_start_ns", "cpu_end_ns") == [(0, 100 * US), (100 * US, 150 * US)]
+    assert [w for w in d.warnings if "overlap" in w] == [
+        "steps 0 and 1 overlap (20000 ns; source tracekit): the first is cut at the second's start so no GPU "
+        "activity counts twice"]
+    assert _cols(d, "kind", "q_len", "kv_len", "tokens", "batch") == [("prefill", 5, 5, 5, 1), ("decode", 1, 6, 1, 1)]
+
+
+def test_engine_annotations_idle_and_unknown_formats() -> None:
+    names = ["execute_new_1_cached_0", "execute_new_0_cached_0", "execute_something_else", "step[DECODE bs=4 toks=4]"]
+    ann = [{"ts_ns": i * 100 * US, "dur_ns": 50 * US, "name": n, "cat": "user_annotation"} for i, n in enumerate(names)]
+    d = _detect([], ann)
+    assert _cols(d, "source", "kind") == [("vllm", "prefill"), ("sglang", "decode")]
+    assert _cols(d, "cpu_start_ns", "cpu_end_ns") == [(0, 50 * US), (300 * US, 350 * US)]
+    w = " | ".join(d.warnings)
+    assert "1 annotations look like engine steps but match no known format (e.g. 'execute_something_else'" in w
+    assert "1 idle engine steps (nothing scheduled) are not steps" in w
+    assert "both vLLM and SGLang step annotations in one trace: both kept" in w

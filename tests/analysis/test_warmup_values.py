@@ -76,6 +76,10 @@ def test_first_use_rule() -> None:
     assert warmup.first_use_flags(req.assign(input_tokens=[101, 50, 60, 40])) == []
     assert len(warmup.first_use_flags(req.assign(input_tokens=[100, 50, 60, 40]))) == 1
     assert warmup.first_use_flags(req.iloc[:1]) == []  # nobody else to compare with
+    # TTFTs of a few ns still compare: 5 ns against a median of 1 ns
+    tiny = req.assign(ttft_ns=[5, 1, 1, 1])
+    assert warmup.first_use_flags(tiny) == [{"request_id": 0, "ttft_ns": 5.0, "others_ttft_ns": 1.0}]
+    assert warmup.first_use_flags(req.assign(ttft_ns=[5, 0, 0, 0])) == []  # no median to compare with
     # the first by start time, not by id
     late = req.assign(start_ns=[40, 10, 20, 30])
     assert warmup.first_use_flags(late) == []

@@ -320,9 +320,11 @@ def _build(files: list[Path]) -> dict[str, Any]:
     cov.start()
     try:
         os.chdir(REPO)
-        pytest.main(["-q", "-p", "no:cacheprovider", "-m", "not gpu", *map(str, files)], plugins=[plugin])
+        rc = pytest.main(["-q", "-p", "no:cacheprovider", "-m", "not gpu", *map(str, files)], plugins=[plugin])
     finally:
         cov.stop()
+    if rc != 0:  # a mutant is killed when its tests fail: they must pass on the original first
+        raise SystemExit(f"coverage map: pytest exited {rc} on the unmutated code; fix that first")
     data = cov.get_data()
     out: dict[str, Any] = {str(f.relative_to(REPO)): {"seconds": {}, "lines": {}} for f in files}
     for nodeid, secs in plugin.seconds.items():

@@ -70,7 +70,7 @@ def test_decode_bytes_flops_and_kv_of_the_small_llama() -> None:
     assert d["bytes_ratio"].iloc[0] == 0.5 and d["flops_ratio"].iloc[0] == 1.0
     assert d["model_flops"].isna().iloc[1]
     one = decode_check(s, sb.drop(columns=["batch"]))  # no batch column: one sequence per step
-    assert one["model_bytes"].iloc[0] == (86_848 - 6_400) * 2 + 64 * 2 + 10 * 256
+    assert one["model_bytes"].iloc[0] == (86_848 - 6_400) * 2 + 64 * 2 + 11 * 256
 
     steps = pd.DataFrame({"kind": ["prefill", "decode", "decode", "decode", "decode"], "batch": 1,
                           "cpu_start_ns": [0, 100, 200, 300, 400]})

@@ -95,6 +95,10 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("analysis/sweep.py", "summarize_point",
      "chat = (CHAT_REFERENCE[⟨0⟩] * input_price + CHAT_REFERENCE[1] * output_price) / 1e6", "0 -> 1"):
         "CHAT_REFERENCE is (128, 128): either index reads 128",
+    ("analysis/opmodels.py", "_Tensor", "@dataclass(frozen=⟨True⟩)", "True -> False"):
+        "a private value of the module: nothing assigns to a _Tensor's fields or hashes one",
+    ("analysis/ranks.py", "_Coverage", "@dataclass(frozen=⟨True⟩)", "True -> False"):
+        "a private value of the module: nothing assigns to a _Coverage's fields or hashes one",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:⟨0⟩], tid[:0])[0]", "0 -> 1"):
         "the query arrays only shape _thread_codes' second result, which [0] discards",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:0], tid[:⟨0⟩])[0]", "0 -> 1"):
@@ -503,6 +507,8 @@ def main() -> int:
     ap.add_argument("--recheck", type=Path, default=None, help="re-run the survivors recorded in this file")
     ap.add_argument("--no-map", action="store_true", help="run each target's TESTS files (no coverage map)")
     ap.add_argument("--rebuild-map", action="store_true")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="also write the summary without the per-mutant records (small, to commit)")
     ap.add_argument("--budget", type=float, default=40.0,
                     help="seconds of tests (as the map timed them) a mutant runs at most, fastest first; 0: no limit")
     args = ap.parse_args()
@@ -545,6 +551,9 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1) + "\n")
     s = _score(results)
+    if args.report and results:
+        small = summary(results, len(every), None if args.recheck else args.seed)
+        args.report.write_text(json.dumps(small, indent=None, separators=(",", ":")).replace("],[", "],\n[") + "\n")
     if results:
         print(f"mutation score: {s['killed']}/{s['mutants']} = {s['score']:.1%} killed; without the "
               f"{s['equivalent']} equivalent: {s['score_without_equivalent']:.1%} "

@@ -114,3 +114,15 @@ def test_from_recorded_takes_the_host_timers_and_the_captured_steps_gpu_time() -
     assert w2 == []
     _, _, _, w3 = requests.from_recorded(None, steps, ks, None)
     assert w3 == ["request 0: the recorder has no host timings for it"]
+
+
+def test_a_model_ops_step_ends_with_its_last_matmul_when_its_window_runs_on() -> None:
+    # decode steps found from the model's ops (no prefill in the trace): each window runs to the next
+    # pass, so a step's work ends at its last matmul (a linear with no recorded duration: its start)
+    st = _steps().iloc[1:3].reset_index(drop=True)
+    st["source"] = "model_ops"
+    st["cpu_end_ns"] = [1300 * US, 1400 * US]
+    ops = pd.DataFrame({"ts_ns": [950 * US, 1380 * US], "dur_ns": [10 * US, None],
+                        "name": ["aten::empty", "aten::linear"], "cat": ["cpu_op", "cpu_op"]})
+    req, _, _, _ = requests.build(st, pd.DataFrame(columns=["row", "step_id"]), ANN, ops)
+    assert (req.iloc[0]["source"], req.iloc[0]["start_ns"], req.iloc[0]["end_ns"]) == ("gap", 1200 * US, 1380 * US)

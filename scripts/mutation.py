@@ -99,6 +99,13 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "a private value of the module: nothing assigns to a _Tensor's fields or hashes one",
     ("analysis/ranks.py", "_Coverage", "@dataclass(frozen=⟨True⟩)", "True -> False"):
         "a private value of the module: nothing assigns to a _Coverage's fields or hashes one",
+    ("analysis/energy.py", "_change_points", "return ts[:⟨0⟩], v[:0]", "0 -> 1"):
+        "under two samples the result only meets window_energy_j's len(ets) >= 2 test, false for 0 or 1",
+    ("analysis/energy.py", "_change_points", "return ts[:0], v[:⟨0⟩]", "0 -> 1"):
+        "under two samples the values are never read (window_energy_j needs two change points)",
+    ("analysis/energy.py", "phase_energy", "if ⟨tokens and tokens > 0⟩:", "and -> or"):
+        "tokens is a sum of token counts (>= 0) or NaN: 'or' differs only for NaN, where it stores e / NaN = NaN, "
+        "the value the column already holds",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:⟨0⟩], tid[:0])[0]", "0 -> 1"):
         "the query arrays only shape _thread_codes' second result, which [0] discards",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:0], tid[:⟨0⟩])[0]", "0 -> 1"):

@@ -75,3 +75,13 @@ def test_energy_pass() -> None:
     assert out["gpm_dram_tbps"].tolist() == pytest.approx([2.0, 2.0, 0.8])
     assert energy.energy_pass({**t, "kernel_bound": None}) == {}
     assert energy.energy_pass({**t, "ceiling": None}) == {}
+
+
+def test_a_window_right_after_the_last_sample_holds_it_one_period() -> None:
+    c = _counters()
+    # the last DRAM sample (20 ms) holds until 30 ms, one sampling period: a window opening at 30 ms still
+    # reads it; one opening later does not
+    assert energy.window_mean(c, "dram_bw_util", np.array([[30, 35]]) * MS, 0) == pytest.approx(50)
+    assert np.isnan(energy.window_mean(c, "dram_bw_util", np.array([[31, 35]]) * MS, 0))
+    # a window that opens before the first sample is not read at all (nothing says what came before)
+    assert np.isnan(energy.window_mean(c, "dram_bw_util", np.array([[-5, 15]]) * MS, 0))

@@ -80,5 +80,7 @@ def test_decode_bytes_flops_and_kv_of_the_small_llama() -> None:
     # before each decode step: 1000, 1256, 1512, 1768 bytes after 0, 1, 2, 3 tokens: 256 per token
     assert g["measured_bytes_per_token"] == pytest.approx(256) and g["ratio"] == pytest.approx(1.0)
     assert g["samples"] == 4 and g["formula_bytes_per_token"] == 256
+    # at batch 2 each step adds two tokens: 128 bytes per token
+    assert kv_growth_check(s, steps.assign(batch=2), mem)["measured_bytes_per_token"] == pytest.approx(128)
     few = kv_growth_check(s, steps.iloc[:3], mem)
     assert few["samples"] == 0 and few["measured_bytes_per_token"] != few["measured_bytes_per_token"]

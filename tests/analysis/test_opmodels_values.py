@@ -93,6 +93,12 @@ def test_copies_fills_gathers() -> None:
     c = cost("aten::copy_", [[4, 8], [4, 8], []], [H, F, ""])  # write 32 halves, read 32 floats
     assert (c.flops, c.bytes, c.op_class, c.dtype) == (0, 64 + 128, "copy", "fp32")
     assert fb("aten::_to_copy", [[4, 8]], [H]) == (0, 2 * 64)
+    for name, dims, types in (("aten::_to_copy", [[4, 8]], [H]), ("aten::copy_", [[4], [4]], [H, H]),
+                              ("aten::cat", [[[2, 3]]], ["TensorList"]), ("aten::fill_", [[4]], [H]),
+                              ("aten::embedding", [[10, 4], [2]], [H, L]), ("aten::index", [[10, 4], [2]], [H, L]),
+                              ("aten::gather", [[10, 4]], [H])):
+        c = cost(name, dims, types)
+        assert (c.op_class, c.tensor_core, c.flops) == ("copy", False, 0.0), name
     assert fb("aten::clone", [[4, 8], []], [F, ""]) == (0, 2 * 128)
     assert fb("aten::cat", [[[2, 3], [4, 3]], []], ["TensorList", "Scalar"], list_dtype=H) == (0, 2 * (6 + 12) * 2)
     assert fb("aten::stack", [[[2, 3], [2, 3]], []], ["TensorList", "Scalar"]) == (0, 2 * 12 * 4)  # float by default

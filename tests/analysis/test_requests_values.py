@@ -126,3 +126,25 @@ def test_a_model_ops_step_ends_with_its_last_matmul_when_its_window_runs_on() ->
                         "name": ["aten::empty", "aten::linear"], "cat": ["cpu_op", "cpu_op"]})
     req, _, _, _ = requests.build(st, pd.DataFrame(columns=["row", "step_id"]), ANN, ops)
     assert (req.iloc[0]["source"], req.iloc[0]["start_ns"], req.iloc[0]["end_ns"]) == ("gap", 1200 * US, 1380 * US)
+
+
+def test_long_idle_gaps_split_a_prefill_request_into_gap_requests() -> None:
+    # one prefill then decodes 40-50 µs apart, twice interrupted by a 30 ms idle gap (the gap rule's
+    # threshold: max(10 x the 40 µs median gap, 20 ms) = 20 ms)
+    rows = [(0, "prefill", 5, 1000, 1100, 1150)] + [(i, "decode", 1, t, t + 50, t + 60) for i, t in
+                                                     [(1, 1200), (2, 1300), (3, 1400), (4, 31500), (5, 31600),
+                                                      (6, 61700), (7, 61800)]]
+    st = pd.DataFrame(rows, columns=["step_id", "kind", "q_len", "cpu_start_ns", "cpu_end_ns", "gpu_end_ns"])
+    for c in ("cpu_start_ns", "cpu_end_ns", "gpu_end_ns"):
+        st[c] = st[c] * US
+    st = st.assign(gpu_busy_ns=10 * US, tokens=st["q_len"], batch=1, source="vllm",
+                   request_id=pd.array([None] * len(st), dtype="Int64"))
+    req, steps, _, warnings = requests.build(st, pd.DataFrame(columns=["row", "step_id"]), ANN, OPS)
+    assert list(req["name"]) == ["request-0", "request-0.1", "request-0.2"]
+    assert list(req["source"]) == ["prefill_boundary", "gap", "gap"]
+    # each piece ends with its own last step's work; the last one with the request's end
+    assert list(req["end_ns"]) == [1460 * US, 31660 * US, 61860 * US]
+    assert list(req["start_ns"]) == [950 * US, 31500 * US, 61700 * US]
+    assert list(steps["request_id"]) == [0, 0, 0, 0, 1, 1, 2, 2]
+    split = [w for w in warnings if "idle gap" in w]
+    assert len(split) == 2 and all("idle gap of 30.0 ms" in w for w in split)

@@ -154,3 +154,28 @@ def test_engine_annotations_idle_and_unknown_formats() -> None:
     assert "1 annotations look like engine steps but match no known format (e.g. 'execute_something_else'" in w
     assert "1 idle engine steps (nothing scheduled) are not steps" in w
     assert "both vLLM and SGLang step annotations in one trace: both kept" in w
+
+
+def test_graph_launches_of_two_requests_are_two_steps() -> None:
+    # GIVEN a prefill and a graph replay inside one "generate" window and a second replay inside the next
+    # window, with no token copy between the two replays (the only copy comes after the second)
+    ops = [_op(0, "aten::embedding", 1000, dims=[[32000, 64], [1, 4]]), _op(1, "aten::linear", 1030, dur=10)]
+    rt = [_rt("cudaGraphLaunch", 2000), _rt("cudaGraphLaunch", 3000), _rt("cudaMemcpyAsync", 3100, 12)]
+    gpu = [_act("Memcpy DtoH (Device -> Pageable)", "memcpy", 3150, 10, 12)]
+    t = _tables_full(ops, rt, gpu)
+    ann = schema.from_columns("annotations", {"ts_ns": [900 * US, 2900 * US], "dur_ns": [1600 * US, 1100 * US],
+                                              "name": ["generate", "generate"],
+                                              "cat": ["user_annotation", "user_annotation"]})
+    d = steps.detect(t["cpu_ops"], ann, t["runtime"], t["gpu_activity"])
+    # THEN the replays are not pieces of one pass: a request window lies between them; each step's window
+    # ends at its next pass or at its request window's end
+    assert _cols(d, "kind", "source") == [("prefill", "model_ops"), ("decode", "cuda_graph"), ("decode", "cuda_graph")]
+    assert _cols(d, "cpu_start_ns", "cpu_end_ns") == [(1000 * US, 2000 * US), (2000 * US, 2500 * US),
+                                                     (3000 * US, 4000 * US)]
+
+
+def test_embeddings_without_an_input_dims_column_are_no_passes() -> None:
+    cpu = pd.DataFrame({"op_id": [0], "ts_ns": [1000], "dur_ns": [5], "name": ["aten::embedding"], "cat": ["cpu_op"]})
+    empty = pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat", "correlation", "kind", "device"])
+    d = steps.detect(cpu, empty, empty, empty)
+    assert d.steps.empty and any("no model steps found" in w for w in d.warnings)

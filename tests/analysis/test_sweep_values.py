@@ -199,3 +199,12 @@ def test_agent_steps_accumulate_latency() -> None:
     df = agent_steps([p, PointData({"id": "x"}, "failed", {"agent": {"steps": steps}})])
     assert df["cumulative_ms"].tolist() == [20, 41, 63] and df["e2e_ms"].tolist() == [20, 21, 22]
     assert df["prefill_ms"].tolist() == [5, 5, 5] and set(df["agent_mode"]) == {"reuse"}
+
+
+def test_phases_without_bound_columns_give_no_split() -> None:
+    # a CPU run: the phases table has times but no compute / memory / idle columns
+    ph = pd.DataFrame({"request_id": [None], "phase": ["prefill"], "time_ns": [1000]})
+    p = PointData(POINT, "complete", {"timings": {"prefilled_tokens": 100}}, _requests([10], [110]), ph)
+    row = summarize_point(p, 1.0, 1.0)
+    assert (row["prefill_compute_share"], row["prefill_memory_share"], row["prefill_idle_share"]) == (None, None, None)
+    assert row["prefill_latency_share"] is None and row["ttft_ms"] == 10

@@ -1,22 +1,27 @@
 """Mutation testing of the analysis passes and ingest linkage: how many planted bugs the tests catch.
 
-    python scripts/mutation.py [--mutants N] [--seed S] [--out FILE] [--only MODULE]
+    python scripts/mutation.py [--mutants N] [--seed S] [--out FILE] [--resume] [--report SMALL.json]
     python scripts/mutation.py --recheck FILE     # re-run the survivors of an earlier run
 
 Targets: every module of analysis/ and tracekit/ingest/linkage.py. A mutant changes one operator or
 constant there: a comparison (<, <=, ==, is, in ... to its neighbour or negation), an arithmetic or
 augmented-assignment operator, `and`/`or`, `&`/`|`, a `not` or `~` dropped, an int or float constant
-(n -> n + 1), True/False. Never mutated, since such a change cannot alter a result: docstrings, type
-annotations, f-string contents (message text) and `stacklevel=` of a warning (which frame a warning names).
-Mutants are a seeded random sample of all sites; the source is patched in place (only the mutated
-expression's text changes, so line numbers hold) and restored after each one, also on Ctrl-C.
+(n -> n + 1), True/False. Never mutated: docstrings, type annotations and `stacklevel=` of a warning
+(a change there cannot alter a result), and f-string contents (warning and error text, the advice
+sentence's numbers: they do reach the output, but Python 3.11's positions inside f-strings are not
+reliable enough to splice a mutant there; 47 sites, 1.5% of them). Mutants are a seeded random sample
+of all sites; the source is patched in place (only the mutated expression's text changes, so line
+numbers hold) and restored after each one, also on Ctrl-C or SIGTERM.
 
 Which tests run: a coverage map (built once with `coverage`, cached under .mutation/, rebuilt for the
 test files or targets that changed) says which tests execute each line. A mutant runs the tests that
 execute its lines, fastest test file first, with `pytest -x`; a line run at import time (module
 constants, defaults) runs every test that touches the module, and a line run by a module-scoped fixture
-runs that test file whole. A mutant no in-process test executes runs the module's TESTS files (they may
-reach it through a subprocess). Killed: pytest fails or times out. Survived: it passes.
+runs that test file whole. A mutant runs at most --budget seconds of those tests (as the map timed
+them; default 40), so a survivor may be one a slower test would kill: the score is a lower bound. A
+mutant no in-process test executes runs the module's TESTS files (they may reach it through a
+subprocess). Killed: pytest fails or times out. Survived: it passes. The map is built from a passing
+run only (a failing test would kill every mutant).
 
 The score is reported twice: over all sampled mutants, and without those in EQUIVALENT (mutants shown by
 hand to compute the same results; each has a one-line reason).

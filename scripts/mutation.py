@@ -1,7 +1,8 @@
 """Mutation testing of the analysis passes and ingest linkage: how many planted bugs the tests catch.
 
     python scripts/mutation.py [--mutants N] [--seed S] [--out FILE] [--resume] [--report SMALL.json]
-    python scripts/mutation.py --recheck FILE     # re-run the survivors of an earlier run
+    python scripts/mutation.py --recheck FILE     # re-run the survivors of an earlier run (FILE: an --out
+                                                  # record keeps its killed mutants in the new score)
 
 Targets: every module of analysis/ and tracekit/ingest/linkage.py. A mutant changes one operator or
 constant there: a comparison (<, <=, ==, is, in ... to its neighbour or negation), an arithmetic or
@@ -116,6 +117,45 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "the query arrays only shape _thread_codes' second result, which [0] discards",
     ("tracekit/ingest/linkage.py", "link", "thread_key = _thread_codes(pid, tid, pid[:0], tid[:⟨0⟩])[0]", "0 -> 1"):
         "the query arrays only shape _thread_codes' second result, which [0] discards",
+    ("analysis/ranks.py", "comm_split_per_phase",
+     'out["wait_share"] = out["wait_ns"] / out["nccl_kernel_ns"].where(⟨out["nccl_kernel_ns"] > 0⟩)', "Gt -> GtE"):
+        "wait_ns sums non-negative parts of the NCCL kernels' durations: where nccl_kernel_ns is 0 so is "
+        "wait_ns, and 0 / 0 is the NaN where() gives",
+    ("analysis/timeline.py", "categorise",
+     'cat = np.where(name.str.contains("nccl", regex=⟨False⟩), "comm", cat)', "False -> True"):
+        "'nccl' holds no regex metacharacter: as a regex it matches exactly what the literal does",
+    ("analysis/opmodels.py", "_index",
+     "row = math.prod(x.shape[1:]) if ⟨len(x.shape) > 1⟩ else 1", "Gt -> GtE"):
+        "a 1-D shape's trailing product is math.prod(()) == 1, the else value",
+    ("analysis/idle.py", "_overlap.covered",
+     "inside = np.where(⟨i > 0⟩, np.clip(t - syncs[prev, 0], 0, syncs[prev, 1] - syncs[prev, 0]), 0)", "Gt -> GtE"):
+        "i == 0 means t < syncs[0, 0]: clipping the negative t - syncs[0, 0] to [0, len] gives the else value 0",
+    ("analysis/idle.py", "wait_ns",
+     "b = busy[(⟨busy[:, 1] > lo⟩) & (busy[:, 0] < hi)] if busy.size else busy", "Gt -> GtE"):
+        "a busy interval ending exactly at lo adds only the empty gap [lo, lo), which keep drops",
+    ("analysis/modelcheck.py", "shape_from_config",
+     'head_dim = int(c.get("head_dim") or ⟨hidden // heads⟩)', "// -> /"):
+        "hidden and heads are positive ints far under 2**53: int(hidden / heads) == hidden // heads",
+    ("analysis/intervals.py", "clip",
+     "if ⟨intervals.size == 0 or hi <= lo⟩:", "or -> and"):
+        "with hi <= lo no interval keeps e > s, and an empty (0, 2) input stacks to the same empty (0, 2) "
+        "int64 array: both paths return EMPTY's value",
+    ("analysis/diff.py", "kernel_time",
+     'allp.insert(⟨0⟩, "phase", "all")', "0 -> 1"):
+        "the result is selected by cols, which puts phase first wherever insert placed it",
+    ("analysis/intervals.py", "length",
+     "if intervals.size == ⟨0⟩:", "0 -> 1"):
+        "intervals are (n, 2): size is never 1, and an empty (0, 2) array sums to 0 as well",
+    ("analysis/idle.py", "wait_ns",
+     "keep = ⟨edges_e > edges_s⟩", "Gt -> GtE"):
+        "a zero-length gap [x, x) adds gb - split = 0 and a sync overlap of [x, x) = 0",
+    ("analysis/ranks.py", "comm_instances",
+     "same = (counts.nunique(axis=1) == 1) & (⟨counts.min(axis=1) > 0⟩) & (len(all_ranks) > 1)", "Gt -> GtE"):
+        "a step is in counts only if some rank issued an NCCL kernel in it: with one count for every "
+        "rank, that count is > 0",
+    ("analysis/bound.py", "attribute_windows",
+     'devices = kern["device"].fillna(-⟨1⟩).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))', "1 -> 2"):
+        "the fill only groups activities without a device: -1 and -2 are both no device's id",
 }
 
 SWAP_CMP: dict[type, type] = {
@@ -606,6 +646,8 @@ def main() -> int:
     else:
         chosen = random.Random(args.seed).sample(every, min(args.mutants, len(every)))
     done: list[dict[str, Any]] = []
+    if args.recheck and "all" in old:  # a full record: the killed mutants stay, so the score covers the sample
+        done = [r for r in old["all"] if r["outcome"].startswith("killed")]
     if args.resume and args.out.exists():
         prev = json.loads(args.out.read_text())
         done = prev.get("all", [])
@@ -614,6 +656,7 @@ def main() -> int:
     if args.stop_after is not None:
         chosen = chosen[: args.stop_after]
     results = list(done)
+    seed = (old.get("seed") if done else None) if args.recheck else args.seed
     for k, site in enumerate(chosen, 1):
         r = run_one(site, cmap, args.budget, fork)
         reason = equivalent_reason(site)
@@ -624,12 +667,12 @@ def main() -> int:
         print(f"[{k}/{len(chosen)}] {site.path}:{site.line} `{site.text}` {site.what}: {r['outcome']} "
               f"({r['tests']} tests, {r['seconds']:.0f} s); so far {s['killed']}/{s['mutants']} = {s['score']:.1%}",
               flush=True)
-        out = {**summary(results, len(every), None if args.recheck else args.seed), "all": results}
+        out = {**summary(results, len(every), seed), "all": results}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1) + "\n")
     s = _score(results)
     if args.report and results:
-        small = summary(results, len(every), None if args.recheck else args.seed)
+        small = summary(results, len(every), seed)
         args.report.write_text(json.dumps(small, indent=None, separators=(",", ":")).replace("],[", "],\n[") + "\n")
     if results:
         print(f"mutation score: {s['killed']}/{s['mutants']} = {s['score']:.1%} killed; without the "

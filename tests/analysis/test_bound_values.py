@@ -187,3 +187,46 @@ def test_kernels_take_their_step_from_the_launch_not_the_start() -> None:
     # without it: the window the kernel starts in
     by_start = bound.with_steps(k, steps)["step_id"].tolist()
     assert by_start[:2] == [0, 1] and np.isnan(by_start[2])
+
+
+def test_an_op_whose_kernels_all_last_zero_ns_splits_its_cost_evenly() -> None:
+    # op 0 (12e6 FLOP, 220 kB) launches two kernels whose durations round to 0 ns: half each
+    gpu = _gpu().iloc[:1]
+    gpu = pd.concat([gpu, gpu], ignore_index=True)
+    gpu["dur_ns"] = 0
+    k = bound.kernel_costs(gpu, CPU, TOY)
+    assert k["flops"].tolist() == [6e6, 6e6] and k["bytes"].tolist() == [110_000, 110_000]
+
+
+def test_copies_without_a_direction_column_count_their_bytes_once() -> None:
+    # a trace whose copies carry bytes but no memcpy_kind: the direction is unknown, nothing is doubled
+    k = bound.kernel_costs(_gpu().drop(columns=["memcpy_kind"]), CPU, TOY)
+    assert k["bytes"].tolist()[9:11] == [4096, 1000]
+    assert list(k["bound"][9:11]) == ["memcpy", "memcpy"]
+
+
+def test_kernels_without_a_dtype_column_are_rated_against_the_fp16_peak() -> None:
+    # the same phases as above from a kernels table that lacks dtype: 6 TFLOP/s is 6% of the fp16 100
+    ph = bound.attribute_phases(_steps(), _kernels().drop(columns=["dtype"]), TOY)
+    pre = ph[(ph["phase"] == "prefill") & ph["request_id"].isna()].iloc[0]
+    assert pre["pct_peak_flops"] == pytest.approx(6.0)
+
+
+def test_a_step_without_kernels_has_no_work_and_is_all_idle() -> None:
+    st = pd.DataFrame({"step_id": [5], "request_id": [0], "kind": ["decode"], "cpu_start_ns": [10_000],
+                       "cpu_end_ns": [10_400]})
+    row = bound.attribute_steps(st, _kernels()).iloc[0]
+    assert (row["flops"], row["bytes"], row["gpu_busy_ns"], row["idle_ns"], row["time_ns"]) == (0, 0, 0, 400, 400)
+    assert (row["kernels_modelled"], row["kernels_class_only"], row["kernels_unmodelled"]) == (0, 0, 0)
+
+
+def test_the_latency_line_is_sixty_percent_of_peak() -> None:
+    # an fp32 add of 2 x 50,000 floats: 50,000 FLOP, 600,000 B (intensity 1/12, the memory side).
+    # In 995 ns it moves 0.603 TB/s, 60.3% of 1 TB/s: over the line, memory-bound; in 1,005 ns 59.7%: latency.
+    cpu = pd.DataFrame([_op(i, "aten::add", [[50_000], [50_000]], [F, F]) for i in (0, 1)])
+    gpu = pd.DataFrame({"op_id": [0, 1], "name": ["vectorized_elementwise_kernel"] * 2, "kind": "kernel",
+                        "ts_ns": [0, 10_000], "dur_ns": [995, 1_005], "device": 0, "stream": 7})
+    k = bound.kernel_costs(gpu, cpu, TOY)
+    assert k["bytes"].tolist() == [600_000, 600_000]
+    assert k["bw_pct_of_peak"].tolist() == pytest.approx([60.3015, 59.7015], abs=1e-4)
+    assert list(k["bound"]) == ["memory", "latency"]

@@ -15,6 +15,9 @@ def test_counter_class_rule() -> None:
     assert c.counter_class(60, 10) == "memory"  # exactly the threshold is not under it
     assert c.counter_class(10, 60) == "compute"
     assert c.counter_class(70, 70) == "memory"  # a tie goes to memory
+    # only memory measured: never compute, also under a threshold low enough that 0.5% clears it
+    assert c.counter_class(0.5, None, threshold=0.1) == "memory"
+    assert c.counter_class(None, 0.5, threshold=0.1) == "compute"
     # memory throughput is memory_pct where collected (it includes L1/L2), else DRAM
     assert c.counter_class(10, 50, memory_pct=80) == "memory"
     assert c.counter_class(90, 50, memory_pct=20) == "latency"

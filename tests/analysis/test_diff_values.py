@@ -67,3 +67,7 @@ def test_run_phases_sums_request_rows_when_there_is_no_run_row() -> None:
     assert out.loc["decode", "time_ns"] == 40 and out.loc["decode", "time_per_step_ns"] == 10
     assert math.isnan(out.loc["prefill", "time_per_step_ns"])  # no steps: no per-step time
     assert diff.run_phases(None).empty and diff.bound_time(None).empty and diff.kernel_time(None, None).empty
+    # a phases table without a steps column (or without time) gives no per-step time, and no error
+    no_steps = diff.run_phases(ph.drop(columns=["steps"])).set_index("phase")
+    assert no_steps.loc["decode", "time_ns"] == 40 and "time_per_step_ns" not in no_steps
+    assert "time_per_step_ns" not in diff.run_phases(ph.drop(columns=["time_ns"]))

@@ -85,3 +85,19 @@ def test_a_window_right_after_the_last_sample_holds_it_one_period() -> None:
     assert np.isnan(energy.window_mean(c, "dram_bw_util", np.array([[31, 35]]) * MS, 0))
     # a window that opens before the first sample is not read at all (nothing says what came before)
     assert np.isnan(energy.window_mean(c, "dram_bw_util", np.array([[-5, 15]]) * MS, 0))
+
+
+def test_no_counters_at_all_give_nan_not_an_error() -> None:
+    # A run recorded without a sampler: no counters table (None) or one without a single column.
+    w = np.array([[5, 15]], dtype=np.int64) * MS
+    for none in (None, pd.DataFrame()):
+        assert np.isnan(energy.window_energy_j(none, w)).all()  # type: ignore[arg-type]
+        assert np.isnan(energy.window_mean(none, "dram_bw_util", w))  # type: ignore[arg-type]
+        g = energy.gpm_dram_columns(_phases(), _steps(), none, 0, 4e12)  # type: ignore[arg-type]
+        assert g["gpm_dram_bw_util_pct"].isna().all() and g["gpm_dram_tbps"].isna().all()
+
+
+def test_power_with_exactly_two_samples_integrates() -> None:
+    # 100 W at 0 ms and 300 W at 10 ms: over [0, 10] ms the mean is 200 W -> 2 J (no energy counter)
+    c = pd.DataFrame({"ts_ns": [0, 10 * MS], "metric": ["power", "power"], "value": [100.0, 300.0], "device": 0})
+    assert energy.window_energy_j(c, np.array([[0, 10 * MS]]))[0] == pytest.approx(2.0)

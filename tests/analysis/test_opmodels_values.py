@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from tracekit.analysis.opmodels import (
@@ -17,6 +18,7 @@ from tracekit.analysis.opmodels import (
     base_name,
     is_modelled,
     op_cost,
+    op_costs,
     serving_attention,
 )
 
@@ -80,6 +82,9 @@ def test_reductions_norms_and_softmax() -> None:
         assert (c.flops, c.bytes, c.op_class, c.tensor_core) == (32 * k, 128, "reduction", False), op
     # layer norm: 8 FLOPs per element; read x and write y, read weight and bias (8 floats each)
     assert fb("aten::layer_norm", [[4, 8], [], [8], [8], []], [F, "", F, F, ""]) == (256, 2 * 128 + 32 + 32)
+    # a norm runs on the CUDA cores, also in half precision: judged against the fp32 (vector) peak
+    ln = cost("aten::layer_norm", [[4, 8], [], [8], [8], []], [H, "", H, H, ""])
+    assert (ln.op_class, ln.dtype, ln.tensor_core) == ("reduction", "fp16", False)
     assert fb("aten::native_group_norm", [[2, 4, 8], [4], [4], [], [], [], []], [F, F, F, "", "", "", ""]) \
         == (8 * 64, 2 * 256 + 16 + 16)
     # RMSNorm: 4 rows of C = 8: 4 x (2 x 8 + 2) + 2 x 32 = 136 FLOPs; read x, write y, read the weight
@@ -137,9 +142,17 @@ def test_attention_pairs() -> None:
     assert c.bytes == 4 * (64 + 32 + 32 + 64)  # q, k, v and the output [1, 2, 8, 4]
     full = cost("aten::scaled_dot_product_attention", [q, kv, kv], [F, F, F], assume_causal=False)
     assert full.flops == 2 * 2 * 32 * 8
+    # a table of ops is costed the same way, causal unless told otherwise
+    ops = pd.DataFrame({"op_id": [3], "name": ["aten::scaled_dot_product_attention"],
+                        "input_dims": [json.dumps([q, kv, kv])], "input_types": [json.dumps([F, F, F])]})
+    assert op_costs(ops)["flops"].tolist() == [2 * 2 * 10 * (4 + 4)]
+    assert op_costs(ops, assume_causal=False)["flops"].tolist() == [2 * 2 * 32 * 8]
     # a value head dim of 6: PV and the output follow it
     v6 = cost("aten::scaled_dot_product_attention", [[1, 2, 4, 4], kv, [1, 2, 4, 6]], [F, F, F])
     assert v6.flops == 2 * 2 * 10 * (4 + 6) and v6.bytes == 4 * (32 + 32 + 48 + 48)
+    # a batch of 2 does each sequence's pairs once more
+    two = cost("aten::scaled_dot_product_attention", [[2, 2, 8, 4], [2, 2, 4, 4], [2, 2, 4, 4]], [F, F, F])
+    assert two.flops == 2 * 2 * 2 * 10 * (4 + 4)
     one = cost("aten::scaled_dot_product_attention", [[1, 2, 1, 4], kv, kv], [H, H, H])
     assert one.flops == 2 * 2 * 4 * 8 and one.dtype == "fp16"
 
@@ -200,6 +213,9 @@ def test_serving_attention_from_the_steps_sums() -> None:
     assert mla.bytes == 8 * (32 + 24 + 8) * 2 + 32 * 8 * 2  # one latent entry of 8 per token
     assert serving_attention(heads, {**ctx, "sqsk": None}, gen) is None
     assert serving_attention(heads, {**ctx, "requests": 0}, None) is None
+    # a phase that ran no request counts nothing, whatever else its dict holds
+    assert serving_attention(heads, {"requests": 0}, gen) == gen_only
+    assert serving_attention(heads, ctx, {"requests": 0}) == serving_attention(heads, ctx, None)
     # the same through the stand-in op the step pass creates
     dims = [[4, 2, 8, 8, 0], [6, 10, 20, 40, 2], [2, 30, 2, 30, 2]]
     assert fb(STEP_ATTENTION, dims, [H, H]) == (7680, 3584)
@@ -207,6 +223,9 @@ def test_serving_attention_from_the_steps_sums() -> None:
 
 def test_serving_attention_heads_from_shapes() -> None:
     q, k, v = [5, 4, 8], [5, 2, 8], [5, 2, 6]
+    # without a value tensor the value head dim is the query's
+    assert attention_heads("vllm::unified_attention", json.dumps([q, k]), json.dumps([H, H])) == \
+        AttentionHeads(4, 2, 8, 8, H, H)
     assert attention_heads("vllm::unified_attention", json.dumps([q, k, v]), json.dumps([H, H, H])) == \
         AttentionHeads(4, 2, 8, 6, H, H)
     paged = attention_heads("aiter::pa_decode_gluon", json.dumps([q, [9, 16, 2, 8], [9, 16, 2, 8]]),
@@ -223,3 +242,15 @@ def test_names() -> None:
     assert base_name("aten::frobnicate_") == "frobnicate_"
     assert is_modelled("aten::linear") and is_modelled("_C::rms_norm") and is_modelled(STEP_ATTENTION)
     assert not is_modelled("aten::frobnicate") and not is_modelled("linear")
+
+
+def test_a_step_attention_with_an_fp8_cache_computes_in_the_query_dtype() -> None:
+    # 4 query heads, 2 KV heads, d = 8; two decode sequences of KV length 6: sq 2, sk 12, sqsq 2, sqsk 12.
+    # q bf16 (2 B), KV cache fp8 (1 B).
+    dims = [[4, 2, 8, 8, 0], [], [2, 12, 2, 12, 2]]
+    c = op_cost(STEP_ATTENTION, json.dumps(dims), json.dumps(["c10::BFloat16", "c10::Float8_e4m3fn"]))
+    assert c is not None and c.dtype == "bf16" and c.tensor_core
+    assert c.flops == 4 * 2 * 12 * (8 + 8)  # 1,536
+    # new tokens' q, out, k, v in bf16: 2 x (32 + 32 + 16 + 16) x 2 B = 384; 10 cached tokens' k and v
+    # in fp8: 10 x 2 x 16 x 1 B = 320
+    assert c.bytes == 384 + 320

@@ -62,3 +62,17 @@ def test_device_timeline_splits_each_device() -> None:
     own = phases.device_timeline(KERNELS, None).set_index("device")
     assert own.loc[0, "span_ns"] == 2200 - 100 and own.loc[1, "span_ns"] == 3100 - 200
     assert own.loc[1, "idle_ns"] == 2900 - 300
+
+
+def test_a_span_covered_by_captured_steps_leaves_no_outside_time() -> None:
+    # the trace spans [0, 1500): exactly steps 0 and 1; no kernel outside them
+    rows = _rows(phases.build(STEPS, KERNELS.iloc[:-1], span=(0, 1500)))
+    assert rows[(None, "outside")] == (0, 0, 0, 0, 0, 0, 0)
+
+
+def test_a_device_busy_its_whole_span_has_no_idle_time() -> None:
+    # two back-to-back kernels: [0, 100) and [100, 250)
+    k = pd.DataFrame([(0, 0, "kernel", "gemm", 0, 100), (0, 0, "kernel", "gemm", 100, 150)],
+                     columns=["step_id", "device", "kind", "name", "ts_ns", "dur_ns"]).astype({"step_id": "Int64"})
+    t = phases.device_timeline(k, None).set_index("device")
+    assert t.loc[0, ["span_ns", "busy_ns", "idle_ns"]].tolist() == [250, 250, 0]

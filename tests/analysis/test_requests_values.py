@@ -148,3 +148,24 @@ def test_long_idle_gaps_split_a_prefill_request_into_gap_requests() -> None:
     assert list(steps["request_id"]) == [0, 0, 0, 0, 1, 1, 2, 2]
     split = [w for w in warnings if "idle gap" in w]
     assert len(split) == 2 and all("idle gap of 30.0 ms" in w for w in split)
+
+
+def test_without_token_counts_a_batch_of_two_counts_every_sequence() -> None:
+    # The same steps at batch 2 and without the engine's own token counts: each prefill step carries
+    # q_len tokens per sequence, each decode one per sequence.
+    st = _steps().drop(columns=["tokens"])
+    st["batch"] = 2
+    req, _, _, _ = requests.build(st, pd.DataFrame(columns=["row", "step_id"]), ANN, OPS)
+    r0 = req.iloc[0]
+    assert (r0["batch"], r0["input_tokens"], r0["output_tokens"]) == (2, 10, 3)
+    # prefill: 2 x 10 = 20 tokens in 200 µs (950 -> 1150), 80 µs of GPU time; decode: 2 steps x 2 = 4 tokens
+    # in 210 µs, 40 µs of GPU time
+    assert r0["prefill_tok_s"] == pytest.approx(20 / 200e-6) and r0["decode_tok_s"] == pytest.approx(4 / 210e-6)
+    assert (r0["prefill_gpu_ns_per_token"], r0["decode_gpu_ns_per_token"]) == (4 * US, 10 * US)
+
+
+def test_host_timings_in_nanoseconds_and_as_a_bare_list() -> None:
+    manifest = {"timings": [{"ttft_ns": 300_000, "tpot_ns": 100_000, "e2e_ns": 500_000}]}
+    req, _, _, _ = requests.build(_steps(), pd.DataFrame(columns=["row", "step_id"]), ANN, OPS, manifest)
+    r0 = req.iloc[0]
+    assert (r0["host_ttft_ns"], r0["host_tpot_ns"], r0["host_e2e_ns"]) == (300_000, 100_000, 500_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tracekit.analysis import steps
@@ -179,3 +180,55 @@ def test_embeddings_without_an_input_dims_column_are_no_passes() -> None:
     empty = pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat", "correlation", "kind", "device"])
     d = steps.detect(cpu, empty, empty, empty)
     assert d.steps.empty and any("no model steps found" in w for w in d.warnings)
+
+
+def _kv_chain(kinds_q: list[tuple[str, int]], attn_kv: list[int | None]) -> list[int | None]:
+    rows = [{"kind": k, "q_len": q, "kv_len": kv} for (k, q), kv in zip(kinds_q, attn_kv, strict=True)]
+    steps._fill_kv(rows)
+    return [r["kv_len"] for r in rows]
+
+
+def test_a_prefill_chunk_after_cached_tokens_keeps_attention_kv_length() -> None:
+    # a 5-token prefill chunk after 100 cached prompt tokens attends 105 keys, then two decodes 106 and
+    # 107: attention grows by each step's query tokens, so its lengths are the KV lengths (not 5, 6, 7)
+    assert _kv_chain([("prefill", 5), ("decode", 1), ("decode", 1)], [105, 106, 107]) == [105, 106, 107]
+
+
+def test_a_pass_takes_its_kv_length_from_attention_and_skips_ops_without_shapes() -> None:
+    # one pass of 5 new prompt tokens after 100 cached ones: attention's keys are 105 long; a second
+    # attention op in it has no shapes (NaN where the column was filled in)
+    cpu = pd.DataFrame([_op(0, "aten::embedding", 1000, dims=[[32000, 64], [1, 5]]),
+                        _op(1, "aten::scaled_dot_product_attention", 1020, dims=[[1, 4, 5, 16], [1, 2, 105, 16]]),
+                        _op(2, "aten::scaled_dot_product_attention", 1025)])
+    cpu.loc[2, "input_dims"] = np.nan
+    empty = pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat", "correlation", "kind", "device"])
+    d = steps.detect(cpu, empty, empty, empty)
+    assert _cols(d, "kind", "batch", "q_len", "kv_len", "tokens") == [("prefill", 1, 5, 105, 5)]
+
+
+def test_a_step_whose_batch_disagrees_with_its_embedding_is_reported() -> None:
+    # the annotation says batch 2, the embedding's index is [1, 5]: one sequence of 5
+    label = StepLabel(step_id=0, request_id=0, kind="prefill", batch=2, q_len=5, kv_len=5)
+    ann = [{"ts_ns": 0, "dur_ns": 100 * US, "name": format_step(label), "cat": "user_annotation"}]
+    d = _detect([_embedding(0, 10 * US, [1, 5])], ann)
+    about = [w for w in d.warnings if w.startswith("step ")]
+    assert len(about) == 1 and "batch=2 but aten::embedding shows batch=1" in about[0]
+
+
+def test_no_annotations_no_request_fences() -> None:
+    f = steps.request_fences(pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat"]))
+    assert f.shape == (0, 2)  # [start, end) pairs, none
+
+
+def test_a_window_of_one_decode_step_keeps_its_attention_length() -> None:
+    assert _kv_chain([("decode", 1)], [57]) == [57]
+    assert _kv_chain([("prefill", 7)], [None]) == [7]  # no attention witness: the prompt's tokens
+
+
+def test_a_packed_embedding_whose_token_count_disagrees_is_reported() -> None:
+    # the annotation says one sequence of 5 tokens; the packed embedding index [9] holds 9
+    label = StepLabel(step_id=0, request_id=0, kind="prefill", batch=1, q_len=5, kv_len=5)
+    ann = [{"ts_ns": 0, "dur_ns": 100 * US, "name": format_step(label), "cat": "user_annotation"}]
+    d = _detect([_embedding(0, 10 * US, [9])], ann)
+    about = [w for w in d.warnings if w.startswith("step ")]
+    assert len(about) == 1 and "tokens=5 but the packed aten::embedding input holds 9 tokens" in about[0]

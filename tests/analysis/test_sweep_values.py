@@ -7,6 +7,7 @@ import math
 import pandas as pd
 import pytest
 
+from tracekit.analysis import sweep
 from tracekit.analysis.sweep import (
     PointData,
     activation_bytes_per_token,
@@ -208,3 +209,18 @@ def test_phases_without_bound_columns_give_no_split() -> None:
     row = summarize_point(p, 1.0, 1.0)
     assert (row["prefill_compute_share"], row["prefill_memory_share"], row["prefill_idle_share"]) == (None, None, None)
     assert row["prefill_latency_share"] is None and row["ttft_ms"] == 10
+
+
+def test_activation_bytes_for_every_dtype_spelling() -> None:
+    # 4 x 8 + 2 x 4 = 40 elements a token: 80 bytes in 16-bit types, 160 in 32-bit ones
+    cfg = {"intermediate_size": 8, "hidden_size": 4}
+    for dtype, total in [("fp16", 80), ("bf16", 80), ("float16", 80), ("bfloat16", 80), ("fp32", 160),
+                         ("float32", 160)]:
+        assert activation_bytes_per_token(cfg, dtype)["total"] == total, dtype
+
+
+def test_a_phase_of_one_nanosecond_still_has_shares() -> None:
+    ph = pd.DataFrame({"request_id": pd.array([None], dtype="Int64"), "phase": ["decode"], "time_ns": [1],
+                       "latency_bound_ns": [1], "idle_host_ns": [0]})
+    out = sweep._more_split(ph, "decode")
+    assert (out["decode_latency_share"], out["decode_idle_host_share"]) == (1.0, 0.0)

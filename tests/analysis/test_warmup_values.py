@@ -98,3 +98,14 @@ def test_warmup_ids_and_the_pass() -> None:
     assert flagged["warmup"]["flagged"] == [0] and len(flagged["warnings"]) == 1 and "phases" not in flagged
     # leaving request 1 out instead: (50 x 600 - 20 x 300) / 300 = 80%
     assert warmup.rebase(_phases(), remove=[1]).iloc[0]["gpm_dram_bw_util_pct"] == pytest.approx(80.0)
+
+
+def test_adding_a_request_without_energy_adds_none() -> None:
+    # request 1 back into a run row that holds only request 0; its energy was not measured (NaN)
+    out = warmup.rebase(_phases(), remove=[1])
+    assert (out.iloc[0]["energy_j"], out.iloc[0]["flops"]) == (3.0, 4e5)
+    out.loc[out["request_id"].eq(1).fillna(False), "energy_j"] = float("nan")
+    back = warmup.rebase(out, add=[1])
+    assert (back.iloc[0]["energy_j"], back.iloc[0]["flops"], back.iloc[0]["steps"]) == (3.0, 6e5, 3)
+    # and taking it out again takes no energy away
+    assert warmup.rebase(back, remove=[1]).iloc[0]["energy_j"] == 3.0

@@ -67,3 +67,29 @@ def test_linkage_of_a_hand_written_trace(tmp_path: Path) -> None:
     assert pd.isna(gpu.loc["k_orphan", "launch_name"])
     assert res.counts.warnings["kernels linked to CPU ops by time nesting"] == 3
     assert res.counts.warnings["GPU activity without a launching CPU op"] == 1
+
+
+def test_a_launch_nested_only_in_the_first_op_links_to_it(tmp_path: Path) -> None:
+    # the only CPU op (row 0 of cpu_ops) holds a runtime call without an External id
+    events = [_x("cpu_op", "only", 1, 1, 0, 100), _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 40, 2, correlation=5),
+              _kernel("k", 200, 5)]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 0}).encode()))
+    res = read_file(path, file_index=0)
+    gpu = res.tables["gpu_activity"].to_pandas()
+    assert gpu["op_id"].tolist() == [res.tables["cpu_ops"].to_pandas()["op_id"].iloc[0]] == [0]
+    assert res.counts.warnings["kernels linked to CPU ops by time nesting"] == 1
+
+
+def test_a_kernel_linked_to_op_zero_by_its_external_id_stays_there(tmp_path: Path) -> None:
+    # op 0 (outer) carries External id 1; the runtime call, inside inner (op 1, no External id), names it
+    events = [_x("cpu_op", "outer", 1, 1, 0, 100, **{"External id": 1}), _x("cpu_op", "inner", 1, 1, 10, 40),
+              _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 20, 2, correlation=5, **{"External id": 1}),
+              _kernel("k", 200, 5)]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 0}).encode()))
+    res = read_file(path, file_index=0)
+    cpu = res.tables["cpu_ops"].to_pandas().set_index("name")
+    assert int(cpu.loc["outer", "op_id"]) == 0
+    assert res.tables["gpu_activity"].to_pandas()["op_id"].tolist() == [0]
+    assert res.counts.warnings["kernels linked to CPU ops by time nesting"] == 0

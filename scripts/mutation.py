@@ -156,6 +156,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("analysis/bound.py", "attribute_windows",
      'devices = kern["device"].fillna(-⟨1⟩).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))', "1 -> 2"):
         "the fill only groups activities without a device: -1 and -2 are both no device's id",
+    ("analysis/bound.py", "_modelled_op_for", "if ⟨p is None or p in covered⟩:", "or -> and"):
+        "the break only saves work: a covered op's ancestors are covered already, and the None it may add "
+        "to covered is never looked up",
 }
 
 SWAP_CMP: dict[type, type] = {

@@ -230,3 +230,12 @@ def test_the_latency_line_is_sixty_percent_of_peak() -> None:
     assert k["bytes"].tolist() == [600_000, 600_000]
     assert k["bw_pct_of_peak"].tolist() == pytest.approx([60.3015, 59.7015], abs=1e-4)
     assert list(k["bound"]) == ["memory", "latency"]
+
+
+def test_without_a_cpu_ops_table_kernels_are_classed_by_name_only() -> None:
+    k = bound.kernel_costs(_gpu(), None, TOY)
+    # the GEMMs have no model: other; the elementwise kernels go by the size rule (under 20 us: latency)
+    assert list(k["model"]) == ["none", "none", "kernel_class"] + ["none"] * 3 + ["kernel_class"] * 2 + ["none"] * 4
+    assert list(k["bound"]) == ["other", "other", "latency", "other", "other", "other", "latency", "memory", "comm",
+                                "memcpy", "memcpy", "other"]
+    assert (k["flops"] == 0).all()

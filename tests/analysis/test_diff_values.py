@@ -60,6 +60,14 @@ def test_diff_of_two_runs() -> None:
     assert row[("bound", "prefill", "latency", "time_ns")].b == 200
 
 
+def test_a_bound_table_in_one_run_only_is_still_compared() -> None:
+    # run a was analysed without the bound pass; run b's prefill had 200 ns of latency-bound kernels
+    b = {"kernel_bound": pd.DataFrame({"bound": ["latency"], "dur_ns": [200], "phase": ["prefill"]})}
+    row = {(r.scope, r.phase, r.key, r.metric): r for r in diff.diff_runs({}, b).itertuples()}
+    r = row[("bound", "prefill", "latency", "time_ns")]
+    assert r.b == 200 and math.isnan(r.a)
+
+
 def test_run_phases_sums_request_rows_when_there_is_no_run_row() -> None:
     ph = pd.DataFrame({"request_id": [0, 1, 1], "phase": ["decode", "decode", "prefill"], "time_ns": [10, 30, 5],
                        "steps": [1, 3, 0]})

@@ -4,7 +4,8 @@ From a Hugging Face config dict (run.json ``model.config``):
 
 - parameters: embeddings + per layer (attention q/k/v/o, MLP, norms) + lm_head
   (unless tied). Gated MLPs (Llama, Mistral, Qwen: gate, up, down) have 3
-  matrices, others 2. MoE configs count every expert (documented, not per-token).
+  matrices, others 2. MoE configs count every expert and the router (not per-token).
+  ``attention_bias``: q, k, v and o projections each have a bias.
 - KV bytes per token = 2 (K and V) × layers × KV heads × head_dim × dtype size.
   GQA/MQA: KV heads = ``num_key_value_heads`` (1 for MQA). MLA (DeepSeek V2/V3,
   ``kv_lora_rank`` in the config) caches one compressed latent per token and
@@ -57,8 +58,9 @@ class ModelShape:
     @property
     def layer_params(self) -> int:
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+        attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv + h) if self.attention_bias else 0)  # q, k, v, o biases
         mlp = (3 if self.gated_mlp else 2) * h * self.intermediate * self.experts
+        mlp += h * self.experts if self.experts > 1 else 0  # the router: one logit per expert
         return attn + mlp + 2 * h  # two norms
 
     @property

@@ -115,6 +115,11 @@ def test_stand_in_ops_cost_each_steps_attention() -> None:
     costs = op_costs(c2).set_index("op_id")["flops"]
     f0, f1 = (costs[int(o)] for o in g2["op_id"].iloc[:2])
     assert (f0, f1) == (32 * 2 * 800 * 256, 32 * 2 * 7200 * 256)
+    # the stand-ins take the ids after the largest one in cpu_ops, one each
+    assert sorted(c2["op_id"].iloc[1:]) == [8, 9] and sorted(g2["op_id"].iloc[:2]) == [8, 9]
     # steps that state no sequences leave the kernels alone
     same, _ = serving_attention_ops(gpu, cpu, steps.assign(seq_stats=None), ks)
+    # a step whose seq_stats are missing (NaN) keeps its kernel's op; the other gets its stand-in
+    g3, c3 = serving_attention_ops(gpu, cpu, steps.assign(seq_stats=[json.dumps(stats[0]), float("nan")]), ks)
+    assert len(c3) == 2 and g3["op_id"].tolist()[:2] == [8, 7]
     assert same["op_id"].tolist()[:2] == [7, 7]

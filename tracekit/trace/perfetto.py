@@ -55,6 +55,12 @@ class _Interner:
         return new
 
 
+def _int32(pid: int) -> int:
+    """A pid or tid as the descriptors' int32: values from 2**31 up (tracekit's counter processes of a
+    trace tracekit wrote, read back) wrap as a C cast would; a bigger value is an error."""
+    return pid - 2**32 if 2**31 <= pid < 2**32 else pid
+
+
 def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: _Interner) -> None:
     for k, v in args.items():
         da = event.debug_annotations.add()
@@ -103,7 +109,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
             p = packet()
             td = p.track_descriptor
             td.uuid = _uuid(f"process/{pid}")
-            td.process.pid = pid
+            td.process.pid = _int32(pid)
             td.process.process_name = pname
             td.sibling_order_rank = psort
             td.child_ordering = TrackDescriptor.ChildTracksOrdering.EXPLICIT
@@ -115,8 +121,8 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
             td.uuid = _uuid(t.key)
             td.sibling_order_rank = t.sort_index
             if t.kind == "slice":
-                td.thread.pid = t.pid
-                td.thread.tid = t.tid
+                td.thread.pid = _int32(t.pid)
+                td.thread.tid = _int32(t.tid)
                 td.thread.thread_name = t.name
             else:
                 td.parent_uuid = _uuid(f"process/{t.pid}")

@@ -59,15 +59,10 @@ def _split(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dic
     for i, e in enumerate(events):
         cat, ph = e.get("cat"), e.get("ph")
         a = e.get("args", {})
-        if cat in GPU_CATS and a.get("correlation") in corr_tpl:
-            in_tpl.add(i)
-        elif cat == "ac2g" and e.get("id") in corr_tpl:
-            in_tpl.add(i)
-        elif cat == "gpu_user_annotation" and a.get("External id") in ext_tpl:
-            in_tpl.add(i)
-        elif cat == "tracekit.step" and _ns(e["ts"]) >= s_last:
-            in_tpl.add(i)
-        elif ph == "C" and _ns(e["ts"]) >= s_last:
+        late = "ts" in e and _ns(e["ts"]) >= s_last
+        if ((cat in GPU_CATS and a.get("correlation") in corr_tpl) or (cat == "ac2g" and e.get("id") in corr_tpl)
+                or (cat == "gpu_user_annotation" and a.get("External id") in ext_tpl)
+                or (late and (cat == "tracekit.step" or ph == "C"))):
             in_tpl.add(i)
     once = [e for i, e in enumerate(events) if i not in in_tpl]
     tpl = [e for i, e in enumerate(events) if i in in_tpl]

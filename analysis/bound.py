@@ -371,41 +371,113 @@ def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray
     idle_ns is split into idle_wait_ns (tracekit.analysis.idle.wait_ns; needs the kernels' ``issued_ns``)
     and idle_host_ns; idle_profiler_ns is None here (``with_profiler`` takes its part from the host's).
     """
-    time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
-    devices = kern["device"].fillna(-1).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))
-    n_dev = max(len(np.unique(devices)), 1)
-    total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
-    syncs = EMPTY if syncs is None else syncs
-    wait = 0
-    for dev in np.unique(devices) if len(kern) else []:
-        part = kern[devices == dev]
-        ts = part["ts_ns"].to_numpy(dtype=np.int64)
-        te = ts + part["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
-        cls = part["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
-        total += _sweep(ts, te, cls, windows)
-        issued = (_idle.as_issued(part["issued_ns"].to_numpy()) if "issued_ns" in part
-                  else np.full(len(part), _idle.UNKNOWN, dtype=np.int64))
-        wait += _idle.wait_ns(windows, ts, te, issued, syncs)
-    if not len(kern):
-        none = np.zeros(0, dtype=np.int64)
-        wait = _idle.wait_ns(windows, none, none, none, syncs)
-    busy = int(total[: len(PRIORITY)].sum())
-    row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
-    # idle is what the sweep left: the windows (× devices) minus the union of activity in them
-    row["idle_ns"] = time_ns * n_dev - busy
-    row["idle_profiler_ns"] = None
-    row["idle_wait_ns"] = int(min(wait, row["idle_ns"]))
-    row["idle_host_ns"] = row["idle_ns"] - row["idle_wait_ns"]
-    row["time_ns"] = time_ns
-    row["gpu_busy_ns"] = busy
-    row["flops"] = float(kern["flops"].sum()) if len(kern) else 0.0
-    row["bytes"] = float(kern["bytes"].sum()) if len(kern) else 0.0
-    model = kern["model"] if len(kern) else pd.Series(dtype=object)
-    row["kernels_modelled"] = int((model == MODEL_SHAPE).sum())
-    row["kernels_class_only"] = int((model == MODEL_CLASS).sum())
-    row["kernels_unmodelled"] = int(((model == MODEL_NONE) & (kern["bound"] == OTHER)).sum()) if len(kern) else 0
-    row["kernels_measured"] = int((kern["source"] == SOURCE_NCU).sum()) if len(kern) and "source" in kern else 0
-    return row
+    arrays = KernelArrays.of(kern)
+    return arrays.attribute(windows, np.arange(len(kern)), syncs)
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """The columns attribute_windows reads, as NumPy arrays over a kernels frame's rows, so that many
+    groups (every step, every phase) are attributed by slicing arrays instead of frames."""
+
+    n: int
+    devices: np.ndarray  # device, -1 where null
+    ts: np.ndarray
+    te: np.ndarray
+    cls: np.ndarray  # index into PRIORITY (OTHER for an unknown class)
+    issued: Any  # the issued_ns column (None: absent)
+    flops: np.ndarray
+    bytes: np.ndarray
+    model: np.ndarray
+    unmodelled: np.ndarray  # model none and bound other
+    measured: np.ndarray  # source ncu
+
+    @staticmethod
+    def of(kern: pd.DataFrame) -> KernelArrays:
+        n = len(kern)
+        if not n:
+            z = np.zeros(0)
+            return KernelArrays(0, z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), None, z, z,
+                                np.zeros(0, dtype=object), z.astype(bool), z.astype(bool))
+        devices = kern["device"].fillna(-1).to_numpy() if "device" in kern else np.zeros(n)
+        ts = kern["ts_ns"].to_numpy(dtype=np.int64)
+        te = ts + kern["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
+        cls = kern["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
+        model = kern["model"].to_numpy()
+        return KernelArrays(
+            n, devices, ts, te, cls, kern.get("issued_ns"),
+            kern["flops"].to_numpy(dtype=float), kern["bytes"].to_numpy(dtype=float), model,
+            ((kern["model"] == MODEL_NONE) & (kern["bound"] == OTHER)).to_numpy(dtype=bool),
+            (kern["source"] == SOURCE_NCU).to_numpy(dtype=bool) if "source" in kern else np.zeros(n, dtype=bool),
+        )
+
+    def issued_of(self, idx: np.ndarray) -> np.ndarray:
+        """``tracekit.analysis.idle.as_issued`` of the rows ``idx`` of issued_ns, as a frame of just those
+        rows would give it (a nullable integer column with a null among the rows goes through float64)."""
+        col = self.issued
+        if col is None:
+            return np.full(len(idx), _idle.UNKNOWN, dtype=np.int64)
+        lossy, na, exact = self._issued_views()
+        if exact is None:
+            return _idle.as_issued(col.to_numpy()[idx])
+        return lossy[idx] if na[idx].any() else exact[idx]
+
+    def _issued_views(self) -> tuple[Any, Any, Any]:
+        cached = self.__dict__.get("_issued_cache")
+        if cached is None:
+            col = self.issued
+            if isinstance(col.dtype, pd.Int64Dtype) or col.dtype == np.int64:
+                na = col.isna().to_numpy()
+                exact = col.fillna(_idle.UNKNOWN).to_numpy(dtype=np.int64)
+                lossy = _idle.as_issued(col.to_numpy()) if na.any() else exact
+                cached = (lossy, na, exact)
+            else:
+                cached = (None, None, None)
+            object.__setattr__(self, "_issued_cache", cached)
+        return cached
+
+    def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None) -> dict[str, Any]:
+        """attribute_windows' row for the kernels at rows ``idx`` (in frame order)."""
+        time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
+        devices = self.devices[idx] if len(idx) else np.zeros(0)
+        n_dev = max(len(np.unique(devices)), 1)
+        total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
+        syncs = EMPTY if syncs is None else syncs
+        wait = 0
+        for dev in np.unique(devices) if len(idx) else []:
+            part = idx[devices == dev]
+            ts, te = self.ts[part], self.te[part]
+            total += _sweep(ts, te, self.cls[part], windows)
+            wait += _idle.wait_ns(windows, ts, te, self.issued_of(part), syncs)
+        if not len(idx):
+            none = np.zeros(0, dtype=np.int64)
+            wait = _idle.wait_ns(windows, none, none, none, syncs)
+        busy = int(total[: len(PRIORITY)].sum())
+        row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
+        # idle is what the sweep left: the windows (× devices) minus the union of activity in them
+        row["idle_ns"] = time_ns * n_dev - busy
+        row["idle_profiler_ns"] = None
+        row["idle_wait_ns"] = int(min(wait, row["idle_ns"]))
+        row["idle_host_ns"] = row["idle_ns"] - row["idle_wait_ns"]
+        row["time_ns"] = time_ns
+        row["gpu_busy_ns"] = busy
+        row["flops"] = _nansum(self.flops[idx]) if len(idx) else 0.0
+        row["bytes"] = _nansum(self.bytes[idx]) if len(idx) else 0.0
+        model = self.model[idx]
+        row["kernels_modelled"] = int((model == MODEL_SHAPE).sum())
+        row["kernels_class_only"] = int((model == MODEL_CLASS).sum())
+        row["kernels_unmodelled"] = int(self.unmodelled[idx].sum()) if len(idx) else 0
+        row["kernels_measured"] = int(self.measured[idx].sum()) if len(idx) else 0
+        return row
+
+
+def _nansum(values: np.ndarray) -> float:
+    """``float(pd.Series(values).sum())``: NaN skipped, the same summation."""
+    mask = np.isnan(values)
+    if mask.any():
+        values = values.copy()
+        values[mask] = 0.0
+    return float(values.sum())
 
 
 def with_profiler(row: dict[str, Any], profiler_ns: int | None) -> dict[str, Any]:
@@ -429,12 +501,13 @@ def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarra
     """
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    by_step: dict[Any, pd.DataFrame] = dict(iter(k.dropna(subset=["step_id"]).groupby("step_id"))) if len(k) else {}
+    arrays = KernelArrays.of(k)
+    by_step, _ = _rows_by_step(k)
+    none = np.zeros(0, dtype=np.int64)
     rows = []
     for r in w.itertuples(index=False):
-        kern = by_step.get(r.step_id, k.iloc[0:0])
         win = np.array([[r.start_ns, r.end_ns]], dtype=np.int64)
-        row = attribute_windows(win, kern, syncs)
+        row = arrays.attribute(win, by_step.get(r.step_id, none), syncs)
         kind = str(getattr(r, "kind", ""))
         rows.append(with_profiler(row, _idle.profiler_share_ns(kind, row["time_ns"], row["idle_host_ns"], overheads)))
     attr = pd.DataFrame(rows, index=w.index)
@@ -472,7 +545,9 @@ def attribute_phases(
                          index=step_attr["step_id"].to_numpy())
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    sid = pd.to_numeric(k["step_id"], errors="coerce") if len(k) else pd.Series(dtype=float)
+    arrays = KernelArrays.of(k)
+    by_step, outside = _rows_by_step(k)
+    dominant = k[[c for c in ("model", "kclass", "dtype", "flops") if c in k]]
     groups: list[tuple[Any, str, pd.DataFrame]] = []
     for phase, g in w.groupby(w["kind"].astype(str), sort=False):
         groups.append((pd.NA, str(phase), g))
@@ -481,15 +556,15 @@ def attribute_phases(
                 groups.append((int(rid), str(phase), gr))  # type: ignore[arg-type]
     rows = []
     for rid, phase, g in groups:
-        kern = k[sid.isin(g["step_id"]).to_numpy()] if len(k) else k
+        idx = _rows_of_steps(g["step_id"], by_step, outside)
         win = window_union(g)
-        row = {"request_id": rid, "phase": phase, "steps": len(g), **attribute_windows(win, kern, syncs)}
+        row = {"request_id": rid, "phase": phase, "steps": len(g), **arrays.attribute(win, idx, syncs)}
         if prof is not None:
             vals = prof.reindex(g["step_id"].to_numpy())
             row = with_profiler(row, None if vals.isna().any() or not len(vals) else int(vals.sum()))
         if "tokens" in g:
             row["tokens"] = float(pd.to_numeric(g["tokens"], errors="coerce").sum())
-        row["ceiling_dtype"] = _dominant_dtype(kern)
+        row["ceiling_dtype"] = _dominant_dtype(dominant.iloc[idx])
         rows.append(row)
     out = pd.DataFrame(rows)
     if len(out):
@@ -522,6 +597,29 @@ def attribute_phases(
     replaced = [c for c in ours.columns if c in base.columns and c not in ("_q", "_p")]
     merged = base.drop(columns=replaced).merge(ours, on=["_q", "_p"], how="left")
     return merged.drop(columns=["_q", "_p"])
+
+
+def _rows_by_step(k: pd.DataFrame) -> tuple[dict[Any, np.ndarray], np.ndarray]:
+    """({step_id: positions of its kernels, in frame order}, positions of kernels with no step)."""
+    if not len(k):
+        return {}, np.zeros(0, dtype=np.int64)
+    sid = pd.to_numeric(k["step_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    none = np.isnan(sid)
+    pos = np.flatnonzero(~none)
+    order = np.argsort(sid[pos], kind="stable")
+    pos, keys = pos[order], sid[pos][order]
+    cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return dict(zip(keys[cuts].tolist(), np.split(pos, cuts[1:]), strict=True)), np.flatnonzero(none)
+
+
+def _rows_of_steps(step_ids: pd.Series, by_step: dict[Any, np.ndarray], outside: np.ndarray) -> np.ndarray:
+    """Positions (frame order) of the kernels whose step_id is one of ``step_ids`` (a null one: the
+    kernels with none), as ``kernels[step_id.isin(step_ids)]``."""
+    ids = pd.to_numeric(step_ids, errors="coerce")
+    parts = [by_step[v] for v in pd.unique(ids.dropna().to_numpy(dtype=float)).tolist() if v in by_step]
+    if ids.isna().any():
+        parts.append(outside)
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _dominant_dtype(kern: pd.DataFrame) -> str:

@@ -96,10 +96,15 @@ def kernel_classes(names: Any, kinds: Any = None) -> Any:
     kinds_s = pd.Series(kinds).astype(str).reset_index(drop=True) if kinds is not None else pd.Series(
         [""] * len(names), dtype=str
     )
-    keys = pd.DataFrame({"n": names, "k": kinds_s})
-    uniq = keys.drop_duplicates()
-    lut = {(n, k): kernel_class(n, k) for n, k in uniq.itertuples(index=False)}
-    return pd.Series([lut[(n, k)] for n, k in keys.itertuples(index=False)], dtype=object)
+    if not len(names):
+        return pd.Series([], dtype=object)
+    import numpy as np
+
+    n_code, n_uniq = pd.factorize(names)
+    k_code, k_uniq = pd.factorize(kinds_s)
+    pair, inverse = np.unique(n_code.astype(np.int64) * len(k_uniq) + k_code, return_inverse=True)
+    cls = np.array([kernel_class(n_uniq[p // len(k_uniq)], k_uniq[p % len(k_uniq)]) for p in pair], dtype=object)
+    return pd.Series(cls[inverse.ravel()], dtype=object)
 
 
 def graph_replay(gpu: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.columns import by_value, matches
 from tracekit.analysis.intervals import clip, length, union
 
 CATEGORIES = ("compute", "memcpy", "memset", "comm")
@@ -24,10 +25,9 @@ def categorise(gpu: pd.DataFrame) -> pd.Series:
     """
     if gpu.empty:
         return pd.Series([], dtype=object, index=gpu.index)
-    kind = gpu["kind"].astype(str).str.lower()
-    name = gpu["name"].astype(str).str.lower()
+    kind = by_value(gpu["kind"], str.lower)
     cat = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", "compute"))
-    cat = np.where(name.str.contains("nccl", regex=False), "comm", cat)
+    cat = np.where(matches(gpu["name"], lambda n: "nccl" in n.lower()), "comm", cat)
     return pd.Series(cat, index=gpu.index, dtype=object)
 
 
@@ -42,17 +42,23 @@ def launch_times(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame
     if gpu.empty:
         return out
     if not runtime.empty and "correlation" in gpu:
-        rt = runtime.dropna(subset=["correlation"]).drop_duplicates("correlation")
-        m = pd.Series(rt["ts_ns"].to_numpy(), index=rt["correlation"].to_numpy())
-        corr = gpu["correlation"]
-        hit = corr.map(m)
+        hit = gpu["correlation"].map(first_by_key(runtime, "correlation", "ts_ns"))
         out = out.fillna(hit.astype("Int64"))
     if not cpu_ops.empty and "op_id" in gpu:
-        ops = cpu_ops.dropna(subset=["op_id"]).drop_duplicates("op_id")
-        m = pd.Series(ops["ts_ns"].to_numpy(), index=ops["op_id"].to_numpy())
-        hit = gpu["op_id"].map(m)
+        hit = gpu["op_id"].map(first_by_key(cpu_ops, "op_id", "ts_ns"))
         out = out.fillna(hit.astype("Int64"))
     return out
+
+
+def first_by_key(df: pd.DataFrame, key: str, value: str) -> pd.Series:
+    """``value`` indexed by ``key``: the first row of each key, rows without a key left out (as
+    ``df.dropna(subset=[key]).drop_duplicates(key)``, on the two columns only)."""
+    k = df[key]
+    ok = k.notna().to_numpy()
+    keys = k[ok].to_numpy() if not ok.all() else k.to_numpy()
+    vals = df[value].to_numpy()[ok] if not ok.all() else df[value].to_numpy()
+    first = ~pd.Index(keys).duplicated(keep="first")
+    return pd.Series(vals[first], index=keys[first])
 
 
 def assign_to_windows(times: pd.Series, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray) -> pd.Series:

@@ -207,12 +207,36 @@ def run_rank(tables: dict[str, Any]) -> int:
 
 def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Object columns of mixed Python values as strings, so Parquet accepts them."""
-    out = df.copy()
+    out = df.copy(deep=False)
     for c in out.columns:
         if out[c].dtype == object:
             vals = out[c].dropna()
             if len(vals) and not all(isinstance(v, str) for v in vals):
-                out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v))
+                out[c] = _as_text(out[c].to_numpy())
+    return out
+
+
+def _as_text(values: Any) -> list[str | None]:
+    """str() of each value (None for None / NaN). Values repeat (a kernel's grid and block are a few
+    shapes over thousands of launches) and str() of a NumPy array is slow: each distinct one once."""
+    import numpy as np
+
+    seen: dict[Any, str] = {}
+    out: list[str | None] = []
+    for v in values:
+        if v is None or (isinstance(v, float) and v != v):
+            out.append(None)
+            continue
+        # Only values whose text is fixed by the key (not floats: 0.0 == -0.0).
+        key = ((v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) and v.dtype != object
+               else (type(v), v) if type(v) in (int, str) else None)
+        if key is None:
+            out.append(str(v))
+            continue
+        text = seen.get(key)
+        if text is None:
+            text = seen[key] = str(v)
+        out.append(text)
     return out
 
 

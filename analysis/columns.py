@@ -1,0 +1,41 @@
+"""Column helpers for the passes: text tests over name columns, once per distinct value.
+
+A trace's name columns hold a few thousand distinct strings over hundreds of thousands of rows
+(kernel names, op names, runtime calls). ``s.astype(str).str.contains(...)`` runs Python over every
+row; these run it over the distinct values and spread the answers by their codes.
+
+Semantics are those of pandas' ``Series.astype(str)`` followed by the test: a missing value (None,
+NaN, NA) stays missing and gets ``na``; any other value is tested as ``str(value)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def by_value(values: Any, fn: Callable[[str], Any], na: Any = None, dtype: Any = object) -> np.ndarray:
+    """``fn(str(v))`` for every value (``na`` where missing), as a NumPy array in the values' order."""
+    arr = values.to_numpy() if isinstance(values, pd.Series | pd.Index) else np.asarray(values, dtype=object)
+    if len(arr) == 0:
+        return np.empty(0, dtype=dtype)
+    codes, uniques = pd.factorize(arr)
+    table = np.empty(len(uniques) + 1, dtype=dtype)
+    for i, u in enumerate(uniques):
+        table[i] = fn(str(u))
+    table[-1] = na  # code -1: missing
+    return table[codes]
+
+
+def matches(values: Any, test: Callable[[str], bool]) -> np.ndarray:
+    """Boolean mask: ``test(str(v))`` per value, False where missing."""
+    return by_value(values, lambda t: bool(test(t)), na=False, dtype=bool)
+
+
+def is_in(values: Any, names: Collection[str]) -> np.ndarray:
+    """Boolean mask: the value (as text) is one of ``names``; False where missing."""
+    wanted = set(names)
+    return matches(values, wanted.__contains__)

@@ -209,10 +209,9 @@ def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Object columns of mixed Python values as strings, so Parquet accepts them."""
     out = df.copy(deep=False)
     for c in out.columns:
-        if out[c].dtype == object:
-            vals = out[c].dropna()
-            if len(vals) and not all(isinstance(v, str) for v in vals):
-                out[c] = _as_text(out[c].to_numpy())
+        # infer_dtype (C) says "string" where every non-null value is a str, "empty" where all are null
+        if out[c].dtype == object and pd.api.types.infer_dtype(out[c], skipna=True) not in ("string", "empty"):
+            out[c] = _as_text(out[c].to_numpy())
     return out
 
 
@@ -228,9 +227,11 @@ def _as_text(values: Any) -> list[str | None]:
             out.append(None)
             continue
         # Only values whose text is fixed by the key (not floats: 0.0 == -0.0).
-        key = ((v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) and v.dtype != object
-               else (type(v), v) if type(v) in (int, str) else None)
-        if key is None:
+        if isinstance(v, np.ndarray) and v.dtype.kind in "iub":
+            key: Any = (v.dtype.str, v.shape, v.tobytes())
+        elif type(v) in (int, str):
+            key = (type(v), v)
+        else:
             out.append(str(v))
             continue
         text = seen.get(key)

@@ -301,10 +301,10 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
     for sid, idx in seqs.groupby(seqs["step_id"].astype("int64"), sort=True).indices.items():
         if sid not in by_step.index:
             continue
-        c = by_step.loc[sid]
+        c = by_step.loc[sid]  # type: ignore[call-overload]
         one = split_step({str(k): v for k, v in c.items()}, q_all.iloc[idx].astype("int64").to_numpy(),
                          kv_all.iloc[idx].astype("int64").to_numpy(), model)
-        rows.append(idx)
+        rows.append(np.asarray(idx))
         for col in COST_COLUMNS:
             res[col].append(one[col])
     if not rows:

@@ -73,6 +73,7 @@ def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[s
 def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """The recorder's own steps/requests tables, preserved across analyses (see the module doc)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     out: dict[str, pd.DataFrame] = {}
     steps_df = run.read_df("steps") if run.has_table("steps") else None
@@ -84,7 +85,8 @@ def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataF
     )
     for name, keep in RECORDED.items():
         if run.has_table(keep):
-            out[keep] = pd.read_parquet(run.table_path(keep))
+            # pd.read_parquet's frame, without importing pyarrow.dataset (+0.3 s, +50 MB)
+            out[keep] = pq.ParquetFile(run.table_path(keep)).read(use_pandas_metadata=True).to_pandas()
         elif first and run.has_table(name):
             df = run.read_df(name)
             run.write_table(keep, pa.Table.from_pandas(df, preserve_index=False))

@@ -39,12 +39,18 @@ def varints(values: np.ndarray, mask: np.ndarray | None = None) -> pa.BinaryArra
         u = np.where(mask, u, np.uint64(0))
     nbytes = np.ones(n, dtype=np.int64)
     for k in range(1, 10):
-        nbytes += u >= np.uint64(1) << np.uint64(7 * k)
-    mat = np.empty((n, 10), dtype=np.uint8)
-    for k in range(10):
-        b = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
-        mat[:, k] = (b | np.where(nbytes > k + 1, np.uint64(0x80), np.uint64(0))).astype(np.uint8)
-    keep = np.arange(10)[None, :] < nbytes[:, None]
+        more = u >= np.uint64(1) << np.uint64(7 * k)
+        if not more.any():
+            break
+        nbytes += more
+    width = int(nbytes.max()) if n else 1
+    mat = np.empty((n, width), dtype=np.uint8)
+    for k in range(width):
+        b = ((u >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        if k + 1 < width:
+            b |= (nbytes > k + 1).astype(np.uint8) << 7
+        mat[:, k] = b
+    keep = np.arange(width)[None, :] < nbytes[:, None]
     arr = from_flat(mat[keep], nbytes)
     if mask is not None and not mask.all():
         arr = pc.if_else(pa.array(mask), arr, pa.scalar(None, BINARY))

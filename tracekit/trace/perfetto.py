@@ -327,12 +327,13 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
         if ends.any():
             e_idx = evs[ends] - n_s
             is_blk = e_idx >= m
-            track_te = np.empty(len(e_idx), dtype=object)
-            tb = [end_te[i] for i in order.track[e_idx[is_blk] - m].tolist()]
-            track_te[is_blk] = tb
+            # codes into end_te (one per block track), then one per own slice's track
+            te_codes = np.empty(len(e_idx), dtype=np.int64)
+            te_codes[is_blk] = order.track[e_idx[is_blk] - m]
+            te_table = list(end_te)
             for j in np.flatnonzero(~is_blk).tolist():
-                track_te[j] = _field(11, b"\x48\x02" + track_bytes(own[int(e_idx[j])][0]))
-            te_codes, te_table = _codes(track_te)
+                te_codes[j] = len(te_table)
+                te_table.append(_field(11, b"\x48\x02" + track_bytes(own[int(e_idx[j])][0])))
             pk = E.join([E.const(b"\x40"), E.varints(t[evs[ends]]), E.const(seq_b),
                          E.lookup(te_table, te_codes), E.const(b"\x68\x02")])
             parts.append(_framed(pk))

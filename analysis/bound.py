@@ -32,6 +32,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
+from tracekit.analysis.columns import map_values
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet
@@ -101,6 +102,61 @@ def _empty_kernels(gpu_activity: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _modelled_ops(kernel_ops: np.ndarray, par: pd.DataFrame | None, modelled: np.ndarray, depth: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``_modelled_op_for`` over arrays: (kernel op ids that have a modelled op, sorted; that op's id).
+
+    ``par``: cpu_ops' (op_id, parent_id) rows without nulls; ``modelled``: the op ids with a model.
+    Parents are followed level by level for every op at once. Where some chain of ancestors is
+    longer than ``depth`` the dict version decides (its walk order then matters)."""
+    kernel_ops = np.asarray(kernel_ops, dtype=np.int64)
+    op = par["op_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
+    parent = par["parent_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
+    ids = np.unique(np.concatenate([kernel_ops, op, parent, np.asarray(modelled, dtype=np.int64)]))
+    up = np.full(len(ids), -1, dtype=np.int64)
+    if len(op):
+        # dict(zip(op, parent)): the last row of an op id wins
+        last = len(op) - 1 - np.unique(op[::-1], return_index=True)[1]
+        up[np.searchsorted(ids, op[last])] = np.searchsorted(ids, parent[last])
+    is_modelled = np.zeros(len(ids), dtype=bool)
+    is_modelled[np.searchsorted(ids, np.asarray(modelled, dtype=np.int64))] = True
+    k = np.searchsorted(ids, kernel_ops)
+    direct = k[is_modelled[k]]
+    covered = np.zeros(len(ids), dtype=bool)
+    front = up[direct]
+    front = front[front >= 0]
+    for _ in range(depth):
+        if not len(front):
+            break
+        front = np.unique(front)
+        covered[front] = True
+        front = up[front]
+        front = front[front >= 0]
+    else:
+        if len(front):  # a chain longer than depth: the walk order decides what is covered
+            parents = dict(zip(op.tolist(), parent.tolist(), strict=True))
+            m = _modelled_op_for(kernel_ops, parents, set(np.asarray(modelled).tolist()), depth)
+            keys = np.array(sorted(m), dtype=np.int64)
+            return keys, np.array([m[x] for x in keys.tolist()], dtype=np.int64)
+    rest = k[~is_modelled[k]]
+    found = np.full(len(rest), -1, dtype=np.int64)
+    cur = up[rest]
+    open_ = cur >= 0
+    for _ in range(depth):
+        if not open_.any():
+            break
+        hit = open_ & is_modelled[np.where(open_, cur, 0)]
+        found[hit] = cur[hit]
+        open_ &= ~hit
+        cur = np.where(open_, up[np.where(open_, cur, 0)], -1)
+        open_ &= cur >= 0
+    keep = (found >= 0) & ~covered[np.where(found >= 0, found, 0)]
+    src = np.concatenate([direct, rest[keep]])
+    dst = np.concatenate([direct, found[keep]])
+    order = np.argsort(src, kind="stable")
+    return ids[src[order]], ids[dst[order]]
+
+
 def _modelled_op_for(
     kernel_ops: np.ndarray, parents: Mapping[int, int], modelled: set[int], depth: int
 ) -> dict[int, int]:
@@ -162,16 +218,14 @@ def kernel_costs(
     )
     if costs is not None and len(costs) and op_ids.notna().any():
         costs = costs.drop_duplicates("op_id").set_index("op_id")
-        parents: dict[int, int] = {}
-        if "parent_id" in cpu_ops:
-            par = cpu_ops[["op_id", "parent_id"]].dropna()
-            parents = dict(zip(par["op_id"].astype("int64"), par["parent_id"].astype("int64"), strict=True))
+        par = cpu_ops[["op_id", "parent_id"]].dropna() if "parent_id" in cpu_ops else None
         linked = is_kernel & op_ids.notna().to_numpy()
         kops = op_ids[linked].astype("int64").to_numpy()
-        mapping = _modelled_op_for(np.unique(kops), parents, set(costs.index.astype("int64")), opts.max_parent_depth)
-        if mapping:
+        src, dst = _modelled_ops(np.unique(kops), par, costs.index.astype("int64").to_numpy(), opts.max_parent_depth)
+        if len(src):
             mop = pd.Series(np.nan, index=k.index)
-            mop[linked] = np.array([mapping.get(int(o), np.nan) for o in kops], dtype=float)
+            at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
+            mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).clip(lower=0)
@@ -194,9 +248,9 @@ def kernel_costs(
     ridge_vec = ceiling.ridge_point("fp32") or np.nan
     ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
     # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
-    tensor_ridge = k["dtype"].map(
-        lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
-    )
+    tensor_ridge = pd.Series(map_values(
+        k["dtype"], lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
+    ), index=k.index)
     k["ridge"] = np.where(tensor.to_numpy(), tensor_ridge.astype(float), ridge_vec)
     with np.errstate(divide="ignore", invalid="ignore"):
         k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
@@ -269,9 +323,9 @@ def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> tuple[n
     """
     dur_s = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float) * 1e-9
     fp32 = peaks.flops("fp32") or np.nan
-    tensor_peak = k["dtype"].map(
-        lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
-    ).to_numpy(dtype=float)
+    tensor_peak = map_values(
+        k["dtype"], lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
+    ).astype(float)
     peak_f = np.where(tensor, tensor_peak, fp32)
     modelled = (k["model"] == MODEL_SHAPE).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -39,3 +39,28 @@ def is_in(values: Any, names: Collection[str]) -> np.ndarray:
     """Boolean mask: the value (as text) is one of ``names``; False where missing."""
     wanted = set(names)
     return matches(values, wanted.__contains__)
+
+
+def map_values(values: Any, fn: Callable[[Any], Any]) -> np.ndarray:
+    """``Series.map(fn)``'s values (fn applied to every value, missing ones included), as an object
+    array, with fn called once per distinct value: once for None, once per other missing value."""
+    arr = values.to_numpy(dtype=object) if isinstance(values, pd.Series | pd.Index) else np.asarray(values, dtype=object)
+    out = np.empty(len(arr), dtype=object)
+    if not len(arr):
+        return out
+    codes, uniques = pd.factorize(arr)
+    table = np.empty(len(uniques), dtype=object)
+    for i, u in enumerate(uniques):
+        table[i] = fn(u)
+    ok = codes >= 0
+    out[ok] = table[codes[ok]]
+    missing = np.flatnonzero(~ok)
+    if len(missing):
+        is_none = np.equal(arr[missing], None)
+        if is_none.any():
+            none = fn(None)
+            for i in missing[is_none].tolist():
+                out[i] = none
+        for i in missing[~is_none].tolist():  # NaN, NA: each as it is
+            out[i] = fn(arr[i])
+    return out

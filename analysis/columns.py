@@ -56,7 +56,7 @@ def map_values(values: Any, fn: Callable[[Any], Any]) -> np.ndarray:
     out[ok] = table[codes[ok]]
     missing = np.flatnonzero(~ok)
     if len(missing):
-        is_none = np.equal(arr[missing], None)
+        is_none = np.array([v is None for v in arr[missing]], dtype=bool)
         if is_none.any():
             none = fn(None)
             for i in missing[is_none].tolist():

@@ -17,12 +17,38 @@ import numpy as np
 import pandas as pd
 
 
+def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a column, -1 where missing, like ``pd.factorize``.
+
+    The passes' name columns are object arrays whose equal strings are one Python object (a
+    dictionary column's values, taken by index): those are told apart by identity, without hashing
+    hundreds of thousands of long kernel names. Distinct objects with equal text get codes of their
+    own then, which every caller here tolerates (codes name values; they are not counts). Arrays of
+    mostly distinct objects go to ``pd.factorize``."""
+    arr = values.to_numpy() if isinstance(values, pd.Series | pd.Index) else np.asarray(values, dtype=object)
+    if arr.dtype != object or len(arr) < 64:
+        return pd.factorize(arr)
+    ids = np.fromiter(map(id, arr), dtype=np.int64, count=len(arr))
+    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    if len(uniq) > len(arr) // 4:
+        return pd.factorize(arr)
+    uniques = arr[first]
+    missing = pd.isna(uniques)
+    codes = inverse.ravel().astype(np.int64)
+    if missing.any():
+        keep = np.flatnonzero(~missing)
+        remap = np.full(len(uniques), -1, dtype=np.int64)
+        remap[keep] = np.arange(len(keep))
+        codes, uniques = remap[codes], uniques[keep]
+    return codes, uniques
+
+
 def by_value(values: Any, fn: Callable[[str], Any], na: Any = None, dtype: Any = object) -> np.ndarray:
     """``fn(str(v))`` for every value (``na`` where missing), as a NumPy array in the values' order."""
     arr = values.to_numpy() if isinstance(values, pd.Series | pd.Index) else np.asarray(values, dtype=object)
     if len(arr) == 0:
         return np.empty(0, dtype=dtype)
-    codes, uniques = pd.factorize(arr)
+    codes, uniques = factorize(arr)
     table = np.empty(len(uniques) + 1, dtype=dtype)
     for i, u in enumerate(uniques):
         table[i] = fn(str(u))

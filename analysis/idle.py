@@ -69,6 +69,8 @@ def issued_ns(gpu_activity: pd.DataFrame, runtime: pd.DataFrame | None) -> pd.ar
 
 def as_issued(values: object) -> np.ndarray:
     """Issue times (Int64 / int / float with NaN) as int64 with UNKNOWN for missing ones."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        return values  # nothing missing, nothing to convert
     s = pd.Series(values)
     if s.dtype == object or str(s.dtype).startswith("float"):
         s = pd.to_numeric(s, errors="coerce").round().astype("Int64")

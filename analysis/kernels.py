@@ -98,8 +98,10 @@ def kernel_classes(names: Any, kinds: Any = None) -> Any:
         return pd.Series([], dtype=object)
     kinds_a = pd.Series(kinds).to_numpy(dtype=object) if kinds is not None else np.full(len(names_a), "", dtype=object)
     # as kernel_class over Series.astype(str): a missing value stays missing (not a str), others str()
-    n_code, n_uniq = pd.factorize(names_a)
-    k_code, k_uniq = pd.factorize(kinds_a)
+    from tracekit.analysis.columns import factorize
+
+    n_code, n_uniq = factorize(names_a)
+    k_code, k_uniq = factorize(kinds_a)
     n_text = [str(u) for u in n_uniq] + [None]  # code -1: missing
     k_text = [str(u) for u in k_uniq] + [None]
     n_code = np.where(n_code < 0, len(n_uniq), n_code).astype(np.int64)

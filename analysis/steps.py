@@ -637,7 +637,7 @@ def assign_gpu(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame, steps: pd
             "dur_ns": gpu["dur_ns"].fillna(0).astype("int64"),
             "category": timeline.categorise(gpu).to_numpy(),
             "step_id": sid.to_numpy(),
-            "request_id": pd.array([pd.NA] * len(gpu), dtype="Int64"),
+            "request_id": pd.arrays.IntegerArray(np.zeros(len(gpu), dtype=np.int64), np.ones(len(gpu), dtype=bool)),
         }
     )
     out["step_id"] = out["step_id"].astype("Int64")

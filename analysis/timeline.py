@@ -86,18 +86,39 @@ def assign_to_windows(times: pd.Series, starts: np.ndarray, ends: np.ndarray, id
 
 
 def busy_by_group(gpu: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Per (key, device): busy union, first start, last end of the activities."""
+    """Per (key, device): busy union, first start, last end of the activities.
+
+    One row per key (sorted): gpu_busy_ns sums the union of each device's activities; all in one
+    pass over the activities sorted by (key, device, start), no loop over groups."""
     cols = [key, "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"]
     g = gpu.dropna(subset=[key])
     if g.empty:
         return pd.DataFrame(columns=cols)
-    rows = []
-    for k, part in g.groupby(key, sort=True):
-        busy = 0
-        for _, dev in part.groupby("device", dropna=False):
-            busy += length(union(dev["ts_ns"], dev["ts_ns"] + dev["dur_ns"]))
-        rows.append((k, int(part["ts_ns"].min()), int((part["ts_ns"] + part["dur_ns"]).max()), busy))
-    return pd.DataFrame(rows, columns=cols)
+    keys, kcode = np.unique(g[key].to_numpy(), return_inverse=True)
+    kcode = kcode.ravel()
+    dev = g["device"].to_numpy() if "device" in g else np.zeros(len(g))
+    dcode, _ = pd.factorize(dev, use_na_sentinel=False)  # a null device is a group of its own
+    ts = g["ts_ns"].to_numpy(dtype=np.int64)
+    end = ts + g["dur_ns"].to_numpy(dtype=np.int64)
+    grp = kcode.astype(np.int64) * (int(dcode.max()) + 1) + dcode
+    order = np.lexsort((ts, grp))
+    gs, s0, e0, ks = grp[order], ts[order], end[order], kcode[order]
+    # Each group shifted above the ones before it, so one running max never crosses groups.
+    lo = min(int(s0.min()), int(e0.min()))
+    span = max(int(s0.max()), int(e0.max())) - lo + 1
+    _, gidx = np.unique(gs, return_inverse=True)
+    off = gidx.ravel().astype(np.int64) * span
+    s1, e1 = s0 - lo + off, e0 - lo + off
+    run = np.maximum.accumulate(e1)
+    prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
+    covered = np.maximum(run - np.maximum(s1, prev), 0)  # what each interval adds to its group's union
+    busy = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(busy, ks, covered)
+    first = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, kcode, ts)
+    np.maximum.at(last, kcode, end)
+    return pd.DataFrame({key: keys, "gpu_start_ns": first, "gpu_end_ns": last, "gpu_busy_ns": busy}, columns=cols)
 
 
 def device_split(gpu: pd.DataFrame, windows: np.ndarray | None = None) -> dict[str, int]:

@@ -662,6 +662,8 @@ def _rows_by_step(k: pd.DataFrame) -> tuple[dict[Any, np.ndarray], np.ndarray]:
     pos = np.flatnonzero(~none)
     order = np.argsort(sid[pos], kind="stable")
     pos, keys = pos[order], sid[pos][order]
+    if not len(keys):
+        return {}, np.flatnonzero(none)
     cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     return dict(zip(keys[cuts].tolist(), np.split(pos, cuts[1:]), strict=True)), np.flatnonzero(none)
 

@@ -128,26 +128,49 @@ def device_split(gpu: pd.DataFrame, windows: np.ndarray | None = None) -> dict[s
     (so compute + memcpy + comm can exceed busy where they overlap). With
     ``windows`` (disjoint intervals) everything is cut to them first.
     """
-    out = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
     if gpu.empty:
-        return out
-    cat = gpu["category"] if "category" in gpu else categorise(gpu)
-    for _, idx in gpu.groupby("device", dropna=False).groups.items():
-        part = gpu.loc[idx]
-        pc = cat.loc[idx]
-        ends = part["ts_ns"] + part["dur_ns"]
+        return {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
+    acts = Activities.of(gpu)
+    return acts.split(np.arange(len(gpu)), windows)
 
-        def _u(mask: pd.Series, part: pd.DataFrame = part, ends: pd.Series = ends) -> np.ndarray:
-            u = union(part["ts_ns"][mask], ends[mask])
+
+class Activities:
+    """device_split's columns as arrays, so that many groups of one table are split by index."""
+
+    def __init__(self, dev: np.ndarray, ts: np.ndarray, end: np.ndarray, cat: np.ndarray) -> None:
+        self.dev, self.ts, self.end, self.cat = dev, ts, end, cat
+
+    @staticmethod
+    def of(gpu: pd.DataFrame) -> Activities:
+        cat = (gpu["category"] if "category" in gpu else categorise(gpu)).to_numpy()
+        dev, _ = pd.factorize(gpu["device"].to_numpy(), use_na_sentinel=False)  # a null device: a group
+        ts = np.asarray(gpu["ts_ns"], dtype=np.int64)
+        end = np.asarray(gpu["ts_ns"] + gpu["dur_ns"], dtype=np.int64)
+        code = np.full(len(gpu), -1, dtype=np.int64)  # 0 compute, 1 memcpy or memset, 2 comm
+        code[cat == "compute"] = 0
+        code[(cat == "memcpy") | (cat == "memset")] = 1
+        code[cat == "comm"] = 2
+        return Activities(np.asarray(dev), ts, end, code)
+
+    def split(self, idx: np.ndarray, windows: np.ndarray | None = None) -> dict[str, int]:
+        """device_split of the rows ``idx``."""
+        out = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
+        if not len(idx):
+            return out
+        dev, ts, end, code = self.dev[idx], self.ts[idx], self.end[idx], self.cat[idx]
+
+        def part_length(mask: np.ndarray) -> int:
+            u = union(ts[mask], end[mask])
             if windows is None:
-                return u
+                return length(u)
             if windows.size == 0:
-                return np.empty((0, 2), dtype=np.int64)
-            return np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows])
+                return 0
+            return length(np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows]))
 
-        all_mask = pd.Series(True, index=part.index)
-        out["busy"] += length(_u(all_mask))
-        out["compute"] += length(_u(pc == "compute"))
-        out["memcpy"] += length(_u(pc.isin(["memcpy", "memset"])))
-        out["comm"] += length(_u(pc == "comm"))
-    return out
+        for d in np.unique(dev):
+            on = dev == d
+            out["busy"] += part_length(on)
+            out["compute"] += part_length(on & (code == 0))
+            out["memcpy"] += part_length(on & (code == 1))
+            out["comm"] += part_length(on & (code == 2))
+        return out

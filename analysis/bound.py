@@ -32,7 +32,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.columns import map_values
+from tracekit.analysis.columns import map_values, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet
@@ -112,7 +112,7 @@ def _modelled_ops(kernel_ops: np.ndarray, par: pd.DataFrame | None, modelled: np
     kernel_ops = np.asarray(kernel_ops, dtype=np.int64)
     op = par["op_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
     parent = par["parent_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
-    ids = np.unique(np.concatenate([kernel_ops, op, parent, np.asarray(modelled, dtype=np.int64)]))
+    ids = unique(np.concatenate([kernel_ops, op, parent, np.asarray(modelled, dtype=np.int64)]))
     up = np.full(len(ids), -1, dtype=np.int64)
     if len(op):
         # dict(zip(op, parent)): the last row of an op id wins
@@ -128,7 +128,6 @@ def _modelled_ops(kernel_ops: np.ndarray, par: pd.DataFrame | None, modelled: np
     for _ in range(depth):
         if not len(front):
             break
-        front = np.unique(front)
         covered[front] = True
         front = up[front]
         front = front[front >= 0]
@@ -221,7 +220,7 @@ def kernel_costs(
         par = cpu_ops[["op_id", "parent_id"]].dropna() if "parent_id" in cpu_ops else None
         linked = is_kernel & op_ids.notna().to_numpy()
         kops = op_ids[linked].astype("int64").to_numpy()
-        src, dst = _modelled_ops(np.unique(kops), par, costs.index.astype("int64").to_numpy(), opts.max_parent_depth)
+        src, dst = _modelled_ops(unique(kops), par, costs.index.astype("int64").to_numpy(), opts.max_parent_depth)
         if len(src):
             mop = pd.Series(np.nan, index=k.index)
             at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
@@ -494,11 +493,12 @@ class KernelArrays:
         """attribute_windows' row for the kernels at rows ``idx`` (in frame order)."""
         time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
         devices = self.devices[idx] if len(idx) else np.zeros(0)
-        n_dev = max(len(np.unique(devices)), 1)
+        devs = unique(devices) if len(idx) else devices
+        n_dev = max(len(devs), 1)
         total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
         syncs = EMPTY if syncs is None else syncs
         wait = 0
-        for dev in np.unique(devices) if len(idx) else []:
+        for dev in devs if len(idx) else []:
             part = idx[devices == dev]
             ts, te = self.ts[part], self.te[part]
             total += _sweep(ts, te, self.cls[part], windows)

@@ -17,6 +17,15 @@ import numpy as np
 import pandas as pd
 
 
+def unique(values: Any) -> np.ndarray:
+    """``np.unique(values)`` (sorted distinct values) by a sort: NumPy's own hashes integers, ~20x slower."""
+    a = np.asarray(values)
+    if a.dtype == object or (a.dtype.kind == "f" and np.isnan(a).any()):
+        return np.unique(a)
+    b = np.sort(a, kind="stable")
+    return b[np.r_[True, b[1:] != b[:-1]]] if len(b) else b
+
+
 def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     """(codes, distinct values) of a column, -1 where missing, like ``pd.factorize``.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.columns import by_value, matches
+from tracekit.analysis.columns import by_value, matches, unique
 from tracekit.analysis.intervals import clip, length, union
 
 CATEGORIES = ("compute", "memcpy", "memset", "comm")
@@ -167,7 +167,7 @@ class Activities:
                 return 0
             return length(np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows]))
 
-        for d in np.unique(dev):
+        for d in unique(dev):
             on = dev == d
             out["busy"] += part_length(on)
             out["compute"] += part_length(on & (code == 0))

@@ -33,6 +33,7 @@ import pyarrow as pa
 from tracekit.analysis import ranks as _ranks
 from tracekit.errors import TracekitError, UsageError
 from tracekit.ingest import ingest, ingest_into
+from tracekit.model import progress
 from tracekit.model import schema as _schema
 from tracekit.store.calibration import resolve
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
@@ -169,7 +170,8 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     elif ceiling is not None and why:
         result["warnings"].append(why)
     rank = run_rank(tables)
-    for name in OUTPUTS:
+    for i, name in enumerate(OUTPUTS):
+        progress.report("analyzing: writing tables", i, len(OUTPUTS))
         df = result.get(name)
         if df is None:
             continue

@@ -38,6 +38,7 @@ from tracekit.errors import TraceFormatError
 from tracekit.ingest import arrays as A
 from tracekit.ingest.framing import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body, offset_ns
 from tracekit.ingest.result import Counts, RawScan
+from tracekit.model import progress
 
 try:  # built by setup.py where a C compiler is present
     from tracekit.ingest import _kscan
@@ -126,9 +127,12 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     trailer: list[bytes] = []
     ended = False
     it = iter(body)
+    total = _inflated_size(p)
+    label = f"reading {p.name}"
     for data in it:
         buf = carry + data if carry else data
         consumed, status = sc.feed(buf)
+        progress.report(label, body.bytes_in, max(total, body.bytes_in + 1))
         if status == _kscan.END:
             ended = True
             size = len(buf) - consumed
@@ -174,6 +178,21 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     if cols["rows"] == 0:
         raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
     return Scanned(cols, meta, body.bytes_in, truncated, offset)
+
+
+def _inflated_size(p: Path) -> int:
+    """About how many bytes reading ``p`` yields (for progress only): its size, or for gzip the size
+    its trailer states (mod 2**32: where that is below the file's, ten times the file)."""
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return size
+            fh.seek(-4, 2)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 1
+    return isize if isize >= size else 10 * size
 
 
 def trim_heap() -> None:

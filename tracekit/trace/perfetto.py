@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tracekit.model import progress
 from tracekit.trace.blocks import TraceBlock
 from tracekit.trace.tracks import BlockOrder, TrackSet, columnar, nested
 from tracekit.trace.trackset import Slice
@@ -290,6 +291,7 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
 
     n_slices = n_counters = 0
     for lo in range(0, len(t), BlockOrder.CHUNK):
+        progress.report("writing the Perfetto trace", lo, len(t))
         out_pos = np.arange(lo, min(lo + BlockOrder.CHUNK, len(t)))
         evs = ev_order[out_pos]
         parts: list[Any] = []

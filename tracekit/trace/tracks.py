@@ -43,6 +43,7 @@ from typing import IO, Any, cast
 import numpy as np
 import pyarrow as pa
 
+from tracekit.model import progress
 from tracekit.model.trackids import COUNTER_PID_BASE, TRACEKIT_PID
 from tracekit.trace.blocks import TraceBlock, json_or_text, trace_blocks
 from tracekit.trace.trackset import CounterPoint, Slice, Track, TrackSet, Window
@@ -443,6 +444,7 @@ def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
     args = [[(_dump(a.key) + ":").encode() for a in b.args] for b in blocks]
     values = [[[_dump(v).encode() for v in a.values] if a.ints is None else None for a in b.args] for b in blocks]
     for rows in order.chunks():
+        progress.report("writing the Chrome trace", int(rows[0]), len(order))
         parts = []
         for bi, local, where in order.by_block(rows):
             b = blocks[bi]

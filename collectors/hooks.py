@@ -15,8 +15,7 @@ Step boundaries come from one of two places (``STEPS_HOOKS`` / ``STEPS_STREAMER`
   ``torch.compile(self.__call__)``), and a module's forward hooks run inside
   ``__call__``, so hooks that read clocks, ``cache.get_seq_length()`` (a
   ``.item()``) or open a ``record_function`` break the compiled graph and cost
-  the CUDA graphs: ``record --compile`` on the H200 decoded at 14.8 ms per token
-  instead of ~3.6 ms. There is no outer module to hook instead (the compiled
+  the CUDA graphs (docs/record.md has the measured cost). There is no outer module to hook instead (the compiled
   call *is* the outermost module), so the steps are taken between tokens on
   the host: the prefill opens when generate hands the streamer the prompt, and
   each token closes its step and opens the next. Shapes are known without

@@ -10,15 +10,15 @@ the fast ones:
   reasons);
 * slow, every ``gpm_interval_s`` (default 100 ms, the least GPM allows): GPM,
   the energy counter and PCIe throughput. Energy is here because
-  nvmlDeviceGetTotalEnergyConsumption took 3.4 ms of CPU per call on the H200
-  (2026-11-29); PCIe because nvmlDeviceGetPcieThroughput measures over 20 ms
+  nvmlDeviceGetTotalEnergyConsumption costs milliseconds of CPU per call
+  (docs/nvml.md); PCIe because nvmlDeviceGetPcieThroughput measures over 20 ms
   before it returns.
 
 Why a process: every pynvml call goes through ctypes, which drops and re-takes
 the GIL. On a thread of the workload, each re-take waits for the busy main
-thread's switch interval; on the H200 a 100 Hz thread inside ``tracekit
-record`` reached 37 Hz with a p99 tick of 459 ms, and the workload paid for
-every switch. A child process has its own GIL.
+thread's switch interval: a sampling thread inside ``tracekit record`` falls far
+behind its rate and the workload pays for every switch (docs/nvml.md has the
+measurement). A child process has its own GIL.
 
 Imports: the standard library and ``.gpm`` only; pynvml inside functions.
 """

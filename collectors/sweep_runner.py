@@ -5,9 +5,9 @@ Order of a point, and why:
    to run.json as ``compile_s``, never inside a timed region); then
    ``warmup_runs`` runs of the whole point (same batch, prompt and answer
    length; the whole agent loop in its mode), as record warms up with whole
-   requests. A 4-token warm-up left the first use of every longer KV length
-   inside the timed run: on the H200 eager decode went from 19 ms to 60-107 ms
-   per token from the 5th forward on, in 7 of 17 eager points;
+   requests: eager decode pays extra the first time a KV length is seen, so a
+   warm-up shorter than the point leaves that cost inside the timed run
+   (docs/sweep.md);
 2. ``repeats`` timed runs without the profiler and without annotations (host
    timers on every token); the summary reports their median and min/max;
 3. the kernel-capture window: the same prompt again with only a few output

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import click
 
-from tracekit.errors import EXIT_INTERRUPTED, TracekitError
+from tracekit.errors import EXIT_FAILURE, EXIT_INTERRUPTED, TracekitError, visible
 from tracekit.model.version import VERSION
 
 # verb -> (module, one-line help). The help is here so `--help` imports nothing.
@@ -65,26 +65,51 @@ def cli() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code instead of exiting."""
+    """Run the CLI; return the exit code instead of exiting.
+
+    Failures are one line: TracekitError (what every verb raises for what a user can cause), and as a
+    last resort an OSError or MemoryError that escaped (a file system that failed under us, a machine
+    out of memory) -- said in one line, not a traceback; anything else is a bug and keeps its traceback.
+    Write locks this process still holds are dropped whatever happened.
+    """
+    from tracekit.store import lock
+
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         rv = cli.main(args=args, prog_name="tracekit", standalone_mode=False)
     except TracekitError as exc:
         click.echo(f"tracekit: error: {exc.message}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, EOFError):  # click turns any EOFError into Abort: a cut input, not Ctrl-C
+            click.echo(f"tracekit: error: unexpected end of input ({_one_line(exc.__context__)})", err=True)
+            return EXIT_FAILURE
         click.echo("tracekit: interrupted", err=True)
         return EXIT_INTERRUPTED
     except click.ClickException as exc:
         # click's usage errors are already one line; keep its exit code (2).
-        click.echo(f"tracekit: error: {exc.format_message()}", err=True)
+        click.echo(f"tracekit: error: {visible(exc.format_message())}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("tracekit: interrupted", err=True)
         return EXIT_INTERRUPTED
+    except MemoryError:
+        click.echo("tracekit: error: out of memory", err=True)
+        return EXIT_FAILURE
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"tracekit: error: {visible(where)}{_one_line(exc)}", err=True)
+        return EXIT_FAILURE
+    finally:
+        lock.release_all()
     return rv if isinstance(rv, int) else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)).strip()
+    return visible(text.split("\n", 1)[0]) if text else type(exc).__name__
 
 
 def entry() -> None:

@@ -1,17 +1,38 @@
-"""Errors that reach the user as one line and an exit code.
+"""Errors that reach the user as one line and an exit code, and the text they may print.
 
-Every failure a user can cause (bad path, bad trace, unknown preset) raises a
-TracekitError; the CLI prints ``tracekit: error: <message>`` and exits with its
-code. Anything else is a bug and keeps its traceback.
+Every failure a user can cause (bad path, bad trace, unknown preset, a corrupt or busy run, a full
+or read-only disk) raises a TracekitError; the CLI prints ``tracekit: error: <message>`` and exits
+with its code. ``visible`` is how any text that came from a trace, a file name or run.json is made
+safe for a terminal: control characters (ESC, BEL, CR, bidi overrides, ...) are shown as escapes,
+never sent; tracekit.report.text adds the escaping of rich markup on top of it.
 """
 
 from __future__ import annotations
+
+import re
 
 # Exit codes, shared by every verb (memray style: errors carry their exit code).
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the work ran and failed (e.g. nothing usable in a trace)
 EXIT_USAGE = 2  # bad arguments, unknown preset, missing path
 EXIT_INTERRUPTED = 130  # Ctrl-C; what was captured is kept and marked incomplete
+
+# C0 and C1 controls, DEL, bidi embeddings/overrides/isolates, line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    if c in _NAMED:
+        return _NAMED[c]
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def visible(text: object) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    s = text if isinstance(text, str) else str(text)
+    return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
 
 
 class TracekitError(Exception):
@@ -26,9 +47,10 @@ class TracekitError(Exception):
 
     @property
     def message(self) -> str:
-        # One line, always: the first line of whatever we were given.
-        text = str(self.args[0]) if self.args else self.__class__.__name__
-        return text.strip().splitlines()[0] if text.strip() else self.__class__.__name__
+        # One line, always: the first line of whatever we were given (names that hold a line break are
+        # passed through ``visible`` where the message is made), control characters made visible.
+        text = str(self.args[0]).strip() if self.args else ""
+        return visible(text.split("\n", 1)[0])[:2000] if text else self.__class__.__name__
 
 
 class UsageError(TracekitError):
@@ -44,4 +66,22 @@ class TraceFormatError(TracekitError):
 
 
 class RunExistsError(UsageError):
-    """A run directory already exists and --force was not given."""
+    """A run directory already exists and --force was not given (or --out is not a run directory)."""
+
+
+class RunLockedError(TracekitError):
+    """Another process is writing this run directory."""
+
+    exit_code = EXIT_FAILURE
+
+
+class CorruptRunError(TracekitError):
+    """A run directory whose run.json or tables cannot be read: re-ingest it (--force)."""
+
+    exit_code = EXIT_FAILURE
+
+
+class StoreWriteError(TracekitError):
+    """Writing failed: read-only file system, disk full, no permission. What was there is kept."""
+
+    exit_code = EXIT_FAILURE

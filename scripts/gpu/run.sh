@@ -50,6 +50,11 @@ recheck)  # a short second call: the fixes to the first call's failures (doctor,
   [ "$LEFT" -gt 45 ] && TAIL=30 run bound_vs_ncu $(( LEFT - 5 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" \
     --modes compiled --shapes llama-3.2-1b --budget-s $(( LEFT - 15 ))
   ;;
+finish)  # the cells the first calls left: serving with the engine's CUDA graphs, compiled llama bound cells
+  run serve_graphs 200 python3 scripts/gpu/serve.py "$W/serve" --stages serve_graphs
+  TAIL=45 run bound_vs_ncu 330 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" \
+    --modes compiled --shapes llama-3.2-1b,llama-3.1-8b --budget-s 310
+  ;;
 record)
   run record_timers 230 python3 scripts/gpu/record_timers.py "$W/validate"
   run gpm 90 python3 scripts/gpu/gpm.py "$W/gpm"

@@ -187,6 +187,8 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--cpu", action="store_true", help="tiny preset on the CPU (dry run of every stage)")
     ap.add_argument("--keep-traces", action="store_true")
+    ap.add_argument("--stages", default="serve_eager,assisted,serve_graphs",
+                    help="comma-separated stages to run, in this order (default: all three)")
     a = ap.parse_args()
     out: Path = a.out
     out.mkdir(parents=True, exist_ok=True)
@@ -210,6 +212,8 @@ def main() -> int:
         ("serve_graphs", lambda: serve_stage("serve_graphs", out, device, model, lengths[: len(lengths) // 2], RATE,
                                              ["--max-batch-tokens", "64" if a.cpu else "256", "--cuda-graphs"])),
     ]
+    wanted = a.stages.split(",")
+    stages = sorted((s for s in stages if s[0] in wanted), key=lambda s: wanted.index(s[0]))
     for name, fn in stages:
         elapsed = time.perf_counter() - t_start
         if name == "serve_graphs" and elapsed > 0.7 * BUDGET_S and not a.cpu:

@@ -20,6 +20,7 @@ comm_phases (NCCL time split into transfer / wait / unmatched), comm_collectives
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from tracekit.model import progress
 from tracekit.model import schema as _schema
 from tracekit.store.calibration import resolve
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
-from tracekit.store.rundir import RunDir
+from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
@@ -58,11 +59,13 @@ def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[s
     again when ``captures`` are given), or a new one a trace file is ingested into."""
     if target.is_dir():
         run = RunDir.open(target)
+        run.check_ingested()  # an ingested run's tables are the ones ingest wrote, or it is not analysed
         if captures or not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
                 raise UsageError(f"{target}: no {run.trace_path.name} to ingest" +
                                  (" with the captures" if captures else " and no raw tables"))
-            ingest_into(run, captures)
+            with run.rewrite() as work:
+                ingest_into(work, captures)
         return run
     if not target.is_file():
         raise UsageError(f"{target}: no such file or run directory")
@@ -147,11 +150,24 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
 
     ``warmup_requests``: the first N requests are warm-ups, left out of the run's phase totals
     (tracekit.analysis.warmup; requests the recorder marked are left out whatever N is).
-    ``ceiling_override``: ``--ceiling`` (a GPU name or a ceiling file); default: resolve_ceiling's choice."""
+    ``ceiling_override``: ``--ceiling`` (a GPU name or a ceiling file); default: resolve_ceiling's choice.
+
+    The run changes as one step (RunDir.rewrite: a hard-linked copy swapped in when every table is
+    written), so a failed or killed analysis leaves it as it was. Where it is written in place (no
+    hard links), run.json's ``analysis.status`` is ``running`` from the first table written until the
+    last (then ``complete``, with the rows of every table), so a killed analysis is never taken for a
+    finished one (RunDir.unfinished).
+    """
+    with run.rewrite() as work:
+        return _analyse_run(work, warmup_requests, ceiling_override)
+
+
+def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str | None) -> dict[str, Any]:
     import pyarrow as pa
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
+    run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)
     tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
     manifest = run.read_manifest()
     tables["manifest"] = manifest
@@ -170,21 +186,19 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     elif ceiling is not None and why:
         result["warnings"].append(why)
     rank = run_rank(tables)
+    out: dict[str, pa.Table] = {}
     for i, name in enumerate(OUTPUTS):
-        progress.report("analyzing: writing tables", i, len(OUTPUTS))
+        progress.report("analyzing: converting tables", i, len(OUTPUTS))
         df = result.get(name)
         if df is None:
             continue
         if name in _schema.SCHEMAS:
             table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-            table = _schema.fill_rank(table, rank)
+            out[name] = _schema.fill_rank(table, rank)
         else:  # kernel_bound / step_bound: schema-less, columns as analysis/bound.py makes them
-            table = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
-        run.write_table(name, table)
-    for w in result["warnings"]:
-        run.add_warning(f"analyze: {w}")
+            out[name] = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
     steps = result["steps"]
-    run.update_manifest(analysis={
+    info = {
         "passes": [p.name for p in DEFAULT_PASSES],
         "steps": len(steps),
         "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
@@ -192,7 +206,14 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
         # Request ids left out of the run-level phase rows (first N asked for, and those marked).
         "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
-    })
+    }
+    mark_running(run, "analysis", info)
+    for i, (name, table) in enumerate(out.items()):
+        progress.report("analyzing: writing tables", i, len(out))
+        run.write_table(name, table)
+    for w in result["warnings"]:
+        run.add_warning(f"analyze: {w}")
+    run.update_manifest(analysis={**info, "status": STATUS_COMPLETE, "rows": {k: t.num_rows for k, t in out.items()}})
     return result
 
 
@@ -207,6 +228,12 @@ def run_rank(tables: dict[str, Any]) -> int:
             if len(vals):
                 return int(vals[0].as_py())
     return 0
+
+
+def mark_running(run: RunDir, key: str, info: dict[str, Any]) -> None:
+    """run.json ``key``: ``info`` with status ``running`` (before the first table of a derived set is written)."""
+    run.update_manifest(**{key: {**info, "status": "running",
+                                 "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}})
 
 
 def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -251,17 +278,21 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     and requests stay as they are: they are the latency numbers, the window only the split."""
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
-    ingest_into(run)
-    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
-    tables["manifest"] = run.read_manifest()
-    result = run_passes(tables, DEFAULT_PASSES)
-    rank = run_rank(tables)
-    for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
-        df = result.get(name)
-        if df is None:
-            continue
-        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-        run.write_table(dest, _schema.fill_rank(table, rank))
+    run.lock()
+    try:
+        ingest_into(run)
+        tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
+        tables["manifest"] = run.read_manifest()
+        result = run_passes(tables, DEFAULT_PASSES)
+        rank = run_rank(tables)
+        for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
+            df = result.get(name)
+            if df is None:
+                continue
+            table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+            run.write_table(dest, _schema.fill_rank(table, rank))
+    finally:
+        run.release()
     return result
 
 
@@ -337,6 +368,12 @@ def analyse_multirank(
             failed.append(f"rank {d.name}: {exc.message}")
     if not per_rank:
         raise UsageError(f"{run.path}: no rank could be analysed ({'; '.join(failed)})")
+    with run.rewrite() as work:
+        return _merge_ranks(work, dirs, per_rank, failed)
+
+
+def _merge_ranks(run: RunDir, dirs: list[Path], per_rank: dict[int, dict[str, Any]], failed: list[str]) -> MultirankResult:
+    mark_running(run, "rank_analysis", {"ranks": sorted(per_rank), "failed": failed, "tables": list(RANK_TABLES)})
     rows = merge_tables(run, [d for d in dirs if int(d.name) in per_rank])
     steps = _ranks.gpu_windows(
         run.read_table("steps"), run.read_table("runtime"), run.read_table("gpu_activity")
@@ -360,6 +397,7 @@ def analyse_multirank(
             "failed": failed,
             "tables": list(RANK_TABLES),
             "rows": {**rows, **{k: len(v) for k, v in frames.items()}},
+            "status": STATUS_COMPLETE,
         }
     )
     return MultirankResult(sorted(per_rank), per_rank, frames)

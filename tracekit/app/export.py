@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit.errors import UsageError
+from tracekit.errors import TraceFormatError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.store.rundir import RunDir
 from tracekit.trace.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
@@ -99,11 +99,20 @@ def export_run(
 
 def export_from_trace(run: RunDir, out: Path, tables: dict[str, pa.Table]) -> tuple[TrackSet, dict[str, int]]:
     """Splice tracekit's tracks into the run's Kineto trace.json.gz (every original event kept) as ``out``."""
+    import gzip
+    import zlib
+
     from tracekit.trace.chrome import merge
     from tracekit.trace.tracks import chrome_event_dicts
 
     if not run.trace_path.is_file():
-        raise UsageError(f"--from-trace: {run.trace_path} not found")
+        raise UsageError(f"--from-trace: {visible(run.trace_path)} not found")
     ts = build_tracks(tables, include_trace=False)
-    merge(run.trace_path, out, chrome_event_dicts(ts))
+    try:
+        merge(run.trace_path, out, chrome_event_dicts(ts))
+    except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        # A cut or corrupt trace.json.gz: nothing is written (the merge writes atomically).
+        what = "truncated" if isinstance(exc, EOFError) else "corrupt"
+        detail = str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
+        raise TraceFormatError(f"--from-trace: {visible(run.trace_path)} is {what} ({detail})") from None
     return ts, {"tracks": len(ts.tracks), "tracekit events": len(ts.slices) + len(ts.counters)}

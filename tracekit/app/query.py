@@ -9,108 +9,262 @@ directory's name), so one query compares many runs:
 A run that lacks a table contributes no rows to its view; a table no run has is
 still a view (empty, with the schema's columns), so queries never fail on an
 absent table. Views union by column name: runs written by an older schema
-version get nulls for columns they lack.
+version get nulls for columns they lack. Views are made for the tables the query
+names.
+
+Nothing a file or folder is called becomes SQL: every file is handed to DuckDB as a
+registered Arrow dataset under a generated name (no path is ever parsed as SQL or
+expanded as a glob), run ids are quoted string literals, and a table file whose name
+is not a plain identifier is skipped with a note. A run whose run.json or tables
+cannot be read is skipped with a note, and so is a run whose table turns out corrupt
+while the query reads it (the query is then run again without it); runs that say
+they are unfinished (incomplete, analysis interrupted) are queried, with a note.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TracekitError, UsageError
+from tracekit.errors import TracekitError, UsageError, visible
 from tracekit.model import schema as _schema
-from tracekit.store.rundir import MANIFEST, TABLES_DIR
+from tracekit.store.rundir import MANIFEST, TABLES_DIR, RunDir
+
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_STREAM = re.compile(r"stream registered as '(__t\d+)'")
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run directories under ``root`` (itself, or any depth below), sorted."""
+    """Run directories under ``root`` (itself, or any depth below), sorted. Hidden directories
+    (a run being replaced is built in one) are not searched."""
     if not root.is_dir():
-        raise UsageError(f"no runs found: {root} is not a directory")
+        raise UsageError(f"no runs found: {visible(root)} is not a directory")
     if (root / MANIFEST).is_file():
         return [root]
-    return sorted(p.parent for p in root.rglob(MANIFEST))
+    return sorted(p.parent for p in root.rglob(MANIFEST)
+                  if not any(part.startswith(".") for part in p.parent.relative_to(root).parts))
 
 
 def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def connect(runs: list[Path]) -> Any:
-    """A DuckDB connection with one view per table across ``runs``."""
-    import duckdb
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
-    con = duckdb.connect(":memory:")
-    names = set(_schema.TABLES)
-    for r in runs:
-        names.update(p.stem for p in (r / TABLES_DIR).glob("*.parquet"))
-    for name in sorted(names):
-        files = [(r.name, r / TABLES_DIR / f"{name}.parquet") for r in runs if (r / TABLES_DIR / f"{name}.parquet").is_file()]
-        if files:
-            parts = [
-                f"select {_sql_str(run_id)} as run_id, * from read_parquet({_sql_str(str(path))})" for run_id, path in files
-            ]
-            con.execute(f'create view "{name}" as ' + " union all by name ".join(parts))
-        elif name in _schema.SCHEMAS:
-            # Empty but typed: the schema's columns, so `select kind from steps` works on zero runs with steps.
-            empty = _schema.empty(name)
-            con.register(f"__empty_{name}", _plain(empty))
-            con.execute(f'create view "{name}" as select cast(null as varchar) as run_id, * from "__empty_{name}"')
-    return con
+
+def _plain_schema(schema: Any) -> Any:
+    # DuckDB reads dictionary columns as enums; plain strings keep views uniform.
+    import pyarrow as pa
+
+    return pa.schema([pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
+                      for f in schema])
 
 
 def _plain(table: Any) -> Any:
-    # DuckDB reads dictionary columns as enums; plain strings keep views uniform.
     import pyarrow as pa
 
     cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c for c in table.columns]
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def connect_dataset(root: Path) -> Any:
+def _mentioned(sql: str, names: set[str]) -> set[str]:
+    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql)}
+    return {n for n in names if n.lower() in words}
+
+
+class _Catalog:
+    """A connection and what is registered in it: generated name -> (the run, or None in a dataset; files)."""
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(":memory:")
+        self.streams: dict[str, tuple[Path | None, list[Path]]] = {}
+
+    def register(self, run: Path | None, files: list[Path], **dataset_args: Any) -> str:
+        import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
+
+        schema = dataset_args.pop("schema", None) or pq.read_schema(files[0])
+        name = f"__t{len(self.streams)}"
+        self.con.register(name, ds.dataset([str(f) for f in files], format="parquet",
+                                           schema=_plain_schema(schema), **dataset_args))
+        self.streams[name] = (run, files)
+        return name
+
+
+def _readable(path: Path) -> str | None:
+    """Why a Parquet file cannot be queried (its footer), or None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_schema(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        return str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
+    return None
+
+
+def connect(runs: list[Path], sql: str | None = None, notes: list[str] | None = None) -> Any:
+    """A DuckDB connection with one view per table across ``runs`` (the tables ``sql`` names, or all)."""
+    return _connect_runs(runs, sql, [] if notes is None else notes).con
+
+
+def _connect_runs(runs: list[Path], sql: str | None, notes: list[str]) -> _Catalog:
+    cat = _Catalog()
+    con = cat.con
+    names = set(_schema.TABLES)
+    for r in runs:
+        for p in (r / TABLES_DIR).glob("*.parquet"):
+            if PLAIN_NAME.fullmatch(p.stem):
+                names.add(p.stem)
+            else:
+                notes.append(f"{visible(r.name)}: skipped table file {visible(p.name)!r}: not a plain table name")
+    wanted = _mentioned(sql, names) if sql is not None else names
+    bad: set[Path] = set()
+    for name in sorted(wanted):
+        parts = []
+        for r in runs:
+            path = r / TABLES_DIR / f"{name}.parquet"
+            if r in bad or not path.is_file():
+                continue
+            why = _readable(path)
+            if why is not None:
+                notes.append(f"{visible(r.name)}: skipped: table {name} unreadable ({visible(why)})")
+                bad.add(r)
+                continue
+            stream = cat.register(r, [path])
+            parts.append(f"select {_sql_str(r.name)} as run_id, * from {stream}")
+        if parts:
+            con.execute(f"create view {_ident(name)} as " + " union all by name ".join(parts))
+        elif name in _schema.SCHEMAS:
+            # Empty but typed: the schema's columns, so `select kind from steps` works on zero runs with steps.
+            con.register(f"__empty_{name}", _plain(_schema.empty(name)))
+            con.execute(f"create view {_ident(name)} as select cast(null as varchar) as run_id, * "
+                        f"from {_ident('__empty_' + name)}")
+    if bad:  # a run is all or nothing: drop its other tables too
+        return _connect_runs([r for r in runs if r not in bad], sql, notes)
+    return cat
+
+
+def connect_dataset(root: Path, sql: str | None = None, notes: list[str] | None = None) -> Any:
     """A DuckDB connection with one view per table of a hive-partitioned dataset (run_id, rank columns)."""
-    import duckdb
+    return _connect_dataset(root, sql, [] if notes is None else notes, set()).con
+
+
+def _connect_dataset(root: Path, sql: str | None, notes: list[str], excluded: set[Path]) -> _Catalog:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
     from tracekit.store import dataset as _ds
 
-    con = duckdb.connect(":memory:")
-    present = set(_ds.tables_in(root))
-    for name in sorted(present | set(_schema.TABLES)):
-        if name in present and any((root / name).rglob("*.parquet")):
-            con.execute(f'create view "{name}" as select * from {_ds.duckdb_source(root, name)}')
+    cat = _Catalog()
+    con = cat.con
+    present = set()
+    for name in _ds.tables_in(root):
+        if PLAIN_NAME.fullmatch(name):
+            present.add(name)
+        else:
+            notes.append(f"{visible(root.name)}: skipped table folder {visible(name)!r}: not a plain table name")
+    wanted = _mentioned(sql, present | set(_schema.TABLES)) if sql is not None else present | set(_schema.TABLES)
+    part = ds.partitioning(pa.schema([("run_id", pa.string()), ("rank", pa.int32())]), flavor="hive")
+    for name in sorted(wanted):
+        files = sorted(p for p in (root / name).rglob("*.parquet")
+                       if not p.name.startswith((".", "_")) and p not in excluded) if name in present else []
+        good = []
+        for f in files:
+            why = _readable(f)
+            if why is None:
+                good.append(f)
+            else:
+                notes.append(f"{visible(root.name)}: skipped {visible(f.relative_to(root))} ({visible(why)})")
+        if good:
+            schema = pa.unify_schemas([pq.read_schema(f) for f in good], promote_options="permissive")
+            schema = pa.schema([f for f in schema if f.name not in ("run_id", "rank")]
+                               + [pa.field("run_id", pa.string()), pa.field("rank", pa.int32())])
+            stream = cat.register(None, good, schema=schema, partitioning=part, partition_base_dir=str(root / name))
+            cols = ", ".join(["run_id", "rank", *(_ident(f.name) for f in schema if f.name not in ("run_id", "rank"))])
+            con.execute(f"create view {_ident(name)} as select {cols} from {stream}")
         elif name in _schema.SCHEMAS:
             empty = _schema.empty(name)
             con.register(f"__empty_{name}", _plain(empty.drop_columns([c for c in ("rank",) if c in empty.column_names])))
-            con.execute(f'create view "{name}" as select cast(null as varchar) as run_id, cast(null as integer) as rank, '
-                        f'* from "__empty_{name}"')
-    return con
+            con.execute(f"create view {_ident(name)} as select cast(null as varchar) as run_id, "
+                        f"cast(null as integer) as rank, * from {_ident('__empty_' + name)}")
+    return cat
 
 
-def run_query(sql: str, runs_dir: Path) -> Any:
-    """The query's result as a pyarrow Table."""
+def _usable_runs(runs: list[Path], notes: list[str]) -> list[Path]:
+    """Runs whose run.json reads; a note for each skipped one and each that says it is unfinished."""
+    out = []
+    for r in runs:
+        try:
+            what = RunDir.open(r).unfinished()
+        except TracekitError as exc:
+            notes.append(f"{visible(r.name)}: skipped ({exc.message})")
+            continue
+        notes.extend(f"{visible(r.name)}: {w}" for w in what)
+        out.append(r)
+    return out
+
+
+def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
+    """The query's result as a pyarrow Table. ``notes`` (when given) receives one line per run or
+    file that was skipped or that says it is unfinished."""
     import duckdb
 
     from tracekit.store.dataset import is_dataset
 
-    if is_dataset(runs_dir):
-        con = connect_dataset(runs_dir)
-    else:
-        runs = find_runs(runs_dir)
+    notes = notes if notes is not None else []
+    dataset = is_dataset(runs_dir)
+    runs: list[Path] = []
+    excluded: set[Path] = set()
+    if not dataset:
+        runs = _usable_runs(find_runs(runs_dir), notes)
         if not runs:
-            raise UsageError(f"no runs found under {runs_dir} (a run is a directory with {MANIFEST})")
-        con = connect(runs)
-    try:
-        rel = con.sql(sql)
-    except duckdb.Error as exc:
-        msg = " ".join(str(exc).split())
-        raise TracekitError(f"bad query: {msg}", exit_code=2) from None
-    if rel is None:  # a statement without a result (SET, CREATE VIEW ...)
-        import pyarrow as pa
+            raise UsageError(f"no runs found under {visible(runs_dir)} (a run is a directory with {MANIFEST})")
+    while True:
+        cat = _connect_dataset(runs_dir, sql, notes, excluded) if dataset else _connect_runs(runs, sql, notes)
+        try:
+            return _execute(cat.con, sql)
+        except duckdb.Error as exc:
+            msg = " ".join(str(exc).split())
+            m = _STREAM.search(msg)
+            if m is None or m.group(1) not in cat.streams:
+                raise TracekitError(f"bad query: {msg}", exit_code=2) from None
+            # A table whose footer read but whose data is corrupt: skip that run (or file), run the query again.
+            run, files = cat.streams[m.group(1)]
+            why = visible(msg[m.end():].strip(" :.")[:200])
+            if run is not None:
+                notes.append(f"{visible(run.name)}: skipped: table {files[0].stem} unreadable ({why})")
+                runs = [r for r in runs if r != run]
+                if not runs:
+                    raise UsageError(f"no readable runs under {visible(runs_dir)}") from None
+            else:
+                bad = [f for f in files if _corrupt(f)] or files
+                notes.extend(f"{visible(runs_dir.name)}: skipped {visible(f.relative_to(runs_dir))} ({why})" for f in bad)
+                excluded.update(bad)
 
-        return pa.table({})
+
+def _corrupt(path: Path) -> bool:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
-        # DuckDB 2 renamed arrow() to to_arrow_table(); accept both.
-        fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
-        return fetch()
-    except duckdb.Error as exc:
-        msg = " ".join(str(exc).split())
-        raise TracekitError(f"bad query: {msg}", exit_code=2) from None
+        pq.read_table(path)
+    except (OSError, ValueError, pa.ArrowException):
+        return True
+    return False
+
+
+def _execute(con: Any, sql: str) -> Any:
+    import pyarrow as pa
+
+    rel = con.sql(sql)
+    if rel is None:  # a statement without a result (SET, CREATE VIEW ...)
+        return pa.table({})
+    # DuckDB 2 renamed arrow() to to_arrow_table(); accept both.
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+    return fetch()

@@ -29,14 +29,15 @@ def command(target: Path, out: Path | None, force: bool, warmup_requests: int | 
     from tracekit.model.progress import listening
     from tracekit.report.progress import Bar
     from tracekit.report.terminal import analyze_lines, multirank_lines
+    from tracekit.report.text import visible
 
     with Bar(quiet=quiet) as bar, listening(bar):
         run, result = analyze(target, out, force, warmup_requests, captures=list(captures) if captures else None,
                               ceiling=ceiling)
-    click.echo(f"{run.path}")
+    click.echo(visible(run.path))
     if isinstance(result, MultirankResult):
         lines = multirank_lines(result) + [
-            f"warning: {w}" for w in run.read_manifest().get("rank_analysis", {}).get("failed", [])]
+            visible(f"warning: {w}") for w in run.read_manifest().get("rank_analysis", {}).get("failed", [])]
     else:
         lines = analyze_lines(result)
     for line in lines:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
 from tracekit.store.rundir import RunDir, atomic_path
 
 
@@ -24,9 +24,12 @@ def command(run_a: Path, run_b: Path, out: Path | None) -> None:
     if out is not None and out.suffix not in (".parquet", ".csv"):
         raise UsageError(f"--out {out}: use a .parquet or .csv file name")
     a, b = RunDir.open(run_a), RunDir.open(run_b)
+    for r in (a, b) if a.path != b.path else (a,):
+        for what in r.unfinished():
+            click.echo(f"warning: {visible(r.run_id)}: {visible(what)}", err=True)
     df, missing = diff(a, b)
     for run_id, names in missing.items():
-        click.echo(f"note: {run_id}: not recorded: {', '.join(names)}", err=True)
+        click.echo(f"note: {visible(run_id)}: not recorded: {', '.join(names)}", err=True)
     render_diff(df, a.run_id, b.run_id, sys.stdout)
     if out is not None:
         with atomic_path(out) as tmp:
@@ -34,4 +37,4 @@ def command(run_a: Path, run_b: Path, out: Path | None) -> None:
                 df.to_csv(tmp, index=False)
             else:
                 df.to_parquet(tmp, index=False)
-        click.echo(f"wrote {out} ({len(df)} rows)", err=True)
+        click.echo(f"wrote {visible(out)} ({len(df)} rows)", err=True)

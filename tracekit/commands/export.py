@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit.app.export import export_from_trace, export_run, load_tables, resolve_window
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
 from tracekit.store.rundir import RunDir
 
 
@@ -36,7 +36,7 @@ def command(
         tag = f".steps-{window.replace(':', '-')}" if window else (f".ms-{window_ms.replace(':', '-')}" if window_ms else "")
         out = run.path / (f"trace.tracekit{tag}.pftrace" if fmt == "proto" else f"trace.tracekit{tag}.json.gz")
     if out.exists() and not force:
-        raise UsageError(f"{out} exists; pass --force to overwrite it")
+        raise UsageError(f"{visible(out)} exists; pass --force to overwrite it")
     if from_trace:
         if fmt != "json":
             raise UsageError(f"--from-trace and --format {fmt} conflict: --from-trace writes JSON (--format json)")
@@ -50,7 +50,7 @@ def command(
         ts, counts = export_from_trace(run, out, tables) if from_trace else export_run(run, fmt, out, win, tables)
     size = out.stat().st_size
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
-    click.echo(f"wrote {out} ({size / 1e6:.2f} MB; {detail})")
+    click.echo(f"wrote {visible(out)} ({size / 1e6:.2f} MB; {detail})")
     for note in ts.notes:
-        click.echo(f"  note: {note}")
+        click.echo(f"  note: {visible(note)}")
     click.echo("  open it at https://ui.perfetto.dev (Open trace file)")

@@ -58,20 +58,22 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
     m = run.read_manifest()
     info = m.get("ingest", {})
     counts = info.get("counts", {})
-    cached = wall < 0.5 * float(info.get("seconds") or 0) or (info.get("seconds") and wall < 0.05)
+    cached = run.cached
     mb = sum(f.get("bytes", 0) for f in info.get("files", [])) / 1e6
-    click.echo(f"{run.path}: {counts.get('events_read', 0)} events from {len(info.get('files', []))} file(s)"
+    from tracekit.report.text import visible
+
+    click.echo(f"{visible(run.path)}: {counts.get('events_read', 0)} events from {len(info.get('files', []))} file(s)"
                + (" (cached)" if cached else f", {mb:.1f} MB in {wall:.2f} s ({mb / wall if wall else 0:.0f} MB/s)"))
     rows = counts.get("rows_by_table", {})
     click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
     skipped = counts.get("skipped", {})
     if skipped:
-        click.echo("  skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+        click.echo("  skipped: " + visible(", ".join(f"{k} {v}" for k, v in skipped.items())))
     for rep in info.get("captures", []):
         if rep.get("graph_launches"):
             click.echo(f"  graphs: {rep['graph_launches_matched']} of {rep['graph_launches']} replays matched to "
                        f"{len(rep.get('files', []))} capture file(s); {rep['activities_matched']} of "
                        f"{rep['activities_replayed']} replayed activities have their captured op")
     for w in m.get("warnings", []):
-        click.echo(f"  warning: {w}")
+        click.echo(f"  warning: {visible(w)}")
     return 0

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from tracekit.app.query import run_query
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
+from tracekit.report.text import cell
 
 
 def _table_output(result: Any, out: Any) -> None:
@@ -18,9 +19,9 @@ def _table_output(result: Any, out: Any) -> None:
 
     table = Table(show_header=True, header_style="bold")
     for name in result.column_names:
-        table.add_column(name)
+        table.add_column(cell(name))
     for row in result.to_pylist():
-        table.add_row(*("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)) for v in row.values()))
+        table.add_row(*(cell("" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)) for v in row.values()))
     Console(file=out, width=200).print(table)
     out.write(f"{result.num_rows} row(s)\n")
 
@@ -34,7 +35,12 @@ def _table_output(result: Any, out: Any) -> None:
               help="Write the result here (required for parquet).")
 def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
     """SQL over every run's tables; each table is a view with a run_id column."""
-    result = run_query(sql, runs_dir)
+    notes: list[str] = []
+    try:
+        result = run_query(sql, runs_dir, notes)
+    finally:  # what was skipped is said even when the query then fails
+        for note in notes:
+            click.echo(f"warning: {note}", err=True)
     if fmt == "parquet":
         if out is None:
             raise UsageError("--format parquet needs --out FILE")
@@ -44,19 +50,40 @@ def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
 
         with atomic_path(out) as tmp:
             pq.write_table(result, tmp)
-        click.echo(f"wrote {out} ({result.num_rows} rows)", err=True)
+        click.echo(f"wrote {visible(out)} ({result.num_rows} rows)", err=True)
         return
-    fh = open(out, "w") if out is not None else sys.stdout  # noqa: SIM115
-    try:
-        if fmt == "table":
-            _table_output(result, fh)
-        elif fmt == "csv":
-            result.to_pandas().to_csv(fh, index=False)
-        else:
-            import json
+    if out is None:
+        _write(result, fmt, sys.stdout, terminal=True)
+        return
+    from tracekit.store.rundir import atomic_open
 
-            for row in result.to_pylist():
-                fh.write(json.dumps(row, default=str) + "\n")
-    finally:
-        if out is not None:
-            fh.close()
+    with atomic_open(out, "w") as fh:
+        _write(result, fmt, fh, terminal=False)
+
+
+def _visible_text(result: Any) -> Any:
+    """The result with every text column's control characters made visible (column names too)."""
+    import pyarrow as pa
+
+    cols = []
+    for col in result.columns:
+        t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            col = pa.array([None if v is None else visible(v) for v in col.to_pylist()], pa.string())
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=[visible(n) for n in result.column_names])
+
+
+def _write(result: Any, fmt: str, fh: Any, *, terminal: bool) -> None:
+    """``result`` as a table, CSV or JSON lines; on a terminal, control characters are shown, not sent."""
+    if fmt == "table":
+        _table_output(result, fh)
+    elif fmt == "csv":
+        if terminal:
+            result = _visible_text(result)
+        result.to_pandas().to_csv(fh, index=False)
+    else:
+        import json
+
+        for row in result.to_pylist():  # json escapes control characters itself
+            fh.write(json.dumps(row, default=str) + "\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from tracekit.errors import visible
 from tracekit.store.rundir import RunDir, atomic_open
 
 
@@ -29,6 +30,9 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
     from tracekit.report.view import load_view
 
     dirs = [RunDir.open(p) for p in runs]
+    for d in dirs:
+        for what in d.unfinished():
+            click.echo(f"warning: {visible(d.run_id)}: {visible(what)}", err=True)
     views = [load_view(d, warmup_requests) for d in dirs]
     # Libraries' warnings (matplotlib's, pandas') are not the report's output: caught, counted in one line.
     with warnings.catch_warnings(record=True) as caught:
@@ -44,7 +48,7 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
         text = build_html(views, title="tracekit report: " + ", ".join(v.run_id for v in views))
     with atomic_open(html_path, "w") as fh:
         fh.write(text)
-    click.echo(f"wrote {html_path} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
+    click.echo(f"wrote {visible(html_path)} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
     _say_caught(caught)
 
 

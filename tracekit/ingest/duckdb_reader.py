@@ -49,7 +49,9 @@ from tracekit.ingest.framing import (
     RUNTIME_CATS,
     Body,
     bare_list_in_place,
+    base_problem,
     is_gzip,
+    loads,
     offset_ns,
     split_point,
 )
@@ -62,6 +64,7 @@ _MAX_STARTS = 8  # event-start candidates tried before giving up on the tail
 # so it is a memory cost: 16 MB (DuckDB's default) is far beyond any real event.
 _MAX_EVENT = 16 << 20
 
+TS_RANGE = "ts beyond the int64 ns range"  # why an event is skipped (as tracekit.ingest.native says)
 TIMELINE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory")
 
 
@@ -74,6 +77,7 @@ class Extracted:
     truncated: str | None  # why the input ended early (events before it are in ``array``)
     pieces: tuple[Path, ...] = ()  # the array split at event boundaries (read in parallel); else ``array``
     seps: tuple[bytes, ...] = ()  # the bytes between pieces (``, `` or ``,\n``): a merge restores them
+    notes: tuple[str, ...] = ()  # what was skipped outside the events array (counted as warnings)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -94,7 +98,7 @@ def _array_end(tail: bytes, s: int, bare: bool) -> tuple[int, dict[str, Any]] | 
     """(offset of the array's closing ``]`` in tail, trailer keys) if tail[s:] closes the array validly."""
     rest = tail[s:]
     try:
-        whole = orjson.loads(rest and (b"[" + rest if bare else b'{"traceEvents":[' + rest))
+        whole = loads(rest and (b"[" + rest if bare else b'{"traceEvents":[' + rest))
     except orjson.JSONDecodeError:
         return None
     if bare:
@@ -108,8 +112,8 @@ def _array_end(tail: bytes, s: int, bare: bool) -> tuple[int, dict[str, Any]] | 
     q = len(rest)
     while (q := rest.rfind(b"]", 0, q)) >= 0:
         try:
-            orjson.loads(b'{"x":[' + rest[q:])
-            orjson.loads(b"[" + rest[:q] + b"]")
+            loads(b'{"x":[' + rest[q:])
+            loads(b"[" + rest[:q] + b"]")
         except orjson.JSONDecodeError:
             continue
         return s + q, whole
@@ -169,7 +173,7 @@ def _extract(p: Path, tmp: Path, block: int) -> Extracted:
         out.seek(1 + end)
         out.truncate()
         out.write(b"]")
-    return Extracted(out_path, body.meta, body.bytes_in, body.truncated)
+    return Extracted(out_path, body.meta, body.bytes_in, body.truncated, notes=tuple(body.notes))
 
 
 PIECE_BYTES = 32 << 20  # DuckDB reads one JSON array file on one thread: pieces of this size run in parallel
@@ -235,7 +239,8 @@ def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, pie
             for q in paths[:-1]:
                 with open(q, "ab") as fh:
                     fh.write(b"]")
-            return Extracted(paths[0], body.meta, body.bytes_in, body.truncated, tuple(paths) if len(paths) > 1 else (), tuple(seps))
+            return Extracted(paths[0], body.meta, body.bytes_in, body.truncated, tuple(paths) if len(paths) > 1 else (),
+                             tuple(seps), tuple(body.notes))
     finally:
         if out is not None:
             out.close()
@@ -253,7 +258,7 @@ def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, pie
         fm.seek(1 + end)
         fm.truncate()
         fm.write(b"]")
-    return Extracted(merged, body.meta, body.bytes_in, body.truncated)
+    return Extracted(merged, body.meta, body.bytes_in, body.truncated, notes=tuple(body.notes))
 
 
 def _merge(paths: Sequence[Path], seps: Sequence[bytes], dest: Path, *, closed: bool = False) -> Path:
@@ -354,7 +359,7 @@ def _source(path: Path | list[Path], strict: bool) -> str:
     if strict:
         cols = "{" + ", ".join(f"{_q(k)}: {_q(t)}" for k, t in _COLUMNS.items()) + "}"
         src = f"read_json({p}, format='array', columns={cols}, maximum_object_size={_MAX_EVENT})"
-        return f"SELECT *, TRUE AS is_obj FROM {src}"
+        return f"SELECT *, TRUE AS is_obj, ts IS NOT NULL AS ts_num FROM {src}"
     # Any element of any type: one JSON value per row, every field coerced (numbers via doubles).
     fields = ", ".join(
         [f"CASE WHEN json_type(j -> '$.{k}') = 'VARCHAR' THEN j ->> '$.{k}' ELSE (j -> '$.{k}')::VARCHAR END AS {k}" for k in ("ph", "cat", "name")]
@@ -362,7 +367,9 @@ def _source(path: Path | list[Path], strict: bool) -> str:
         + [f"TRY_CAST(TRY_CAST(j -> '$.{k}' AS DOUBLE) AS DECIMAL(38,3)) AS {k}" for k in ("ts", "dur")]
     )
     src = f"read_json({p}, format='array', records=false, columns={{j: 'JSON'}}, maximum_object_size={_MAX_EVENT})"
-    return f"SELECT {fields}, coalesce(json_type(j) = 'OBJECT', FALSE) AS is_obj FROM {src}"
+    num = "('BIGINT', 'UBIGINT', 'HUGEINT', 'DOUBLE')"
+    return (f"SELECT {fields}, coalesce(json_type(j) = 'OBJECT', FALSE) AS is_obj, "
+            f"coalesce(json_type(j -> '$.ts') IN {num}, FALSE) AS ts_num FROM {src}")
 
 
 def _events_sql(path: Path | list[Path], strict: bool) -> str:
@@ -387,15 +394,17 @@ def _events_sql(path: Path | list[Path], strict: bool) -> str:
         TRY_CAST(pid AS BIGINT) AS pid_i, TRY_CAST(tid AS BIGINT) AS tid_i
       FROM src),
     routed AS (SELECT *, {route} AS route0 FROM typed)
-    SELECT ph, cat, name, lcat, ts_ns, dur_ns0, ts IS NOT NULL AND ts_ns IS NULL AS ts_overflow,
+    SELECT ph, cat, name, lcat, ts_ns, dur_ns0, ts_num AND ts_ns IS NULL AS ts_overflow,
       pid_i, tid_i,
       CASE WHEN route0 <> 'other_events' THEN NULL WHEN json_type(pid) = 'VARCHAR' THEN pid ->> '$'
            ELSE pid::VARCHAR END AS pid_s,
       CASE WHEN route0 <> 'other_events' THEN NULL WHEN json_type(tid) = 'VARCHAR' THEN tid ->> '$'
            ELSE tid::VARCHAR END AS tid_s,
-      CASE WHEN route0 NOT IN ('skip', 'other_events') AND ts IS NULL THEN 'skip' ELSE route0 END AS route,
-      CASE WHEN NOT is_obj THEN 'not a JSON object' WHEN route0 NOT IN ('skip', 'other_events') AND ts IS NULL
-           THEN 'no ts' END AS skip_reason,
+      CASE WHEN route0 NOT IN ('skip', 'other_events') AND (ts_num OR ts IS NULL) AND ts_ns IS NULL THEN 'skip'
+           ELSE route0 END AS route,
+      CASE WHEN NOT is_obj THEN 'not a JSON object'
+           WHEN route0 NOT IN ('skip', 'other_events') AND ts_num AND ts_ns IS NULL THEN '{TS_RANGE}'
+           WHEN route0 NOT IN ('skip', 'other_events') AND ts IS NULL THEN 'no ts' END AS skip_reason,
       CASE WHEN route0 IN ('gpu_activity', 'runtime', 'cpu_ops', 'annotations')
            THEN json_transform(args, {_spec(_ARGS_SPEC)}) END AS a,
       CASE WHEN route0 = 'memory' THEN json_transform(args, {_spec(_MEM_SPEC)}) END AS m,
@@ -510,9 +519,14 @@ class TableBuilder:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE ev AS {_events_sql(array, strict)}")
 
     def finish(self, offset_ns: int) -> None:
-        """Apply the time base (known only once the trailer is read) and index the ac2g flows."""
+        """Apply the time base (known only once the trailer is read) and index the ac2g flows. An event
+        whose ts plus the base is beyond int64 ns is skipped (counted) as one beyond it on its own."""
         if offset_ns:
-            self.con.execute(f"UPDATE ev SET ts_ns = ts_ns + {int(offset_ns)}")
+            shifted = f"TRY_CAST(ts_ns::HUGEINT + {int(offset_ns)} AS BIGINT)"
+            self.con.execute(f"UPDATE ev SET ts_ns = {shifted}, "
+                             f"ts_overflow = ts_overflow OR (ts_ns IS NOT NULL AND {shifted} IS NULL)")
+            self.con.execute(f"UPDATE ev SET route = 'skip', skip_reason = '{TS_RANGE}' "
+                             "WHERE ts_overflow AND route NOT IN ('skip', 'other_events')")
         self.con.execute(
             "CREATE OR REPLACE TEMP TABLE flows AS SELECT ph, pid_i, tid_i, ts_ns, min(flow_id) AS flow_id "
             "FROM ev WHERE flow_id IS NOT NULL AND pid_i IS NOT NULL AND tid_i IS NOT NULL AND ts_ns IS NOT NULL "
@@ -596,7 +610,8 @@ def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig
             return b, ex
         except Exception:  # a wrong split or odd events: the one-file path decides
             b.close()
-        ex = Extracted(_merge(ex.pieces, ex.seps, tmp / "events.json", closed=True), ex.meta, ex.bytes_in, ex.truncated)
+        ex = Extracted(_merge(ex.pieces, ex.seps, tmp / "events.json", closed=True), ex.meta, ex.bytes_in, ex.truncated,
+                       notes=ex.notes)
     return TableBuilder(ex.array, tmp, offset_ns=offset_ns(ex.meta), config=config, source=path), ex
 
 
@@ -628,7 +643,7 @@ def count(b: TableBuilder, counts: Counts) -> None:
         counts.warnings["complete events without dur"] += int(nodur)
     if noname:
         counts.warnings["events without name"] += int(noname)
-    (over,) = b.rows("SELECT count(*) FILTER (ts_overflow) FROM ev")[0]
+    (over,) = b.rows("SELECT count(*) FILTER (ts_overflow) FROM ev WHERE route = 'other_events'")[0]
     if over:
         counts.warnings["timestamps beyond the int64 ns range (set to null)"] += int(over)
     if b.coerced:
@@ -684,6 +699,8 @@ def read(path: str | Path, *, threads: int | None = None, work_dir: str | Path |
         counts = Counts()
         try:
             count(b, counts)
+            for note in [*ex.notes, *([why] if (why := base_problem(ex.meta)) else [])]:
+                counts.warnings[note] += 1
             if counts.events_read == 0:
                 raise TraceFormatError(ex.truncated or f"{path}: traceEvents is empty")
             tables = _build_tables(b, counts, stage=ex.bytes_in >= STAGE_BYTES)

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import orjson
 
-from tracekit.errors import TraceFormatError
+from tracekit.errors import TraceFormatError, visible
 
 # Which table an event goes to, by its lower-cased cat (both readers route by these; anything not
 # listed goes to other_events).
@@ -40,7 +40,6 @@ BLOCK_BYTES = 8 << 20  # decompressed bytes per block: large, so per-chunk overh
 GZIP_MAGIC = b"\x1f\x8b"
 
 BOUNDARY_RE = re.compile(rb"\}\s*,\s*\{")
-_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 # --------------------------------------------------------------------------- input
 def _inflater() -> Any:
@@ -94,17 +93,21 @@ def _inflate(path: str | Path, block: int) -> Iterator[bytes]:
             if not comp:
                 break
             while comp:
-                piece = d.decompress(comp)
+                # At most a block per call: a highly compressible input (whitespace, a repeated
+                # value) inflates ~1000x, and the rest waits in unconsumed_tail.
+                piece = d.decompress(comp, max(block - size, 1 << 16))
                 if piece:
                     out.append(piece)
                     size += len(piece)
-                comp = b""
-                if d.eof and d.unused_data.strip(b"\0"):  # next gzip member
-                    comp = d.unused_data
-                    d = z.decompressobj(wbits=47)
-            if size >= block:
-                yield b"".join(out)
-                out, size = [], 0
+                if not d.eof:
+                    comp = d.unconsumed_tail
+                else:  # what follows the member (zlib keeps it in unconsumed_tail too: not used)
+                    comp = d.unused_data if d.unused_data.strip(b"\0") else b""
+                    if comp:  # the next gzip member
+                        d = z.decompressobj(wbits=47)
+                if size >= block:
+                    yield b"".join(out)
+                    out, size = [], 0
         tail = d.flush()
         if tail:
             out.append(tail)
@@ -163,7 +166,7 @@ def _parse_prefix(buf: bytes, cut: int) -> Chunk | None:
     """The events of ``buf[:cut]`` if that is a valid run of events, else None."""
     text = buf[:cut]
     try:
-        v = orjson.loads(b"[" + text + b"]")
+        v = loads(b"[" + text + b"]")
     except orjson.JSONDecodeError:
         return None
     return Chunk(v, text) if isinstance(v, list) else None
@@ -206,14 +209,299 @@ class Chunk:
     text: bytes
 
 
-# --------------------------------------------------------------------------- the array
-_WS_RE = re.compile(rb"\s*")
+# --------------------------------------------------------------------------- outside the array
+META_LIMIT = 64 << 20  # bytes of JSON kept from outside the events array (header and trailer together)
+_DEEP = 1000  # nesting orjson refuses (its limit is 1024): such a value is skipped, not an error
+_BOM = b"\xef\xbb\xbf"
+_WS_RE = re.compile(rb"[ \t\n\r]*")
+_WS_ANY = re.compile(rb"[ \t\n\r]+")
+_PLAIN_RE = re.compile(rb'[^"\[\]{}]*')  # inside a container: everything up to a quote or a bracket
+_STR_RE = re.compile(rb'[^"\\]*')  # inside a string: everything up to a quote or a backslash
+_SCALAR_RE = re.compile(rb"[^,}\] \t\n\r]*")  # a number, true, false or null
+
+
+def loads(data: bytes) -> Any:
+    """orjson.loads, and Python's json where orjson refuses a valid number (1e400: beyond a double)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "infinity" not in str(exc):
+            raise
+    import json
+
+    def _constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(data, parse_constant=_constant)
+    except (ValueError, RecursionError) as exc:
+        raise orjson.JSONDecodeError(str(exc), data.decode("utf-8", "replace")[:100], 0) from None
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MB"
+
+
+class Outside:
+    """The JSON object around the events array, read incrementally in bounded memory.
+
+    Header mode reads ``{"key": value, ..., "traceEvents": [`` and stops after the ``[``; trailer
+    mode reads ``], "key": value, ... }`` from just after the array's ``]``. Whitespace between
+    tokens is never stored; each top-level value is kept (whitespace outside strings dropped) while
+    the kept total stays under ``META_LIMIT`` (``budget``, shared by header and trailer), else it is
+    skipped by a bracket-and-string scan that stores nothing, and named in ``notes``. Memory is
+    bounded by the budget whatever the input; time is linear in it.
+    """
+
+    KEY, IN_KEY, COLON, VALUE, AFTER, DONE, ARRAY = range(7)
+
+    def __init__(self, path: Path, *, trailer: bool, budget: list[int]) -> None:
+        self.path, self.trailer, self.budget = path, trailer, budget
+        self.state = self.AFTER if trailer else self.KEY
+        self.first = not trailer  # "{}" is an object; "{," is not
+        self.pairs: list[tuple[bytes, bytes, int]] = []  # (key JSON, value JSON, its depth)
+        self.notes: list[str] = []
+        self.key = bytearray()
+        self.key_len = 0
+        self.cur: bytearray | None = None  # the value being kept (None: skipped)
+        self.depth = 0  # inside the current value
+        self.max_depth = 0
+        self.in_str = False
+        self.escape = False
+        self.scalar = False
+        self.value_bytes = 0
+        self.seen = 0  # bytes fed, for messages
+        self.found = False  # header: "traceEvents": [ reached
+
+    # -- errors
+    def _invalid(self, at: int, what: str) -> TraceFormatError:
+        where = "after the traceEvents array" if self.trailer else "before traceEvents"
+        return TraceFormatError(f"{self.path}: invalid JSON {where} at byte {self.seen + at} ({what})")
+
+    def feed(self, data: bytes) -> int | None:
+        """Scan ``data``; return the offset just past what this scanner reads (header: after the array's
+        ``[``; trailer: after the closing ``}``) once it is reached, else None (feed more)."""
+        i, n = 0, len(data)
+        while i < n:
+            st = self.state
+            if st == self.VALUE:
+                i = self._value(data, i)
+                continue
+            if st == self.IN_KEY:
+                i = self._key(data, i)
+                continue
+            i = _WS_RE.match(data, i).end()  # type: ignore[union-attr]
+            if i >= n:
+                break
+            c = data[i : i + 1]
+            if st == self.DONE:
+                raise self._invalid(i, "data after the end of the trace")
+            if st == self.KEY:
+                if c == b'"':
+                    self.key, self.key_len, self.state = bytearray(b'"'), 1, self.IN_KEY
+                    self.first = False
+                elif c == b"}" and self.first:
+                    return self._end(i + 1)
+                else:
+                    raise self._invalid(i, f"expected a key, found {c!r}")
+                i += 1
+            elif st == self.COLON:
+                if c != b":":
+                    raise self._invalid(i, f"expected ':', found {c!r}")
+                self.state = self.VALUE
+                self._start_value()
+                i += 1
+                if not self.trailer and bytes(self.key) == b'"traceEvents"':
+                    self.state = self.ARRAY  # the array's "[" comes next, maybe in the next block
+            elif st == self.ARRAY:
+                if c != b"[":
+                    raise TraceFormatError(f"{self.path}: traceEvents is not an array")
+                self.found = True
+                return i + 1
+            elif st == self.AFTER:
+                if c == b",":
+                    self.state = self.KEY
+                elif c == b"}":
+                    return self._end(i + 1)
+                else:
+                    raise self._invalid(i, f"expected ',' or '}}', found {c!r}")
+                i += 1
+        self.seen += n
+        return None
+
+    def _end(self, at: int) -> int:
+        if not self.trailer:
+            raise TraceFormatError(f"{self.path}: no traceEvents in the trace")
+        self.state = self.DONE
+        return at
+
+    def _key(self, data: bytes, i: int) -> int:
+        """Inside a key string; keys are kept whole up to 1 MB (a longer one is a bomb: error)."""
+        while i < len(data):
+            if self.escape:
+                self.key += data[i : i + 1]
+                self.escape = False
+                i += 1
+                continue
+            m = _STR_RE.match(data, i)
+            j = m.end()  # type: ignore[union-attr]
+            self.key += data[i:j]
+            if len(self.key) > 1 << 20:
+                raise self._invalid(i, "a key longer than 1 MB")
+            if j >= len(data):
+                return j
+            self.key += data[j : j + 1]
+            if data[j : j + 1] == b"\\":
+                self.escape = True
+                i = j + 1
+                continue
+            self.state = self.COLON
+            return j + 1
+        return i
+
+    def _start_value(self) -> None:
+        self.cur = bytearray()
+        self.depth = self.max_depth = 0
+        self.in_str = self.escape = self.scalar = False
+        self.value_bytes = 0
+        self.started = False
+
+    def _keep(self, piece: bytes, string: bool) -> None:
+        self.value_bytes += len(piece)
+        if self.cur is None:
+            return
+        if not string:  # whitespace between tokens is not kept
+            piece = _WS_ANY.sub(b"", piece)
+        self.cur += piece
+        if len(self.cur) + len(self.key) > self.budget[0]:
+            self.cur = None  # over the limit: the rest of this value is only scanned
+
+    def _value(self, data: bytes, i: int) -> int:
+        n = len(data)
+        while i < n:
+            if self.in_str:
+                if self.escape:
+                    self._keep(data[i : i + 1], True)
+                    self.escape = False
+                    i += 1
+                    continue
+                j = _STR_RE.match(data, i).end()  # type: ignore[union-attr]
+                self._keep(data[i:j], True)
+                if j >= n:
+                    return j
+                self._keep(data[j : j + 1], True)
+                i = j + 1
+                if data[j : j + 1] == b"\\":
+                    self.escape = True
+                    continue
+                self.in_str = False
+                if self.depth == 0:
+                    return self._value_done(i)
+                continue
+            if not self.started:
+                i = _WS_RE.match(data, i).end()  # type: ignore[union-attr]
+                if i >= n:
+                    return i
+                self.started = True
+                c = data[i : i + 1]
+                if c == b'"':
+                    self.in_str = True
+                    self._keep(c, True)
+                    i += 1
+                elif c in (b"{", b"["):
+                    self.depth = self.max_depth = 1
+                    self._keep(c, False)
+                    i += 1
+                elif c in (b"}", b"]", b",", b":"):
+                    raise self._invalid(i, f"expected a value, found {c!r}")
+                else:
+                    self.scalar = True
+                continue
+            if self.scalar:
+                j = _SCALAR_RE.match(data, i).end()  # type: ignore[union-attr]
+                self._keep(data[i:j], False)
+                if j >= n:
+                    return j
+                return self._value_done(j)
+            j = _PLAIN_RE.match(data, i).end()  # type: ignore[union-attr]
+            self._keep(data[i:j], False)
+            if j >= n:
+                return j
+            c = data[j : j + 1]
+            self._keep(c, c == b'"')
+            i = j + 1
+            if c == b'"':
+                self.in_str = True
+            elif c in (b"{", b"["):
+                self.depth += 1
+                self.max_depth = max(self.max_depth, self.depth)
+            else:
+                self.depth -= 1
+                if self.depth == 0:
+                    return self._value_done(i)
+        return i
+
+    def _value_done(self, i: int) -> int:
+        key = bytes(self.key)
+        if self.cur is not None:
+            self.budget[0] -= len(self.cur) + len(key)
+            self.pairs.append((key, bytes(self.cur), self.max_depth))
+        else:
+            self.notes.append(f"trace metadata {visible(_key_text(key))} ({_mb(self.value_bytes)}) skipped: "
+                              f"over the {_mb(META_LIMIT)} kept from outside the events array")
+        self.cur = None
+        self.state = self.AFTER
+        return i
+
+    def finish(self) -> None:
+        """At the end of the input: TraceFormatError unless the scanner reached its end."""
+        if self.trailer and self.state != self.DONE:
+            raise TraceFormatError(f"{self.path}: JSON ends early or is invalid after the traceEvents array")
+
+    def meta(self) -> dict[str, Any]:
+        """The kept keys and values; a value nested deeper than orjson reads is skipped with a note,
+        any other unreadable value is invalid JSON (TraceFormatError)."""
+        out: dict[str, Any] = {}
+        for key, value, depth in self.pairs:
+            try:
+                k = loads(key)
+                v = loads(value)
+            except orjson.JSONDecodeError:
+                if depth >= _DEEP:
+                    self.notes.append(f"trace metadata {visible(_key_text(key))} skipped: nested {depth} deep")
+                    continue
+                where = "after the traceEvents array" if self.trailer else "before traceEvents"
+                raise TraceFormatError(f"{self.path}: invalid JSON {where}") from None
+            out[k] = v
+        return out
+
+
+def _key_text(key: bytes) -> str:
+    try:
+        return repr(loads(key))[:80]
+    except orjson.JSONDecodeError:
+        return repr(key[:80])
 
 
 def offset_ns(meta: dict[str, Any]) -> int:
-    """The trace's time base (``baseTimeNanoseconds``), added to every ``ts``; 0 where absent."""
+    """The trace's time base (``baseTimeNanoseconds``), added to every ``ts``; 0 where absent or not
+    a number within +-2**62 ns (``base_problem`` says why)."""
     base = meta.get("baseTimeNanoseconds")
-    return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
+    if base_problem(meta) is not None or not isinstance(base, int | float) or isinstance(base, bool):
+        return 0
+    return int(base)
+
+
+def base_problem(meta: dict[str, Any]) -> str | None:
+    """Why ``baseTimeNanoseconds`` is ignored (not a finite number within +-2**62 ns), or None."""
+    import math
+
+    base = meta.get("baseTimeNanoseconds")
+    if base is None:
+        return None
+    if not isinstance(base, int | float) or isinstance(base, bool) or not math.isfinite(base) or abs(base) >= 1 << 62:
+        return "baseTimeNanoseconds not a number within +-2**62 ns (ignored)"
+    return None
 
 
 def is_gzip(path: Path) -> bool:
@@ -222,9 +510,9 @@ def is_gzip(path: Path) -> bool:
         with open(path, "rb") as fh:
             return fh.read(2) == b"\x1f\x8b"
     except FileNotFoundError:
-        raise TraceFormatError(f"{path}: no such file") from None
+        raise TraceFormatError(f"{visible(path)}: no such file") from None
     except IsADirectoryError:
-        raise TraceFormatError(f"{path}: is a directory") from None
+        raise TraceFormatError(f"{visible(path)}: is a directory") from None
 
 
 def bare_list_in_place(path: Path) -> bool:
@@ -237,42 +525,11 @@ def bare_list_in_place(path: Path) -> bool:
     return head[:1] == b"[" and tail[-1:] == b"]" and size > 2
 
 
-def _find_events_key(buf: bytes) -> int | None:
-    """Offset just after ``"traceEvents": [`` in a header buffer, or None."""
-    m = _EVENTS_KEY_RE.search(buf)
-    return m.end() if m else None
-
-
-def _header_meta(path: Path, prefix: bytes) -> dict[str, Any]:
-    try:
-        pre = orjson.loads(prefix + b"]}")
-    except orjson.JSONDecodeError:
-        raise TraceFormatError(f"{path}: invalid JSON before traceEvents") from None
-    if not isinstance(pre, dict):
-        raise TraceFormatError(f"{path}: not a JSON trace")
-    pre.pop("traceEvents", None)
-    return pre
-
-
-def _no_array(path: Path, buf: bytes) -> TraceFormatError:
-    """No traceEvents array was found: say precisely why."""
-    s = buf.strip()
-    if not s:
-        return TraceFormatError(f"{path}: empty file")
-    if s[:1] not in (b"{", b"["):
-        return TraceFormatError(f"{path}: not a JSON trace (starts with {s[:20]!r})")
-    try:
-        obj = orjson.loads(s)
-    except orjson.JSONDecodeError:
-        return TraceFormatError(f"{path}: invalid JSON (no traceEvents array found)")
-    if isinstance(obj, dict) and "traceEvents" not in obj:
-        return TraceFormatError(f"{path}: no traceEvents in the trace")
-    return TraceFormatError(f"{path}: traceEvents is not an array")
-
-
 class Body:
     """The bytes after the array's ``[`` (array, then whatever follows it), as blocks; what the
-    header said (``meta``, ``bare``) and whether the input ended early (``truncated``)."""
+    header said (``meta``, ``bare``), what was skipped of it (``notes``) and whether the input ended
+    early (``truncated``). The header is read by ``Outside`` in bounded memory; ``budget`` is what
+    is left of META_LIMIT for the trailer."""
 
     def __init__(self, p: Path, block: int) -> None:
         self.p, self.block = p, block
@@ -280,43 +537,56 @@ class Body:
         self.bytes_in = 0
         self.truncated: str | None = None
         self.bare = False
+        self.notes: list[str] = []
+        self.budget = [META_LIMIT]
+
+    def trailer(self) -> Outside:
+        """A scanner for what follows the array's closing ``]`` (its meta and notes go to this body's)."""
+        return Outside(self.p, trailer=True, budget=self.budget)
 
     def __iter__(self) -> Iterator[bytes]:
-        p = self.p
+        p = visible(self.p)
         started = False
-        head = b""
+        head: Outside | None = None
+        seen = 0
         try:
-            for data in _blocks(p, self.block):
+            for data in _blocks(self.p, self.block):
                 self.bytes_in += len(data)
                 if not started:
-                    head += data
-                    # Leading whitespace is skipped, not stripped: lstrip would copy a whole block.
-                    n_ws = _WS_RE.match(head).end()  # type: ignore[union-attr]
-                    s = head[n_ws : n_ws + 64]
-                    if not s:
-                        continue
-                    if s[:1] == b"[":
-                        self.bare, started = True, True
-                        data = head[n_ws + 1 :]
-                    elif s[:1] != b"{":
-                        raise TraceFormatError(f"{p}: not a JSON trace (starts with {s[:20]!r})")
-                    else:
-                        at = _find_events_key(head)
-                        if at is None:
+                    at = 0
+                    if head is None:
+                        if seen == 0 and data.startswith(_BOM):  # UTF-8 with a byte order mark
+                            data, seen = data[len(_BOM) :], len(_BOM)
+                        # Leading whitespace is skipped, never stored (a 256 MB run of it costs nothing).
+                        at = _WS_RE.match(data).end()  # type: ignore[union-attr]
+                        seen += at
+                        if at >= len(data):
                             continue
-                        self.meta = _header_meta(p, head[:at])
+                        first = data[at : at + 1]
+                        if first == b"[":
+                            self.bare, started = True, True
+                            data = data[at + 1 :]
+                        elif first != b"{":
+                            raise TraceFormatError(f"{p}: not a JSON trace (starts with {data[at : at + 20]!r})")
+                        else:
+                            head = Outside(Path(p), trailer=False, budget=self.budget)
+                            head.seen = seen + 1
+                            at += 1
+                    if not started:
+                        assert head is not None
+                        end = head.feed(data[at:] if at else data)
+                        if end is None:
+                            continue
+                        self.meta = head.meta()
+                        self.notes.extend(head.notes)
                         started = True
-                        data = head[at:]
-                    head = b""
+                        data = data[at + end :]
                 yield data
         except TruncatedTrace as exc:
             self.truncated = exc.message
             if not started:
-                at = _find_events_key(head)
-                if at is None:
-                    raise
-                self.meta = _header_meta(p, head[:at])
-                started = True
-                yield head[at:]
+                raise
         if not started:
-            raise _no_array(p, head)
+            if head is None:
+                raise TraceFormatError(f"{p}: empty file")
+            raise TraceFormatError(f"{p}: invalid JSON (no traceEvents array found)")

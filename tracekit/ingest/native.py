@@ -23,6 +23,7 @@ compares both on every corpus trace):
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -31,12 +32,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import arrays as A
-from tracekit.ingest.framing import ANNOTATION_CATS, CPU_CATS, GPU_CATS, RUNTIME_CATS, Body, offset_ns
+from tracekit.ingest.framing import (
+    ANNOTATION_CATS,
+    CPU_CATS,
+    GPU_CATS,
+    RUNTIME_CATS,
+    Body,
+    base_problem,
+    offset_ns,
+)
 from tracekit.ingest.result import Counts, RawScan
 from tracekit.model import progress
 
@@ -59,6 +67,8 @@ if _kscan is not None:
                    R_MEMORY: "memory", R_COUNTERS: "counters", R_OTHER: "other_events"}
     SKIP_REASON = {R_SKIP_NOTOBJ: "not a JSON object", R_SKIP_NOTS: "no ts"}
     TIMED_ROUTES = (R_GPU, R_RUNTIME, R_CPU, R_ANNOT)
+    # Routes whose events are skipped (and counted) when their ts is beyond int64 ns, with the base added.
+    RANGED_ROUTES = (R_GPU, R_RUNTIME, R_CPU, R_ANNOT, R_MEMORY, R_COUNTERS)
     # Category classes the scanner routes by (lower-cased cat -> class).
     CAT_CLASSES: dict[str, int] = {
         **{c: _kscan.C_GPU for c in GPU_CATS},
@@ -73,7 +83,7 @@ if _kscan is not None:
 # faster (docs/ingest.md).
 SCAN_BLOCK = 1 << 20
 _MAX_CARRY = 256 << 20  # one event larger than this is not a trace event
-_MAX_TRAILER = 64 << 20
+TS_RANGE = "ts beyond the int64 ns range"  # why an event is skipped (tracekit.ingest.duckdb_reader says the same)
 _MEMCPY_RE = re.compile(r"Memcpy ([A-Za-z]+)")
 _I32 = (-(1 << 31), (1 << 31) - 1)
 
@@ -90,6 +100,7 @@ class Scanned:
     bytes_in: int
     truncated: str | None  # why the input ended early (the events before it are in cols)
     offset_ns: int  # baseTimeNanoseconds, added to every ts
+    notes: list[str]  # what was skipped outside the events array (counted as warnings)
 
     @property
     def rows(self) -> int:
@@ -103,6 +114,17 @@ class Scanned:
     def n(self, route: int) -> int:
         """Elements with this route (rows of its table)."""
         return int(self.cols[f"r{route}.n"])
+
+    def ts_out_of_range(self, route: int) -> np.ndarray:
+        """Per element of ``route``: its ts (plus the base) is beyond int64 ns."""
+        flags = self.arr(f"r{route}.flags", np.uint8)
+        bad = (flags & F_TS_OVF) != 0
+        if self.offset_ns:
+            ts = self.arr(f"r{route}.ts", np.int64)
+            lim = np.iinfo(np.int64)
+            wraps = ts > lim.max - self.offset_ns if self.offset_ns > 0 else ts < lim.min - self.offset_ns
+            bad |= ((flags & F_TS_OK) != 0) & wraps
+        return bad
 
     def release(self, *prefixes: str) -> None:
         """Drop the buffers whose key starts with one of ``prefixes`` (freed unless a table uses them)."""
@@ -124,8 +146,8 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     carry = b""
     done = 0  # body bytes before ``carry``
     truncated: str | None = None
-    trailer: list[bytes] = []
     ended = False
+    meta: dict[str, Any] = {}
     it = iter(body)
     total = _inflated_size(p)
     label = f"reading {p.name}"
@@ -135,13 +157,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
         progress.report(label, body.bytes_in, max(total, body.bytes_in + 1))
         if status == _kscan.END:
             ended = True
-            size = len(buf) - consumed
-            trailer.append(buf[consumed:])
-            for rest in it:  # the keys after the array (traceName, baseTimeNanoseconds, ...)
-                size += len(rest)
-                if size > _MAX_TRAILER:
-                    break
-                trailer.append(rest)
+            truncated, meta = _trailer(body, buf[consumed:], it)
             break
         if status == _kscan.ERROR:
             msg, pos = sc.error or ("error", 0)
@@ -152,32 +168,45 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
         if len(carry) > _MAX_CARRY:
             truncated = f"{p}: an event larger than {_MAX_CARRY >> 20} MB at byte {done} of the array"
             break
-    meta = dict(body.meta)
-    if ended:
-        tail = b"".join(trailer).strip()
-        if body.bare:
-            if tail:
-                truncated = f"{p}: unexpected data after the traceEvents array"
-        else:
-            try:
-                extra = orjson.loads(b'{"traceEvents":[]' + tail)
-            except orjson.JSONDecodeError:
-                extra = None
-            if not isinstance(extra, dict):
-                truncated = body.truncated or f"{p}: JSON ends early or is invalid after the traceEvents array"
-            else:
-                extra.pop("traceEvents", None)
-                meta.update(extra)
-    elif truncated is None:
+    meta = {**body.meta, **meta}
+    if not ended and truncated is None:
         truncated = body.truncated or f"{p}: JSON ends early (the last event is incomplete); events before it kept"
     # The scanner's buffers, moved out without a copy (read-only views).
     cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
-    del sc, carry, trailer
+    del sc, carry
     trim_heap()
     offset = offset_ns(meta)
     if cols["rows"] == 0:
         raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
-    return Scanned(cols, meta, body.bytes_in, truncated, offset)
+    notes = [*body.notes, *([why] if (why := base_problem(meta)) else [])]
+    return Scanned(cols, meta, body.bytes_in, truncated, offset, notes)
+
+
+def _trailer(body: Body, first: bytes, rest: Any) -> tuple[str | None, dict[str, Any]]:
+    """Read what follows the array's ``]`` (``first``, then the blocks left in ``rest``) in bounded
+    memory: (why the trace is not whole, or None; the trailer's keys)."""
+    p = body.p
+    if body.bare:  # a bare list: nothing but whitespace may follow
+        for data in itertools.chain((first,), rest):
+            if data.strip():
+                return f"{p}: unexpected data after the traceEvents array", {}
+        return None, {}
+    tail = body.trailer()
+    try:
+        end = None
+        for data in itertools.chain((first,), rest):
+            if end is None:
+                end = tail.feed(data)
+                if end is not None and data[end:].strip():
+                    raise tail._invalid(end, "data after the end of the trace")
+            elif data.strip():
+                raise tail._invalid(0, "data after the end of the trace")
+        tail.finish()
+        meta = tail.meta()
+    except TraceFormatError as exc:
+        return body.truncated or exc.message, {}
+    body.notes.extend(tail.notes)
+    return None, meta
 
 
 def _inflated_size(p: Path) -> int:
@@ -231,21 +260,29 @@ def count(s: Scanned, counts: Any) -> None:
         n = s.n(r)
         if not n:
             continue
+        kept = np.ones(n, dtype=bool)
         if r in SKIP_REASON:
             counts.skipped[SKIP_REASON[r]] += n
+        elif r in RANGED_ROUTES:
+            kept = ~s.ts_out_of_range(r)
+            k = int(np.count_nonzero(kept))
+            if k:
+                counts.events_by_table[ROUTE_TABLE[r]] += k
+            if k < n:
+                counts.skipped[TS_RANGE] += n - k
         else:
             counts.events_by_table[ROUTE_TABLE[r]] += n
+            over += int(np.count_nonzero(s.ts_out_of_range(r)))
         for code, k in enumerate(np.bincount(s.arr(f"r{r}.ph", np.int32) + 1, minlength=1)):
             if k:
                 key = phd[code - 1] if code else None
                 counts.by_ph[key if key else "(none)"] += int(k)
         flags = s.arr(f"r{r}.flags", np.uint8)
-        over += int(np.count_nonzero(flags & F_TS_OVF))
         if r in TIMED_ROUTES:
             dur_ok = (flags & F_DUR_OK) != 0
-            neg += int(np.count_nonzero(dur_ok & (s.arr(f"r{r}.dur", np.int64) < 0)))
-            nodur += int(np.count_nonzero(~dur_ok))
-            noname += int(np.count_nonzero(s.arr(f"r{r}.name", np.int32) < 0))
+            neg += int(np.count_nonzero(kept & dur_ok & (s.arr(f"r{r}.dur", np.int64) < 0)))
+            nodur += int(np.count_nonzero(kept & ~dur_ok))
+            noname += int(np.count_nonzero(kept & (s.arr(f"r{r}.name", np.int32) < 0)))
     if neg:
         counts.warnings["negative dur (set to null)"] += neg
     if nodur:
@@ -256,6 +293,8 @@ def count(s: Scanned, counts: Any) -> None:
         counts.warnings["timestamps beyond the int64 ns range (set to null)"] += over
     if s.cols["coerced"]:
         counts.warnings["events with unexpected field types (coerced)"] += int(s.cols["coerced"])
+    for note in s.notes:
+        counts.warnings[note] += 1
 
 
 # --------------------------------------------------------------------------- table building
@@ -279,10 +318,21 @@ class _Rows:
         return A.from_numpy(*self.ts_np())
 
     def ts_np(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ts + base, valid): not valid where absent or beyond int64 ns (the sum would wrap)."""
         ts = self.col("ts", np.int64)
+        ok = (self.flags & F_TS_OK) != 0
         if self.s.offset_ns:
-            ts = ts + self.s.offset_ns
-        return ts, (self.flags & F_TS_OK) != 0
+            ok &= ~self.s.ts_out_of_range(self.route)
+            with np.errstate(over="ignore"):
+                ts = ts + self.s.offset_ns
+        return ts, ok
+
+    def in_range(self) -> np.ndarray | None:
+        """The rows kept (ts within int64 ns) where some are not, else None (all kept)."""
+        if self.route not in RANGED_ROUTES:
+            return None
+        bad = self.s.ts_out_of_range(self.route)
+        return ~bad if bad.any() else None
 
     def dur(self, drop_negative: bool = True) -> pa.Array:
         v = self.col("dur", np.int64)
@@ -366,6 +416,14 @@ def _mapped(codes: np.ndarray, values: Sequence[str | None]) -> pa.DictionaryArr
     return _compact(lut[codes], A.strings(list(uniq)))
 
 
+def _ranged(rows: _Rows, t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
+    """The table without the events whose ts is beyond int64 ns (skipped and counted), ordered by ts."""
+    keep = rows.in_range()
+    if keep is None:
+        return _by_ts(t, ts, ok)
+    return _by_ts(t.filter(A.from_numpy(keep)), ts[keep], ok[keep])
+
+
 def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
     """Rows ordered by ts (stable; null ts last, as SQL's ORDER BY)."""
     key = np.where(ok, ts, np.iinfo(np.int64).max)
@@ -433,12 +491,14 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
     # Built in this order so that each arg store is dropped after its last use (peak memory).
     t = _Rows(s, R_CPU)
     if t.n:
-        out["cpu_ops"] = pa.table({
+        tab = pa.table({
             "ts_ns": t.ts(), "dur_ns": t.dur(), "name": t.dict_col("name"), "cat": t.dict_col("cat"),
             "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
             "external_id": t.int_col("External id"), "sequence_number": t.int_col("Sequence number"),
             "input_dims": t.text("Input Dims"), "input_types": t.text("Input type"),
         })
+        keep = t.in_range()
+        out["cpu_ops"] = tab if keep is None else tab.filter(A.from_numpy(keep))
     s.release("r4.")  # what cpu_ops did not keep (its columns stay alive in the table)
 
     t = _Rows(s, R_GPU)
@@ -467,7 +527,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "shared_memory_bytes": t.int_col("shared memory"), "bytes": t.int_col("bytes"),
             "memcpy_kind": memcpy_kind,
         })
-        out["gpu_activity"] = _by_ts(tab, ts, ok)
+        out["gpu_activity"] = _ranged(t, tab, ts, ok)
     s.release("r2.")
 
     t = _Rows(s, R_RUNTIME)
@@ -481,7 +541,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
             "correlation": _int_array(cv, ch), "external_id": t.int_col("External id"),
         })
-        out["runtime"] = _by_ts(tab, ts, ok)
+        out["runtime"] = _ranged(t, tab, ts, ok)
     s.release("r3.")
 
     t = _Rows(s, R_ANNOT)
@@ -496,7 +556,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
             "device": _int_array(dv, dh & gpu_ann, i32=True), "stream": _int_array(sv, sh & gpu_ann, i32=True),
         })
-        out["annotations"] = _by_ts(tab, ts, ok)
+        out["annotations"] = _ranged(t, tab, ts, ok)
     s.release("r5.")
 
     t = _Rows(s, R_MEMORY)
@@ -507,7 +567,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "device": t.int_col("Device Id", i32=True), "addr": t.int_col("Addr"), "bytes": t.int_col("Bytes"),
             "total_allocated_bytes": t.int_col("Total Allocated"), "total_reserved_bytes": t.int_col("Total Reserved"),
         })
-        out["memory"] = _by_ts(tab, ts, ok)
+        out["memory"] = _ranged(t, tab, ts, ok)
     s.release("r6.")
 
     t = _Rows(s, R_OTHER)
@@ -535,6 +595,10 @@ def _counters(s: Scanned, t: _Rows, counts: Any) -> pa.Table:
     rows = s.arr("counter.rows", np.int32)  # positions among the counter events
     keys = s.arr("counter.keys", np.int32)
     vals = s.arr("counter.values", np.float64)
+    keep = t.in_range()
+    if keep is not None:  # samples of events whose ts is beyond int64 ns are skipped with their event
+        sel = keep[rows]
+        rows, keys, vals = rows[sel], keys[sel], vals[sel]
     names = s.dictionary("name").to_pylist()
     ckeys = s.dictionary("counter.key").to_pylist()
     pairs = t.codes("name")[rows].astype(np.int64) * (len(ckeys) + 1) + keys

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TracekitError, UsageError
+from tracekit.errors import TraceFormatError, TracekitError, UsageError, visible
+from tracekit.ingest.result import not_a_trace
 from tracekit.store import dataset as _ds
 
 ENGINES = ("ray", "process", "serial")
@@ -132,6 +133,9 @@ def ingest_file(job: FileJob, root: str) -> FileOutcome:
     out = FileOutcome(job.path, job.run_id, job.rank)
     try:
         res = read_file(job.path, rank=None)
+        why = not_a_trace(res)
+        if why:
+            raise TraceFormatError(why)
         dist = res.meta.get("distributedInfo")
         traced_rank = dist.get("rank") if isinstance(dist, dict) else None
         rank = traced_rank if isinstance(traced_rank, int) else (job.rank if job.rank is not None else 0)
@@ -239,6 +243,8 @@ def ingest_dataset(
     _ds.record_parts(
         root_p, written, last_ingest={"engine": engine, "files": len(todo), "failed": len(failed)}
     )
+    # --force: the new dataset replaces the old one only if every trace was read
+    root_p = _ds.finish_dataset(root_p, keep=not failed)
     runs: dict[str, set[int]] = {}
     for o in outcomes:
         if not o.error and o.rank is not None:
@@ -268,5 +274,8 @@ def ingest_command(
         f"{s.events:,} events, {s.seconds:.1f} s, engine {s.engine})"
     )
     for path, err in s.failed:
-        click.echo(f"tracekit: error: {path}: {err}", err=True)
-    return 1 if s.failed else 0
+        click.echo(f"warning: {visible(path)}: {visible(err)}", err=True)
+    if s.failed:  # one error line, after a warning per file
+        click.echo(f"tracekit: error: {len(s.failed)} of {s.files} traces could not be read (listed above)", err=True)
+        return 1
+    return 0

@@ -12,6 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracekit.errors import visible
+
 # The tables a reader fills (tracekit.model.schema), in the order they are written.
 TABLES_OUT = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory", "other_events")
 
@@ -55,3 +57,14 @@ class FileResult:
     bytes_in: int
     seconds: float
     truncated: str | None = None
+
+
+def not_a_trace(r: FileResult) -> str | None:
+    """Why a file that parsed is not a trace (no element is an event: all skipped, or none has a
+    ``ph``), or None."""
+    c = r.counts
+    kept = sum(c.events_by_table.values())
+    if kept and set(c.by_ph) != {"(none)"}:
+        return None
+    why = ", ".join(f"{n} {k}" for k, n in sorted(c.skipped.items())) if not kept else "none has a ph field"
+    return f"{visible(r.path)}: not a trace: none of its {c.events_read} elements is a trace event ({why})"

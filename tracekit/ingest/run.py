@@ -2,7 +2,9 @@
 
 ``ingest`` reads files in parallel processes into one run directory (run.json stays "incomplete"
 until every table is written) and serves a complete earlier ingest of the same bytes from the
-cache. ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
+cache (whose tables are checked first). With ``force`` the new run replaces the old one only once
+it is complete: a trace that fails leaves the old run as it was (tracekit.store.rundir).
+``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
 recorder wrote. Both merge graph-capture traces (tracekit.ingest.capture): given ones, else those
 found beside the trace; run.json ``ingest.captures`` says what matched.
 """
@@ -18,13 +20,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracekit.errors import TraceFormatError, UsageError
+from tracekit.errors import TraceFormatError, UsageError, visible
 from tracekit.ingest import cache as ingest_cache
 from tracekit.ingest import capture as _capture
 from tracekit.ingest import native
 from tracekit.ingest.framing import offset_ns
 from tracekit.ingest.reader import read_file, set_rank
-from tracekit.ingest.result import TABLES_OUT, Counts, FileResult
+from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, not_a_trace
 from tracekit.model import schema as _schema
 from tracekit.model.trackids import TRACEKIT_PID
 from tracekit.store.rundir import RunDir
@@ -38,12 +40,12 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
             found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz"))
                            and not _capture.is_capture_file(q))
             if not found:
-                raise UsageError(f"{p}: no .json or .json.gz traces in this directory")
+                raise UsageError(f"{visible(p)}: no .json or .json.gz traces in this directory")
             out.extend(found)
         elif p.exists():
             out.append(p)
         else:
-            raise UsageError(f"{p}: no such file")
+            raise UsageError(f"{visible(p)}: no such file")
     if not out:
         raise UsageError("no trace given")
     return out
@@ -52,9 +54,11 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
 def _worker(args: tuple[str, int | None, int, int | None]) -> FileResult | TraceFormatError:
     path, rank, idx, threads = args
     try:
-        return read_file(path, rank=rank, file_index=idx, threads=threads)
+        res = read_file(path, rank=rank, file_index=idx, threads=threads)
     except TraceFormatError as exc:
         return exc
+    why = not_a_trace(res)
+    return TraceFormatError(why) if why else res
 
 
 def ingest(
@@ -78,9 +82,21 @@ def ingest(
     key = ingest_cache.cache_key([*files, *caps])
     if use_cache:
         hit = ingest_cache.lookup(out, key)
-        if hit is not None:
+        if hit == ingest_cache.STALE:
+            force = True  # an ingest of these very inputs whose tables were damaged: rebuilt in its place
+        elif hit is not None:
             return hit
-    return _ingest_files(files, key, out, force=force, jobs=jobs, captures=caps)
+    run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
+    try:
+        return _ingest_files(run, files, key, jobs=jobs, captures=caps)
+    except BaseException as exc:
+        if run.staged:  # the run it would replace stays as it was
+            run.discard()
+            if isinstance(exc, TraceFormatError):
+                raise TraceFormatError(f"{exc.message}; {visible(run.path)} kept as it was") from None
+        else:
+            run.release()  # the run stays, marked incomplete
+        raise
 
 
 def capture_paths(files: Sequence[Path], given: Sequence[str | Path] | None) -> list[Path]:
@@ -129,10 +145,9 @@ def merge_captures(results: Sequence[FileResult], caps: Sequence[Path], first_fi
     return reports
 
 
-def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, jobs: int | None,
+def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None,
                   captures: Sequence[Path] = ()) -> Any:
     t0 = time.perf_counter()
-    run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
     multi = len(files) > 1
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     # Files in parallel: one DuckDB thread each, so processes x threads stays at the core count.
@@ -160,8 +175,10 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
             run.add_warning("ranks from file order (distributedInfo.rank missing or repeated)")
     capture_reports = merge_captures(good, captures, len(files))
     rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
+    written: dict[str, Any] = {}
     for t in TABLES_OUT:
         run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        written[t] = run.table_entry(t, rows[t])
         for r in good:  # written: let its memory go before the next table is encoded
             r.tables[t] = _schema.empty(t)
         native.trim_heap()  # and the Parquet encoder's buffers (freed, but kept by malloc)
@@ -176,6 +193,7 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
     mb = sum(r.bytes_in for r in good) / 1e6
     info = {
         "cache_key": key,
+        "tables": written,
         "files": [
             {"path": r.path, "rank": r.rank, "events": r.counts.events_read, "bytes": r.bytes_in,
              "seconds": round(r.seconds, 3), "truncated": r.truncated}
@@ -198,6 +216,8 @@ def _ingest_files(files: list[Path], key: str, out: str | Path, *, force: bool, 
     if truncated or errors:
         reason = truncated[0] if truncated else errors[0].message
         run.mark_incomplete(reason)
+        if run.staged:  # ingest discards it: the run it would have replaced is kept instead
+            raise TraceFormatError(reason)
         raise TraceFormatError(f"{reason} (tables hold the events read before it; run marked incomplete)")
     run.mark_complete()
     return run
@@ -232,6 +252,8 @@ def ingest_into(run: RunDir, captures: Sequence[str | Path] | None = None) -> No
     import pyarrow.compute as pc
 
     res = read_file(run.trace_path)
+    if res.truncated:  # nothing is written from a trace that is not whole: the run stays as it was
+        raise TraceFormatError(f"{res.truncated}; {visible(run.path)} not changed")
     reports = merge_captures([res], capture_paths([run.trace_path], captures), 1)
     if reports:
         ingest = dict(run.read_manifest().get("ingest") or {})
@@ -256,6 +278,7 @@ def ingest_into(run: RunDir, captures: Sequence[str | Path] | None = None) -> No
         clock["base_ns"] = base
         clock["trace_clock"] = "Kineto ts + baseTimeNanoseconds, int64 ns (every table; shifted at ingest)"
         run.update_manifest(clock=clock)
+    written: dict[str, int] = {}
     for name, table in res.tables.items():
         if name == "counters" and "counters" in recorded:
             own = recorded["counters"]
@@ -268,3 +291,10 @@ def ingest_into(run: RunDir, captures: Sequence[str | Path] | None = None) -> No
             table = pa.concat_tables([_schema.conform("counters", own), _schema.conform("counters", table)],
                                      promote_options="permissive")
         run.write_table(name, table)
+        written[name] = table.num_rows
+    previous = run.read_manifest().get("ingest")
+    if isinstance(previous, dict) and isinstance(previous.get("tables"), dict):
+        # An ingested run read again: its record of the raw tables follows (the cache and analyze check it).
+        entries = dict(previous["tables"])
+        entries.update({name: run.table_entry(name, n) for name, n in written.items()})
+        run.update_manifest(ingest={**previous, "tables": entries})

@@ -279,7 +279,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("pct_peak_flops", _f64),
         ("pct_peak_bandwidth", _f64),
         ("energy_j", _f64),
-        # issue 5 (analysis/bound.py, docs/roofline.md): rates over wall time, model coverage, ceiling used
+        # rates over wall time, model coverage, the ceiling used (analysis/bound.py, docs/roofline.md)
         ("achieved_tflops_wall", _f64),
         ("achieved_tbps_wall", _f64),
         ("kernels_modelled", _i64),  # FLOPs/bytes from the launching op's shapes

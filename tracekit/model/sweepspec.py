@@ -398,12 +398,10 @@ def estimate_seconds(
     """A rough wall-clock estimate, printed before the sweep starts.
 
     Decode dominates: every point runs ``warmup_runs`` + ``repeats`` times at
-    full length. Per-token costs: eager 22 ms (H200, TinyLlama shape: record
-    measured 17-19 ms, the sweep's 128/32 batch-1 point 27 ms), compiled 4 ms
-    (3-5 ms measured), a generous CPU figure for the tiny preset. Per point a
-    fixed cost (profiled window, ingest, analysis: ~1.5 s measured on the H200);
-    compiled points add one compilation per batch size (31-37 s measured for
-    the first two, the later ones reused the graphs).
+    full length. Per-token costs on a GPU: eager 22 ms, compiled 4 ms (the TinyLlama
+    shape on an H200, rounded up from docs/sweep.md); a generous figure for the tiny
+    preset on a CPU. Per point a fixed cost of about 1.5 s (profiled window, ingest,
+    analysis); compiled points add one compilation per batch size (about 35 s).
     """
     per = dict(
         ms_per_token or ({"eager": 22.0, "compiled": 4.0} if cuda else {"eager": 3.0, "compiled": 3.0})

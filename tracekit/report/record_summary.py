@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracekit.report.text import visible
+
 PERFETTO_URL = "https://ui.perfetto.dev"
 THIRD_PARTY = "third-party: "  # the prefix of the run.json warnings the recorder kept from libraries
 
@@ -139,7 +141,7 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
         f"  trace           {trace}",
         f"                  open it at {PERFETTO_URL} (Open trace file)",
     ]
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)  # run.json text shown, never sent to the terminal
 
 
 def serve_lines(manifest: dict[str, Any]) -> list[str]:

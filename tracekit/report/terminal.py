@@ -1,6 +1,8 @@
 """Terminal renderings: the lines ``tracekit analyze`` prints, the report's rich tables, the diff table.
 
 Formatting of what tracekit.app and tracekit.report.view return; the caller says where it goes.
+Every string that came from a trace or run.json goes through tracekit.report.text: control
+characters shown as escapes, never parsed as rich markup.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit.report.text import cell, markup_safe, visible
 from tracekit.report.view import (
     OUTSIDE,
     advice_lines,
@@ -80,7 +83,7 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
     for w in result["warnings"]:
         lines.append(f"warning: {w}")
-    return lines
+    return [visible(line) for line in lines]
 
 
 
@@ -115,7 +118,7 @@ def multirank_lines(result: Any) -> list[str]:
             f"skew {r['phase']}: {r['steps']} steps, p50 {r['skew_p50_ns'] / 1e3:.1f} us, "
             f"max {r['skew_max_ns'] / 1e3:.1f} us, stragglers {r['straggler_counts']}"
         )
-    return lines
+    return [visible(line) for line in lines]
 
 
 def _split_text(r: Mapping[Any, Any]) -> str:
@@ -152,7 +155,7 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
             continue  # neither run went through the bound pass: the phase rows already say so
         if scope in ("kernel_class", "bound"):
             part = part[part["metric"] == "time_ns"]
-        table = Table(title=f"{title}: A = {name_a}, B = {name_b}", header_style="bold")
+        table = Table(title=cell(f"{title}: A = {name_a}, B = {name_b}"), header_style="bold")
         keyed = scope in ("kernel_class", "bound")
         for col in ("phase", "class" if keyed else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
             if col:
@@ -166,7 +169,7 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
             cells = [str(r["phase"])] + ([str(r["key"])] if keyed else []) + [
                 m, _fmt_metric(r["a"], m), _fmt_metric(r["b"], m), _fmt_metric(r["delta"], m),
                 "—" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}×", _pct(r["share_a"]), _pct(r["share_b"])]
-            table.add_row(*cells)
+            table.add_row(*(cell(c) for c in cells))
         console.print(table)
 
 
@@ -181,19 +184,19 @@ def render_terminal(views: list[Any], out: Any) -> None:
     console = Console(file=out, width=140)
     for v in views:
         status = v.manifest.get("status", "unknown")
-        console.print(f"[bold]run {v.run_id}[/bold] ({status})")
-        console.print(f"  {workload_text(v.manifest)}", markup=False)
+        console.print(f"[bold]run {markup_safe(v.run_id)}[/bold] ({markup_safe(status)})")
+        console.print(f"  {visible(workload_text(v.manifest))}", markup=False)
         if "phases" in v.tables:
-            console.print(f"  {ceiling_of(v.df('phases')).text()}", markup=False)
+            console.print(f"  {visible(ceiling_of(v.df('phases')).text())}", markup=False)
         for line in verdicts(v.df("phases")):
-            console.print(f"  - {line}", markup=False)
+            console.print(f"  - {visible(line)}", markup=False)
         for line in advice_lines(v.df("phases")):
-            console.print(f"  what would help: {line}", markup=False)
+            console.print(f"  what would help: {visible(line)}", markup=False)
         for w in v.manifest.get("warnings") or []:
-            console.print(f"  warning: {w}", markup=False)
+            console.print(f"  warning: {visible(w)}", markup=False)
         for note in (outside_line(v.df("phases")), warmup_line(v)):
             if note:
-                console.print(f"  {note}", markup=False)
+                console.print(f"  {visible(note)}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
                                        ("requests", request_rows(v.df("requests"), v.warmups)),
                                        ("each request's cost inside the batch", cost_rows(v.df("requests"))),
@@ -204,9 +207,9 @@ def render_terminal(views: list[Any], out: Any) -> None:
                 continue
             table = Table(title=title, header_style="bold")
             for h in headers:
-                table.add_column(h, justify="left" if h in ("phase", "request") else "right")
+                table.add_column(cell(h), justify="left" if h in ("phase", "request") else "right")
             for r in rows:
-                table.add_row(*r)
+                table.add_row(*(cell(x) for x in r))
             console.print(table)
         c = v.df("counters")
         if c.empty or "metric" not in c:
@@ -218,5 +221,5 @@ def render_terminal(views: list[Any], out: Any) -> None:
             for h in [*keys, "samples", "mean", "max"]:
                 table.add_column(h)
             for r in g.itertuples(index=False):
-                table.add_row(*[_cell(x) for x in r[: len(keys)]], str(r[-3]), f"{r[-2]:.4g}", f"{r[-1]:.4g}")
+                table.add_row(*[cell(_cell(x)) for x in r[: len(keys)]], str(r[-3]), f"{r[-2]:.4g}", f"{r[-1]:.4g}")
             console.print(table)

@@ -14,7 +14,8 @@ never reads as data.
 
 Every part is written atomically (temp name, rename) and one writer owns one
 (run_id, rank, part) triple, so many processes or Ray tasks write into one
-root at once without locks.
+root at once without locks. ``--force`` builds the new dataset beside the old
+one and swaps it in only when every trace was read.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from tracekit.errors import RunExistsError, UsageError
+from tracekit.errors import RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
+from tracekit.store.fsops import exchange, make_dir_beside, mkdirs
 from tracekit.store.rundir import atomic_path, write_json, write_parquet
 
 MARKER = "_tracekit_dataset.json"
+_TARGET = "_tracekit_replaces.json"  # in a staging dataset: the root it replaces when written
 PARTITION_COLUMNS = ("run_id", "rank")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -52,22 +55,52 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
 
 
 def init_dataset(root: str | os.PathLike[str], *, force: bool = False) -> Path:
-    """Create (or reuse) a dataset root and its marker.
+    """Create (or reuse) a dataset root and its marker; returns the directory to write the parts into.
 
-    Reusing a root adds runs to it; ``force`` empties it first. A non-empty
-    directory that is not a dataset is refused: writing into it could mix
-    our files with someone else's.
+    Reusing a root adds runs to it. A non-empty directory that is not a dataset is refused: writing
+    into it could mix our files with someone else's. ``force`` replaces the dataset only once the new
+    one is written: the returned directory is then a staging directory beside ``root``, which
+    ``finish_dataset`` swaps in (or drops); the old dataset stays as it was until then.
     """
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise RunExistsError(f"{visible(root)} exists and is not a directory")
     if root.exists() and any(root.iterdir()) and not is_dataset(root) and not force:
-        raise RunExistsError(f"{root} exists and is not a tracekit dataset; pass --force to replace it")
-    if force and root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
+        raise RunExistsError(f"{visible(root)} exists and is not a tracekit dataset; pass --force to replace it")
+    target = root
+    if force and root.exists() and any(root.iterdir()):
+        if not is_dataset(root):
+            raise RunExistsError(f"{visible(root)} is not a tracekit dataset; --force only replaces datasets")
+        root = make_dir_beside(root, "dataset")
+    mkdirs(root)
     if not is_dataset(root):
         write_json(root / MARKER, {"format": "tracekit-dataset", "schema_version": _schema.SCHEMA_VERSION,
                                    "partitioning": list(PARTITION_COLUMNS)})  # fmt: skip
+    if root != target:
+        write_json(root / _TARGET, {"target": str(target)})
     return root
+
+
+def finish_dataset(written: Path, *, keep: bool) -> Path:
+    """The dataset's final root. A staging directory from ``init_dataset(force=True)`` replaces the old
+    dataset when ``keep`` (atomically where the system can swap directories), else it is removed
+    and the old dataset stays. A dataset written in place is left as it is."""
+    marker = written / _TARGET
+    if not marker.is_file():
+        return written
+    target = Path(json.loads(marker.read_text())["target"])
+    marker.unlink()
+    if not keep:
+        shutil.rmtree(written, ignore_errors=True)
+        return target
+    if exchange(written, target):
+        shutil.rmtree(written, ignore_errors=True)
+    else:
+        old = make_dir_beside(target, "dataset")
+        os.replace(target, old / "old")
+        os.replace(written, target)
+        shutil.rmtree(old, ignore_errors=True)
+    return target
 
 
 def part_path(root: Path, table: str, run_id: str, rank: int, part: str = "0") -> Path:

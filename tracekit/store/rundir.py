@@ -5,29 +5,47 @@
       trace.json.gz     the Kineto trace merged with tracekit's tracks
       tables/*.parquet  one file per table
 
-Every write is atomic (temp name, then rename). A run starts with status
-``incomplete`` and only ``mark_complete`` sets ``complete``: an interrupted
-record leaves a run that says so, with whatever was captured.
+Every write is atomic (temp name, then rename; tracekit.store.fsops). A run starts with status
+``incomplete`` and only ``mark_complete`` sets ``complete``: an interrupted record leaves a run that
+says so, with whatever was captured. One process writes a run at a time (tracekit.store.lock). A run
+that replaces another (``--force``) is built beside it and swapped in only when complete, so a
+failure leaves the old run as it was. run.json is checked on every read: a file tracekit could not
+have written (truncated, not an object, fields of the wrong type) is a one-line CorruptRunError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit.errors import RunExistsError, UsageError
+from tracekit.errors import CorruptRunError, RunExistsError, StoreWriteError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.model.version import VERSION
+from tracekit.store import lock as _lock
+from tracekit.store.fsops import (
+    atomic_open,
+    atomic_path,
+    exchange,
+    file_digest,
+    link_tree,
+    make_dir_beside,
+    mkdirs,
+    write_error,
+)
+
+__all__ = ["MANIFEST", "STATUS_COMPLETE", "STATUS_INCOMPLETE", "TABLES_DIR", "TRACE", "RunDir", "atomic_open",
+           "atomic_path", "check_manifest", "default_run_id", "write_json", "write_parquet", "write_table"]
 
 MANIFEST = "run.json"
 TRACE = "trace.json.gz"
@@ -36,26 +54,11 @@ TABLES_DIR = "tables"
 STATUS_INCOMPLETE = "incomplete"
 STATUS_COMPLETE = "complete"
 
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it into place on success."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-
-
-@contextmanager
-def atomic_open(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
-    with atomic_path(path) as tmp, open(tmp, mode) as fh:
-        yield fh
+# run.json fields that hold an object wherever tracekit writes them: anything else is a corrupt run.json.
+_OBJECT_FIELDS = ("ingest", "analysis", "trace_meta", "workload", "environment", "timings", "clock", "nvml", "tp",
+                  "rank_analysis", "compiled", "step_boundaries", "point", "kv", "agent", "repeats")
+_TEXT_FIELDS = ("status", "run_id", "incomplete_reason", "created_at", "completed_at")
+_LIST_FIELDS = ("warnings", "inputs", "command")
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -96,11 +99,45 @@ def default_run_id(label: str) -> str:
     return f"{stamp}-{safe}"
 
 
+def _staging_tag(target: Path) -> str:
+    """The staging directories of ``target`` are ``.tracekit-new-<tag>-*`` beside it (bounded length)."""
+    return "new-" + hashlib.blake2b(target.name.encode("utf-8", "surrogateescape"), digest_size=6).hexdigest()
+
+
+def check_manifest(data: Any, where: Path) -> dict[str, Any]:
+    """``data`` if it is a run.json tracekit could have written, else CorruptRunError (one line)."""
+    if not isinstance(data, dict):
+        raise CorruptRunError(f"{where}: corrupt run.json (a JSON {type(data).__name__}, not an object); "
+                              "re-ingest with --force")
+    for key, kind, name in ((k, dict, "an object") for k in _OBJECT_FIELDS):
+        if key in data and data[key] is not None and not isinstance(data[key], kind):
+            raise CorruptRunError(f"{where}: corrupt run.json ({key!r} is not {name}); re-ingest with --force")
+    for key in _TEXT_FIELDS:
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            raise CorruptRunError(f"{where}: corrupt run.json ({key!r} is not text); re-ingest with --force")
+    for key in _LIST_FIELDS:
+        if key in data and data[key] is not None and not isinstance(data[key], list):
+            raise CorruptRunError(f"{where}: corrupt run.json ({key!r} is not a list); re-ingest with --force")
+    if any(not isinstance(w, str) for w in data.get("warnings") or []):
+        raise CorruptRunError(f"{where}: corrupt run.json (a warning that is not text); re-ingest with --force")
+    return data
+
+
 class RunDir:
-    """A run directory on disk. Cheap to construct; reads lazily."""
+    """A run directory on disk. Cheap to construct; reads lazily.
+
+    Writers: ``create`` takes the run's write lock (tracekit.store.lock) and returns the run to write;
+    ``mark_complete``, ``mark_incomplete`` and ``discard`` end the write and drop the lock. A run that
+    replaces another (``force``) is built in a staging directory beside it and swapped in by
+    ``mark_complete``; until then ``path`` is the staging directory and the old run is untouched.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._target: Path | None = None  # where a staged run goes when complete
+        self._locked: Path | None = None  # the run directory whose write lock this writer holds
+        self._depth = 0  # lock() calls not yet released (create counts as one)
+        self.cached = False  # True when ingest served this run from its cache (nothing was read)
 
     # --- paths ---------------------------------------------------------
     @property
@@ -120,52 +157,170 @@ class RunDir:
 
     @property
     def run_id(self) -> str:
-        return self.path.name
+        return (self._target or self.path).name
+
+    @property
+    def staged(self) -> bool:
+        """True while this run is being built beside the run it will replace."""
+        return self._target is not None
+
+    @property
+    def final_path(self) -> Path:
+        """Where the run lives once complete (``path`` unless staged)."""
+        return self._target or self.path
 
     # --- lifecycle -------------------------------------------------------
     @classmethod
     def create(cls, path: str | os.PathLike[str], *, force: bool = False, **manifest: Any) -> RunDir:
-        """Create a new run directory marked incomplete.
+        """Create a new run directory marked incomplete, holding its write lock.
 
-        An existing run is never overwritten unless ``force``: then it is
-        removed first, so no stale table survives into the new run.
+        An existing run is never overwritten unless ``force``, and then only when the new run is
+        complete: it is built in a staging directory beside the old one (``path`` of the returned
+        RunDir) and swapped in by ``mark_complete``. ``force`` replaces only a run directory (one
+        with run.json): any other non-empty directory is refused.
         """
-        run = cls(path)
-        if run.path.exists() and any(run.path.iterdir()):
-            if not force:
-                raise RunExistsError(f"{run.path} already exists; pass --force to overwrite it")
-            shutil.rmtree(run.path)
-        run.tables_dir.mkdir(parents=True, exist_ok=True)
-        now = _dt.datetime.now(_dt.timezone.utc).isoformat()
-        base = {
-            "tracekit_version": VERSION,
-            "schema_version": _schema.SCHEMA_VERSION,
-            "run_id": run.run_id,
-            "status": STATUS_INCOMPLETE,
-            "created_at": now,
-            "warnings": [],
-        }
-        base.update(manifest)
-        run.write_manifest(base)
+        target = Path(path)
+        if target.exists() and not target.is_dir():
+            raise RunExistsError(f"{visible(target)} exists and is not a directory; choose another --out")
+        _lock.acquire(target)
+        try:
+            _clean_staging(target)
+            entries = [p for p in target.iterdir() if p.name != _lock.LOCK_FILE]
+            run = cls(target)
+            if entries:
+                if not force:
+                    raise RunExistsError(f"{visible(target)} already exists; pass --force to overwrite it")
+                if not (target / MANIFEST).is_file():
+                    raise RunExistsError(f"{visible(target)} is not a tracekit run directory (no {MANIFEST}); "
+                                         "--force only replaces runs")
+                run = cls(make_dir_beside(target, _staging_tag(target)))
+                run._target = target
+            mkdirs(run.tables_dir)
+            now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+            base = {
+                "tracekit_version": VERSION,
+                "schema_version": _schema.SCHEMA_VERSION,
+                "run_id": target.name,
+                "status": STATUS_INCOMPLETE,
+                "created_at": now,
+                "warnings": [],
+            }
+            base.update(manifest)
+            run.write_manifest(base)
+        except BaseException:
+            if run.staged:
+                shutil.rmtree(run.path, ignore_errors=True)
+            _lock.release(target)
+            raise
+        run._locked, run._depth = target, 1
         return run
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunDir:
+        """An existing run; its run.json is read and checked (CorruptRunError if it is not one tracekit wrote)."""
         run = cls(path)
-        if not run.manifest_path.is_file():
-            raise UsageError(f"{run.path} is not a tracekit run directory (no {MANIFEST})")
+        try:
+            is_run = run.manifest_path.is_file()
+        except OSError:
+            is_run = False
+        if not is_run:
+            raise UsageError(f"{visible(run.path)} is not a tracekit run directory (no {MANIFEST})")
+        run.read_manifest()
         return run
+
+    def lock(self) -> None:
+        """Take this run's write lock (for writes to an existing run: analysis); ``release`` drops it.
+        Nested calls (and a lock already held since ``create``) are counted."""
+        if self._locked is None:
+            _lock.acquire(self.final_path)
+            self._locked = self.final_path
+        self._depth += 1
+
+    def release(self) -> None:
+        """Undo one ``lock`` (the last one drops the lock)."""
+        if self._locked is None:
+            return
+        self._depth -= 1
+        if self._depth <= 0:
+            _lock.release(self._locked)
+            self._locked, self._depth = None, 0
+
+    @contextmanager
+    def rewrite(self) -> Iterator[RunDir]:
+        """Change a run as one step: yields the RunDir to write (a hard-linked copy beside this one),
+        swapped into place when the block ends without an error; on any error, or a kill, the run is
+        exactly as it was. Holds the run's write lock. Where the file system has no hard links, or the
+        run is being created (not complete yet), the block writes in place."""
+        self.lock()
+        try:
+            if self.staged or self.read_manifest().get("status") != STATUS_COMPLETE:
+                yield self
+                return
+            _clean_staging(self.path)
+            copy = link_tree(self.path, _staging_tag(self.path))
+            if copy is None:
+                yield self
+                return
+            work = RunDir(copy)
+            work._target = self.path
+            try:
+                yield work
+            except BaseException:
+                shutil.rmtree(copy, ignore_errors=True)
+                raise
+            work._publish()
+        finally:
+            self.release()
+
+    def _end_write(self) -> None:
+        if self._locked is not None:
+            _lock.release(self._locked)
+        self._locked, self._depth = None, 0
+
+    def _publish(self) -> None:
+        """Swap a complete staged run into place; the old run is removed after the swap."""
+        if self._target is None:
+            return
+        target, staging = self._target, self.path
+        if exchange(staging, target):
+            old = staging
+        else:  # no atomic exchange here: rename the old run aside, the new one in, then drop the old
+            old = make_dir_beside(target, _staging_tag(target))
+            try:
+                os.replace(target, old / "run")
+                os.replace(staging, target)
+            except OSError as exc:
+                raise write_error(target, exc) from None
+        shutil.rmtree(old, ignore_errors=True)
+        self.path, self._target = target, None
+
+    def discard(self) -> None:
+        """Give up a staged run (the run it would have replaced stays as it was); drop the lock."""
+        if self._target is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path, self._target = self._target, None
+        self._end_write()
 
     # --- manifest -------------------------------------------------------
     def read_manifest(self) -> dict[str, Any]:
+        """run.json as a dict ({} if absent); CorruptRunError (one line) if it is not a run.json."""
         try:
-            with open(self.manifest_path) as fh:
-                data: dict[str, Any] = json.load(fh)
-                return data
+            with open(self.manifest_path, "rb") as fh:
+                raw = fh.read()
         except FileNotFoundError:
             return {}
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{self.manifest_path}: corrupt manifest ({exc})") from None
+        except IsADirectoryError:
+            raise CorruptRunError(f"{visible(self.manifest_path)}: run.json is a directory") from None
+        except OSError as exc:
+            raise CorruptRunError(f"{visible(self.manifest_path)}: cannot read run.json ({exc.strerror})") from None
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deep" if isinstance(exc, RecursionError) else (
+                "empty" if not raw.strip() else "not valid JSON")
+            raise CorruptRunError(f"{visible(self.manifest_path)}: corrupt run.json ({why}); "
+                                  "re-ingest with --force") from None
+        return check_manifest(data, self.manifest_path)
 
     def write_manifest(self, data: dict[str, Any]) -> None:
         write_json(self.manifest_path, data)
@@ -178,20 +333,45 @@ class RunDir:
 
     def add_warning(self, message: str) -> None:
         data = self.read_manifest()
-        warnings = data.setdefault("warnings", [])
+        warnings = data["warnings"] = data.get("warnings") or []
         if message not in warnings:
             warnings.append(message)
         self.write_manifest(data)
 
     def mark_complete(self) -> None:
-        self.update_manifest(status=STATUS_COMPLETE, completed_at=_dt.datetime.now(_dt.timezone.utc).isoformat())
+        """Mark the run complete; a staged run is swapped into place. Ends the write (drops the lock)."""
+        try:
+            self.update_manifest(status=STATUS_COMPLETE,
+                                 completed_at=_dt.datetime.now(_dt.timezone.utc).isoformat())
+            self._publish()
+        finally:
+            self._end_write()
 
     def mark_incomplete(self, reason: str) -> None:
-        self.update_manifest(status=STATUS_INCOMPLETE, incomplete_reason=reason)
+        """Mark the run incomplete with ``reason``. Ends the write (drops the lock); a staged run stays
+        where it is (``path``: what was captured is kept) and the run it would have replaced is untouched."""
+        try:
+            self.update_manifest(status=STATUS_INCOMPLETE, incomplete_reason=reason)
+        finally:
+            self._end_write()
 
     @property
     def status(self) -> str:
         return str(self.read_manifest().get("status", STATUS_INCOMPLETE))
+
+    def unfinished(self) -> list[str]:
+        """What this run says is not finished: the run itself (status), its analysis. Empty when whole."""
+        m = self.read_manifest()
+        out = []
+        if m.get("status") != STATUS_COMPLETE:
+            reason = m.get("incomplete_reason")
+            out.append("run incomplete" + (f" ({reason})" if reason else ""))
+        for key in ("analysis", "rank_analysis"):
+            info = m.get(key)
+            if isinstance(info, dict) and info.get("status", STATUS_COMPLETE) != STATUS_COMPLETE:
+                out.append(f"{key.replace('_', ' ')} not finished (interrupted or still running: "
+                           "run tracekit analyze again)")
+        return out
 
     # --- tables ----------------------------------------------------------
     def write_table(self, name: str, table: pa.Table) -> Path:
@@ -204,11 +384,22 @@ class RunDir:
         return self.table_path(name).is_file()
 
     def read_table(self, name: str) -> pa.Table:
-        """The named table; an empty one of the right schema if it was never written."""
+        """The named table; an empty one of the right schema if it was never written.
+
+        A table that cannot be read (truncated, not Parquet) is a CorruptRunError naming the run.
+        """
         path = self.table_path(name)
         if not path.is_file():
+            if path.exists():
+                raise CorruptRunError(f"{visible(self.run_id)}: table {name} is not a file ({visible(path)}); "
+                                      "re-ingest or re-analyze the run")
             return _schema.empty(name)
-        return pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset (+0.3 s, +50 MB)
+        try:
+            table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset (+0.3 s, +50 MB)
+            return _fit(name, table) if name in _schema.SCHEMAS else table
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({visible(path)}: "
+                                  f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
 
     def read_df(self, name: str) -> Any:
         return self.read_table(name).to_pandas()
@@ -217,3 +408,95 @@ class RunDir:
         if not self.tables_dir.is_dir():
             return []
         return sorted(p.stem for p in self.tables_dir.glob("*.parquet"))
+
+    def table_entry(self, name: str, rows: int) -> dict[str, Any]:
+        """What run.json records of a table just written (``table_problems`` checks it): rows, bytes, digest."""
+        path = self.table_path(name)
+        return {"rows": rows, "bytes": path.stat().st_size, "blake2b": file_digest(path)}
+
+    def table_problems(self, entries: dict[str, Any]) -> list[str]:
+        """How the table files differ from ``entries`` (name -> ``table_entry``): missing, other size or
+        content. Empty when every file is byte for byte the one recorded."""
+        out = []
+        for name, entry in entries.items():
+            path = self.table_path(name)
+            try:
+                size = path.stat().st_size
+                same = isinstance(entry, dict) and size == entry.get("bytes") and file_digest(path) == entry.get("blake2b")
+            except FileNotFoundError:
+                out.append(f"table {name} is missing")
+                continue
+            except OSError as exc:
+                out.append(f"table {name} is unreadable ({exc.strerror})")
+                continue
+            if not same:
+                out.append(f"table {name} is not the file ingest wrote")
+        return out
+
+    def check_ingested(self) -> None:
+        """CorruptRunError if the tables ingest wrote (run.json ``ingest.tables``) were changed since."""
+        info = self.read_manifest().get("ingest")
+        entries = info.get("tables") if isinstance(info, dict) else None
+        if isinstance(entries, dict):
+            problems = self.table_problems(entries)
+            if problems:
+                raise CorruptRunError(f"{visible(self.run_id)}: {problems[0]}"
+                                      + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                                      + "; re-ingest with --force")
+
+
+def _fit(name: str, table: pa.Table) -> pa.Table:
+    """``table`` with every column of its schema (cast; absent ones null), other columns kept after them.
+    The table as it is when it already has them (every table tracekit wrote)."""
+    sch = _schema.schema(name)
+    have = table.schema
+    if all(have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in sch):
+        return table
+    known = _schema.conform(name, table.select([c for c in table.column_names if c in sch.names]))
+    for c in table.column_names:
+        if c not in sch.names:
+            known = known.append_column(table.schema.field(c), table.column(c))
+    return known
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.split("\n", 1)[0][:300] if text else type(exc).__name__
+
+
+_STALE_TMP_S = 600  # a temp file this old was left by a killed writer (an unlocked one may still be writing a newer one)
+
+
+def _clean_staging(target: Path) -> None:
+    """Remove what an earlier writer of ``target`` left beside it (killed mid-write, or a kept partial)
+    and the temp files a killed writer left in it.
+
+    Called with ``target``'s lock held, so no locked writer of it is alive. A ``run`` inside a staging
+    directory is an old run moved aside by a swap without atomic exchange: if ``target`` is gone, it
+    is put back first.
+    """
+    import time
+
+    now = time.time()
+    for d in (target, target / TABLES_DIR):
+        try:
+            stale = [p for p in d.glob(".*.tmp") if now - p.stat().st_mtime > _STALE_TMP_S]
+        except OSError:
+            continue
+        for p in stale:
+            with contextlib.suppress(OSError):
+                p.unlink()
+    try:
+        leftovers = sorted(target.parent.glob(f".tracekit-{_staging_tag(target)}-*"))
+    except OSError:
+        return
+    for d in leftovers:
+        old = d / "run"
+        if old.is_dir() and not (target / MANIFEST).exists():
+            try:  # entry by entry: the lock file in ``target`` must stay the one this writer holds
+                for entry in old.iterdir():
+                    if entry.name != _lock.LOCK_FILE:
+                        os.replace(entry, target / entry.name)
+            except OSError as exc:
+                raise StoreWriteError(f"cannot restore {visible(target)} from {visible(old)}: {exc.strerror}") from None
+        shutil.rmtree(d, ignore_errors=True)

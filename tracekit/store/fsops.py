@@ -1,0 +1,178 @@
+"""File-system primitives every writer uses: atomic replacement, the umask, directory exchange.
+
+- ``atomic_path``: write to a temp name beside the target, rename over it on success; the temp file
+  gets the mode a plain ``open`` would (0666 minus the umask), not mkstemp's 0600;
+- ``write_error``: an OSError of a write (read-only file system, disk full, permission) as one line;
+- ``exchange``: swap two directories in one step (Linux ``renameat2(RENAME_EXCHANGE)``), so a
+  replaced run is the old one or the new one at every instant, never neither.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, Any
+
+from tracekit.errors import StoreWriteError, visible
+
+_TMP_STEM = 64  # characters of the target's name kept in a temp name (the whole name may be 255 bytes)
+
+
+_READ = 8 << 20
+
+
+def file_digest(path: Path) -> str:
+    """blake2b (20 bytes, hex) of a file's content."""
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as fh:
+        while block := fh.read(_READ):
+            h.update(block)
+    return h.hexdigest()
+
+
+def umask() -> int:
+    """The process umask, read without changing it where /proc says it (Linux >= 4.7)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    return 0o666 & ~umask()
+
+
+def dir_mode() -> int:
+    return 0o777 & ~umask()
+
+
+def write_error(path: Path, exc: OSError) -> StoreWriteError:
+    """``cannot write PATH: reason`` (the file the error names when it is another one)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = exc.filename if isinstance(exc.filename, str) and ".tmp" not in exc.filename else path
+    return StoreWriteError(f"cannot write {visible(where)}: {reason}")
+
+
+def mkdirs(path: Path) -> None:
+    """``path`` and its parents as directories; a file in the way is a usage error (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StoreWriteError(f"cannot write {visible(path)}: a file is in the way", exit_code=2) from None
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it into place on success.
+
+    Any OSError with an errno (ENOSPC, EROFS, EACCES, ...) while writing becomes a one-line
+    StoreWriteError; the temp file is removed and ``path`` keeps what it held.
+    """
+    path = Path(path)
+    mkdirs(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:_TMP_STEM]}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, file_mode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise write_error(path, exc) from None
+    finally:
+        with suppress(OSError):
+            tmp_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_open(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    with atomic_path(path) as tmp, open(tmp, mode) as fh:
+        yield fh
+
+
+def make_dir_beside(target: Path, tag: str) -> Path:
+    """A new, empty directory beside ``target`` (same file system) named ``.tracekit-<tag>-<random>``."""
+    mkdirs(target.parent)
+    try:
+        d = Path(tempfile.mkdtemp(prefix=f".tracekit-{tag}-", dir=target.parent))
+        os.chmod(d, dir_mode())
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    return d
+
+
+def link_tree(src: Path, tag: str) -> Path | None:
+    """A copy of directory ``src`` beside it whose files are hard links (no data copied); None where
+    the file system has no hard links. Replacing a file in the copy (atomic_path) leaves ``src``'s
+    as it was."""
+    import shutil
+    import stat
+
+    dest = make_dir_beside(src, tag)
+    try:
+        os.chmod(dest, stat.S_IMODE(os.stat(src).st_mode))
+        for dirpath, dirnames, filenames in os.walk(src):
+            here = Path(dirpath)
+            there = dest / here.relative_to(src)
+            for d in dirnames:
+                (there / d).mkdir()
+                os.chmod(there / d, stat.S_IMODE(os.stat(here / d, follow_symlinks=False).st_mode))
+            for f in filenames:
+                os.link(here / f, there / f, follow_symlinks=False)
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if exc.errno in (errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            return None
+        raise write_error(src, exc) from None
+    return dest
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_EXCHANGE = _renameat2()
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` atomically; False where the system cannot (the caller falls back)."""
+    if _EXCHANGE is None:
+        return False
+    if _EXCHANGE(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise write_error(b, OSError(err, os.strerror(err)))

@@ -101,3 +101,14 @@ def test_the_commands_draw_a_bar_on_a_terminal_and_not_with_quiet(verb: str, tmp
     # AND with --quiet nothing but the command's own lines
     quiet = _on_a_pty([*tk, *args, "--force", "--quiet"], tmp_path, env)
     assert BAR not in quiet and "\x1b[" not in quiet, quiet[-1000:]
+
+
+def test_no_bar_when_the_output_is_not_a_terminal(tmp_path: Path, fixtures_dir: Path) -> None:
+    # GIVEN a recorded GPU trace and the bar's delay set to 0, output piped (not a terminal)
+    env = {**os.environ, "TRACEKIT_PROGRESS_DELAY": "0", "COLUMNS": "100"}
+    # WHEN ingest runs
+    out = subprocess.run([sys.executable, "-m", "tracekit", "ingest", str(fixtures_dir / "gpu" / "bound_h200.json.gz"),
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, check=True)
+    # THEN neither stream carries a bar or terminal control codes, and the command's own lines are there
+    assert BAR not in out.stdout + out.stderr and "\x1b[" not in out.stdout + out.stderr
+    assert str(tmp_path / "run") in out.stdout

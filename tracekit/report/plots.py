@@ -271,7 +271,7 @@ def _step_shading(spans: list[tuple[int, int, str]], t0: float) -> Any:
     limits = np.column_stack([np.concatenate([x0, x1]), np.zeros(2 * len(spans))])
 
     def shade(ax: Any) -> None:
-        ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors=colours, alpha=0.15, linewidths=0,
+        ax.add_collection(PolyCollection(list(verts), facecolors=colours, edgecolors=colours, alpha=0.15, linewidths=0,
                                          transform=ax.get_xaxis_transform()), autolim=False)
         ax.update_datalim(limits, updatey=False)  # as axvspan: the spans widen the x limits only
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from tracekit.errors import TraceFormatError
-from tracekit.ingest import read_file
+from tracekit.ingest import read_raw
 from tracekit.ingest.framing import is_gzip, offset_ns
 from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
 from tracekit.store.rundir import atomic_path
@@ -114,11 +114,11 @@ def find_annotations(path: str | Path) -> list[Annotation]:
     cannot be read has none.
     """
     try:
-        res = read_file(path)
+        res = read_raw(path)
     except TraceFormatError:
         return []
-    t = res.tables["annotations"]
-    if t.num_rows == 0:
+    t = res.tables.get("annotations")
+    if t is None or t.num_rows == 0:
         return []
     base = offset_ns(res.meta)
     found: dict[tuple[str, int], Annotation] = {}

@@ -53,7 +53,7 @@ def main() -> int:
         return 1
     manifest = json.loads((run / "run.json").read_text())
     post = manifest.get("postprocess") or {}
-    summary = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip().startswith("post-processing")]
+    summary = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip().startswith("post-processing")]
     rows.append({"step": "record (whole process)", "s": s, "detail": summary[0] if summary else "NO summary line"})
     rows.append({"step": "record post-processing", "s": post.get("seconds"),
                  "detail": f"trace {post.get('trace_bytes', 0) / 1e6:.0f} MB raw; annotations {post.get('annotations_s')} s, "
@@ -65,7 +65,7 @@ def main() -> int:
              ("analyze", tk("analyze", ing, "-q")),
              ("export proto", tk("export", ing, "--format", "proto", "--out", out / "t.pftrace", "-q")),
              ("export json", tk("export", ing, "--format", "json", "--out", out / "t.json.gz", "-q")),
-             ("report", tk("report", ing, "--out", out / "report.html"))]
+             ("report", tk("report", ing, "--html", out / "report.html"))]
     ingest_s = None
     for name, argv in steps:
         s, proc = timed(argv)

@@ -77,8 +77,8 @@ def test_the_summary_says_how_long_post_processing_took(tiny_run) -> None:
     parts = post["annotations_s"] + post["tables_s"] + post["merge_s"]
     assert parts <= post["seconds"] + 0.003  # each part rounded to 1 ms
     # THEN the summary prints that total in one line
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("post-processing")]
-    assert len(lines) == 1 and f"post-processing {post['seconds']:.2f} s" in lines[0], proc.stdout[-2000:]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip().startswith("post-processing")]
+    assert len(lines) == 1 and f"post-processing {post['seconds']:.2f} s" in lines[0], proc.stderr[-2000:]
 
 
 SCRIPT = textwrap.dedent(

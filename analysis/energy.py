@@ -6,7 +6,7 @@ named here once, for every analysis pass that reads counters.
 - ``energy`` (J) is NVML's total energy since the driver loaded: the energy of a
   window is the difference of the counter, linearly interpolated at the window's ends
   between the samples where the counter CHANGED. The driver updates it more slowly
-  than we sample (on the H200 of 2026-11-29: a ~13 J jump every 100 ms, sampled every
+  than we sample (on an H200: a ~13 J jump every 100 ms, sampled every
   10 ms); interpolating between every sample put a whole jump into a 29 ms prefill
   (12.9 J, i.e. 445 W on a 134 W GPU). Between change points the slope is the mean
   power of the last update period, the best the counter can say about a short window.

@@ -343,6 +343,15 @@ def _index(ts: list[_Tensor | None]) -> OpCost | None:
     return OpCost(0.0, float(idx.nbytes + 2 * out * x.itemsize), COPY, _key(x), False)
 
 
+def _gather(ts: list[_Tensor | None]) -> OpCost | None:
+    """gather(self, dim, index): one element of self per element of index (out has index's shape)."""
+    x = _get(ts, 0)
+    idx = next((t for t in ts[1:] if t is not None), None)
+    if x is None or idx is None:
+        return None
+    return OpCost(0.0, float(idx.nbytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
+
+
 _EW_FLOPS: dict[str, float] = {
     # activations cost a few FLOPs per element (silu: neg, exp, add, div, mul)
     "silu": 4, "gelu": 8, "gelu_tanh": 10, "sigmoid": 4, "tanh": 4, "exp": 1, "rsqrt": 1, "sqrt": 1,
@@ -393,7 +402,7 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "embedding": _embedding,
     "index": _index,
     "index_select": _index,
-    "gather": _index,
+    "gather": _gather,
 }
 for _n, _f in _EW_FLOPS.items():
     _MODELS.setdefault(_n, _elementwise(_f))

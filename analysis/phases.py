@@ -16,7 +16,7 @@ launched outside every step. Per row:
   says nothing about GPU idleness).
 
 compute_bound_ns, memory_bound_ns, other_ns, flops and bytes are left null for
-the kernel-classification passes (issue 5) to fill.
+the bound pass (analysis/bound.py) to fill.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ t = time.perf_counter() - t0
 print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, base)
 """
 HTA_BACKENDS = ("JSON", "IJSON_BATCH_AND_COMPRESS")
-# HTA's JSON backend peaks at about 10x the JSON size; do not start it where that cannot fit.
+# HTA's JSON backend peaks at about 10x the JSON size (docs/measurements/2026-12-01-pipeline.md); do not start
+# it where that cannot fit.
 HTA_RSS_FACTOR = 10.5
 
 

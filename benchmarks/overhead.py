@@ -6,9 +6,9 @@
     python3 benchmarks/overhead.py --compiled --no-eager --segment-tokens 32 --new-tokens 960 \
         --blocks 100000 --max-seconds 300 --pin-main 0-5 --pin-sampler 15   # the H200 run of docs/nvml.md
 
-Why this design: the first version (7 ABBA runs per arm, median TPOT per run)
-could not resolve 1% on the H200: eager decode there varied 46-56% between
-runs of one arm (2026-11-29). So this one:
+The design has to resolve 1% while eager decode on the H200 varies by tens of
+percent between runs of one arm (the runs behind it:
+docs/measurements/2026-11-29-sampler-overhead.md). So:
 
 * arms in many short blocks (default 24 per arm of 32 tokens each), one block
   of every arm per round, the order changing round by round as a Williams
@@ -23,19 +23,16 @@ runs of one arm (2026-11-29). So this one:
   each sampler arm's process starts once and is resumed for its blocks only;
   with ``--sampler-mode restart`` every block starts ``--settle`` seconds after
   the previous one ended, in every arm, and the sampler's start (~0.2 s on the
-  H200, GPU idle) falls inside that pause (the first GPU runs, 2026-11-29,
-  started the sampled blocks right after the child's start-up and the others
-  at once);
+  H200, GPU idle) falls inside that pause, never inside a sampled block;
 * the statistic is paired by round: each block's TPOT (the mean of its
   inter-token times; a block's first token, which includes prefill, is left
   out), the ratio arm/off_a within each round, and the geometric mean of those
   ratios over rounds, with a 95% CI from a bootstrap that resamples rounds
   (``paired_tpot_ratio``). The blocks of one round ran within a second or two
   of each other, so drift between rounds cancels in the ratio. Also reported:
-  the ratio of each arm's pooled median inter-token time (``pooled_median``,
-  the statistic of the runs before 22:15 on 2026-11-29), which decode that
-  switches between two speeds for seconds at a time throws off (see
-  ``paired_tpot_ratio``);
+  the ratio of each arm's pooled median inter-token time (``pooled_median``),
+  which decode that switches between two speeds for seconds at a time throws
+  off (see ``paired_tpot_ratio``);
 * ``--segment-tokens K``: the arms' blocks are instead adjacent K-token
   segments of one long generation (``SegmentClock`` pauses and resumes the
   sampler between them), so a round's blocks share the generation's state;
@@ -237,7 +234,7 @@ def block_order(rounds: int, arms: tuple[str, ...] = ARMS) -> list[str]:
 
     Why not plain rotation: with arms (off_a, on, off_b) rotated round by round, off_b always ran
     right after on and off_a right after off_b, so anything "on" leaves behind for the next block
-    landed on one control arm only (the H200 runs of 2026-11-29 20:36-20:59 used that order).
+    landed on one control arm only.
     """
     rows = williams_rows(len(arms))
     out: list[str] = []
@@ -284,8 +281,8 @@ def paired_tpot_ratio(
     two blocks having run next to each other; the estimate is exp(mean(log ratio)).
 
     Why not the ratio of pooled medians (``bootstrap_ratio``): when decode switches between two
-    speeds for seconds at a time (the H200's compiled decode at 22:15 on 2026-11-29: 3.2 ms per
-    token for 13 rounds, then 2.8 ms), an arm's pooled median lands in one mode or the other depending on how
+    speeds for seconds at a time (the H200's compiled decode: 3.2 ms per token for 13 rounds, then
+    2.8 ms), an arm's pooled median lands in one mode or the other depending on how
     many of its blocks fell in each, and two identical arms differed by 6% (A/A CI [0.995, 1.071]
     over 30 rounds) while every round's own blocks agreed within about 1%.
     """
@@ -312,7 +309,7 @@ def verdict(lo: float, hi: float, limit_pct: float) -> str:
 def final_verdict(on_ci: tuple[float, float], aa_ci: tuple[float, float], limit_pct: float) -> str:
     """The on/off verdict, held against the A/A noise floor.
 
-    An on/off CI wholly above the limit is not enough: on the H200 (2026-11-29) one eager run gave
+    An on/off CI wholly above the limit is not enough: on the H200 one eager run gave
     on/off CI [1.014, 1.384] ("exceeded") while its A/A CI reached 1.088 and a repeat of the same
     configuration gave [0.892, 1.305]. An effect counts only where on/off's lower bound is also
     above the A/A CI's upper bound (two identical arms never differed that much).

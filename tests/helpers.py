@@ -2,8 +2,9 @@
 
 Paths: REPO, FIXTURES (committed real recordings), DATA (tests/data: real traces other projects wrote,
 with their origin and license in tests/data/*/README.md), CORPUS (where the corpus tests read those
-traces: $TRACEKIT_CORPUS when it names a directory holding the full-size originals, else DATA, whose
-large traces are trimmed copies; a clone runs every corpus test).
+traces: $TRACEKIT_CORPUS when set, e.g. to a directory of the full-size originals, else DATA, whose
+large traces are trimmed copies: a clone runs every corpus test, and a TRACEKIT_CORPUS that names no
+directory makes them skip with "corpus absent").
 
 Synthetic run directories (export, report, query, diff):
 
@@ -24,8 +25,16 @@ from tracekit.store.rundir import RunDir
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DATA = Path(__file__).resolve().parent / "data"
+# $TRACEKIT_CORPUS, when set, is the corpus: where it names no directory the corpus tests skip with
+# "corpus absent" (conftest's corpus_dir), never silently reading tests/data instead.
 _corpus_env = os.environ.get("TRACEKIT_CORPUS")
-CORPUS = Path(_corpus_env) if _corpus_env and Path(_corpus_env).is_dir() else DATA
+CORPUS = Path(_corpus_env) if _corpus_env else DATA
+CORPUS_ABSENT = f"corpus absent: TRACEKIT_CORPUS={CORPUS} is not a directory"
+
+
+def corpus_traces(root: Path) -> list[Path]:
+    """Every trace file (.json, .json.gz) anywhere under the corpus ``root``."""
+    return sorted(p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file())
 
 T0 = 1_732_900_000_000_000_000  # epoch-scale ns, as Kineto writes them
 MS = 1_000_000
@@ -118,9 +127,10 @@ def make_run(
         import pyarrow as pa
 
         steps_table = steps_table.append_column("bound", pa.array(steps["bound"]))
-        from tracekit.store.rundir import write_table
+        from tracekit.store.rundir import write_parquet
 
-        write_table(run.table_path("steps"), steps_table)
+        # a steps file with a column tracekit's schema lacks (the store would refuse it): written raw
+        write_parquet(steps_table, run.table_path("steps"))
     else:
         run.write_table("steps", steps_table)
     run.write_table("requests", from_columns("requests", reqs))
@@ -177,3 +187,44 @@ def make_run(
     run.write_table("phases", from_columns("phases", ph))
     run.mark_complete()
     return run
+
+
+def undeclared_tables(root: Path) -> tuple[list[str], set[str]]:
+    """(problems, table names seen) for every Parquet file tracekit wrote under ``root``.
+
+    A file is a run table (``.../tables/<name>.parquet``), a dataset part
+    (``<table>/run_id=<id>/rank=<k>/part-<p>.parquet``: the partition columns live in the path) or a
+    sweep file (``<name>.parquet`` beside sweep.json). A problem is a file of none of these places, a
+    table tracekit.model.schema does not declare, or columns / types other than the declared ones.
+    """
+    import pyarrow.parquet as pq
+
+    from tracekit.model import schema as sch
+    from tracekit.store.dataset import PARTITION_COLUMNS
+
+    problems: list[str] = []
+    seen: set[str] = set()
+    for path in sorted(root.rglob("*.parquet")):
+        if path.name.startswith("."):
+            continue
+        drop: tuple[str, ...] = ()
+        if path.parent.name == "tables":
+            name, declared = path.stem, sch.SCHEMAS.get(path.stem)
+        elif path.name.startswith("part-") and path.parent.name.startswith("rank="):
+            name, declared, drop = path.parents[2].name, sch.SCHEMAS.get(path.parents[2].name), PARTITION_COLUMNS
+        elif (path.parent / "sweep.json").is_file():
+            name, declared = path.stem, sch.SWEEP_SCHEMAS.get(path.stem)
+        else:
+            problems.append(f"{path}: not a run table, a dataset part or a sweep file")
+            continue
+        seen.add(name)
+        if declared is None:
+            problems.append(f"{path}: table {name} is not declared in tracekit.model.schema")
+            continue
+        want = [(f.name, f.type) for f in declared if f.name not in drop]
+        got = [(f.name, f.type) for f in pq.read_schema(path)]
+        if [n for n, _ in got] != [n for n, _ in want]:
+            problems.append(f"{path}: columns {[n for n, _ in got]} != declared {[n for n, _ in want]}")
+        else:
+            problems += [f"{path}: {n} is {t}, declared {w}" for (n, t), (_, w) in zip(got, want, strict=True) if t != w]
+    return problems, seen

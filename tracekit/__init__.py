@@ -22,8 +22,8 @@ import sys
 from typing import Any
 
 # Arrow memory from the C library's malloc unless the user chose otherwise: pyarrow's default
-# pool keeps freed pages resident (docs/ingest.md). pyarrow reads this variable once, when it is
-# imported, so it only applies if tracekit comes first.
+# pool keeps freed pages resident (docs/measurements/2026-11-29-ingest.md). pyarrow reads this
+# variable once, when it is imported, so it only applies if tracekit comes first.
 if "pyarrow" not in sys.modules:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 

@@ -85,3 +85,10 @@ class StoreWriteError(TracekitError):
     """Writing failed: read-only file system, disk full, no permission. What was there is kept."""
 
     exit_code = EXIT_FAILURE
+
+
+class SchemaError(TracekitError):
+    """A table written that its schema (tracekit.model.schema) does not describe: undeclared, an unknown
+    column, or a column of the wrong type. A bug in the writer, never in the user's input."""
+
+    exit_code = EXIT_FAILURE

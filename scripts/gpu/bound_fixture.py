@@ -1,4 +1,4 @@
-"""Record the evidence for issue 5 on a GPU, and check it offline with tracekit's bound pass.
+"""Records the bound-class fixture (tests/fixtures/gpu/bound_h200*) on a GPU and checks it offline with the bound pass.
 
 On the GPU machine (torch + transformers; tracekit need not be installed):
 
@@ -22,7 +22,7 @@ Then, here (tracekit installed):
     python scripts/gpu/bound_fixture.py --analyze OUTDIR
 
 ingests the trace, runs the default passes (bound included) with the measured
-ceiling if present, and prints the issue's checks: prefill GEMMs compute-bound,
+ceiling if present, and prints its checks: prefill GEMMs compute-bound,
 decode GEMVs memory-bound, decode idle share, per-kernel bytes of a decode step vs
 weights + KV, the time identity, KV bytes per token vs the allocator.
 """
@@ -57,7 +57,7 @@ def calibrate(out: Path) -> None:
         assert spec and spec.loader
         mod = importlib.util.module_from_spec(spec)
         # dataclasses looks its module up in sys.modules: unregistered, @dataclass fails with
-        # "'NoneType' object has no attribute '__dict__'" (the H200 run of 2026-11-29)
+        # "'NoneType' object has no attribute '__dict__'"
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
         from tracekit.model import ceilings

@@ -16,7 +16,7 @@ Each load is timed with CUDA events, which give achieved TB/s or TFLOP/s
 independently of NVML. Writes OUT_DIR/gpm_validate.json (per-phase mean of
 every metric, the independent numbers, the sampler's status, the cost of each
 NVML call) and OUT_DIR/counters.parquet (every sample), and prints a table.
-Took about 40 s on the H200 (2026-11-29, thread sampler; most of it the loads and CUDA start-up). Needs torch with CUDA and nvidia-ml-py.
+About 40 s on an H200, most of it the loads and CUDA start-up. Needs torch with CUDA and nvidia-ml-py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Record plain model.generate traces on a GPU, with independent timers (issue 4).
+"""Records the plain model.generate fixtures (tests/fixtures/gpu/[abcd]_*) on a GPU, with independent timers.
 
     python3 scripts/gpu/plain_generate_fixtures.py OUTDIR [--only abcd]
 

@@ -4,6 +4,8 @@
 # files under $OUT (the device tool returns at most 8).
 # Usage: OUT=... bash scripts/gpu/run.sh STAGE
 #   validate  doctor, pytest -m gpu, graph capture merge, bound classes vs Nsight Compute, serving
+#   recheck   a short subset of validate (doctor, the NVML test, graph capture, one bound cell)
+#   finish    serving with the engine's CUDA graphs, compiled llama bound cells
 #   record    record's timers against CUDA events, the GPM sampler against known loads, sampler overhead
 #   sweep     the seed sweep (tracekit sweep --preset seed)
 #   tp        2-rank tensor parallel (needs 2 GPUs)
@@ -32,7 +34,7 @@ run() { # run NAME LIMIT_S CMD...: log to $W/logs/NAME.log, print its tail
   echo "== $name rc=$rc $(( $(date +%s) - s ))s"; grep -v '^USDT' "$W/logs/$name.log" | tail -n "${TAIL:-20}"
 }
 case "$STAGE" in
-validate)  # one call of at most ~560 s: what this session's changes need the H200 for
+validate)  # one call of at most ~560 s: doctor, the gpu-marked tests, graph capture, serving, bound classes vs ncu
   DEADLINE=${DEADLINE:-555}
   run doctor 25 python3 scripts/gpu/doctor.py "$W/doctor"
   run pytest_gpu 85 pytest -m gpu -q -p no:cacheprovider tests/gpu tests/model/test_ceilings.py tests/record/test_tp.py
@@ -41,7 +43,7 @@ validate)  # one call of at most ~560 s: what this session's changes need the H2
   LEFT=$(( DEADLINE - ($(date +%s) - T0) ))
   TAIL=45 run bound_vs_ncu $(( LEFT - 5 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --budget-s $(( LEFT - 20 ))
   ;;
-recheck)  # a short second call: the fixes to the first call's failures (doctor, NVML test, graph capture)
+recheck)  # a short call (~185 s): doctor, the NVML gpu test, graph capture, compiled llama-3.2-1b bound cells
   DEADLINE=${DEADLINE:-185}
   run doctor 20 python3 scripts/gpu/doctor.py "$W/doctor"
   run pytest_gpu 25 pytest -m gpu -q -p no:cacheprovider tests/gpu/test_gpu_real.py -k nvml
@@ -50,7 +52,7 @@ recheck)  # a short second call: the fixes to the first call's failures (doctor,
   [ "$LEFT" -gt 45 ] && TAIL=30 run bound_vs_ncu $(( LEFT - 5 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" \
     --modes compiled --shapes llama-3.2-1b --budget-s $(( LEFT - 15 ))
   ;;
-finish)  # the cells the first calls left: serving with the engine's CUDA graphs, compiled llama bound cells
+finish)  # serving with the engine's CUDA graphs; compiled llama-3.2-1b and llama-3.1-8b bound cells
   run serve_graphs 200 python3 scripts/gpu/serve.py "$W/serve" --stages serve_graphs
   TAIL=45 run bound_vs_ncu 330 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" \
     --modes compiled --shapes llama-3.2-1b,llama-3.1-8b --budget-s 310

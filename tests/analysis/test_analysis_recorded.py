@@ -109,7 +109,7 @@ def test_analyze_keeps_the_recorded_counters_on_the_trace_clock(tmp_path: Path) 
     after = pd.read_parquet(run_dir / "tables" / "counters.parquet")
     src = after["source"].astype(str)
     mine = after[src != "kineto"].sort_values(["ts_ns", "metric"]).reset_index(drop=True)
-    assert len(mine) == len(before) > 100  # 2,344 samples in the 2026-11-29 19:36 smoke run
+    assert len(mine) == len(before) > 100  # 2,344 samples in the committed smoke run
     # tracekit's own counter tracks in the merged trace are these same samples: not added twice
     from tracekit.trace.tracks import TRACEKIT_PID
 

@@ -1,9 +1,9 @@
 """The model-only bound class against Nsight Compute's, on a real H200 pair: a trace and its counters.
 
-Fixture (tests/fixtures/ncu/compiled_qwen2.5-0.5b_b1.*): benchmarks/bound_vs_ncu.py's smallest joined
-cell, written by its run on the H200 (Qwen2.5-0.5B layer sizes, 2 layers, bf16, batch 1, static cache +
-torch.compile, one prefill and one decode step): the trace under torch.profiler and, from a second run of
-the same calls under ncu, the one-pass counters of exactly those steps.
+Fixtures (tests/fixtures/ncu/compiled_<shape>_b1.*): benchmarks/bound_vs_ncu.py's smallest joined
+cells, written by its runs on the H200 (Qwen2.5-0.5B and Llama-3.2-1B layer sizes, 2 layers, bf16, batch
+1, static cache + torch.compile, one prefill and one decode step): the trace under torch.profiler and, from
+a second run of the same calls under ncu, the one-pass counters of exactly those steps.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from helpers import FIXTURES
 
 from tracekit.analysis import counters as C
@@ -18,20 +19,22 @@ from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 from tracekit.ingest import ncu, read_trace_tables
 from tracekit.model.ceilings import datasheet
 
-PAIR = FIXTURES / "ncu" / "compiled_qwen2.5-0.5b_b1"
+PAIRS = [FIXTURES / "ncu" / f"compiled_{shape}_b1" for shape in ("qwen2.5-0.5b", "llama-3.2-1b")]
+pairs = pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)
 
 
-def _analysed() -> tuple[Any, Any]:
-    tables: dict[str, Any] = {k: v.to_pandas() for k, v in read_trace_tables(f"{PAIR}.json.gz").items()}
+def _analysed(pair: Any) -> tuple[Any, Any]:
+    tables: dict[str, Any] = {k: v.to_pandas() for k, v in read_trace_tables(f"{pair}.json.gz").items()}
     tables["manifest"] = {"environment": {"gpu": "NVIDIA H200"}}
     tables["ceiling"] = datasheet("NVIDIA H200")
     res = run_passes(tables, DEFAULT_PASSES)
     kb = res["kernel_bound"]
-    return kb.assign(model_bound=kb["bound"]), ncu.read_csv(f"{PAIR}.counters.csv").to_pandas()
+    return kb.assign(model_bound=kb["bound"]), ncu.read_csv(f"{pair}.counters.csv").to_pandas()
 
 
-def test_every_kernel_of_the_measured_steps_joins_to_its_counters() -> None:
-    kb, counters = _analysed()
+@pairs
+def test_every_kernel_of_the_measured_steps_joins_to_its_counters(pair: Any) -> None:
+    kb, counters = _analysed(pair)
     order = C.launch_order(kb)
     for sid in sorted(counters["step_id"].dropna().unique()):
         trace_k = order[order["step_id"] == sid]
@@ -40,8 +43,9 @@ def test_every_kernel_of_the_measured_steps_joins_to_its_counters() -> None:
         assert joined["dram_pct"].notna().all()
 
 
-def test_model_class_agrees_with_nsight_compute_on_nine_tenths_of_kernel_time() -> None:
-    kb, counters = _analysed()
+@pairs
+def test_model_class_agrees_with_nsight_compute_on_nine_tenths_of_kernel_time(pair: Any) -> None:
+    kb, counters = _analysed(pair)
     order = C.launch_order(kb)
     for sid in sorted(counters["step_id"].dropna().unique()):
         joined, _ = C.join(order[order["step_id"] == sid], counters[counters["step_id"] == sid])

@@ -110,3 +110,12 @@ def test_op_costs_frame_models_each_shape_once_and_keeps_ids() -> None:
     assert (out[out["op_name"] == "aten::linear"]["flops"] == 2 * 64 * 128).all()
     assert dominant_dtype(ops) == H
     assert out.set_index("op_id").loc[9, "bytes"] == 2 * 2 * 12  # the list's dtype guessed from the run: fp16
+
+
+def test_gather_reads_one_element_per_index_not_the_whole_source() -> None:
+    # logits [1, 512, 32000] fp32, gather(dim=-1, index [1, 512, 1] int64): 512 values picked, not 65 MB read
+    g = cost("aten::gather", [[1, 512, 32000], [], [1, 512, 1]], [F, "Scalar", L])
+    assert g.bytes == 512 * 8 + 2 * 512 * 4
+    # index_select of rows still moves whole rows: 4 rows of 2048 fp16
+    s = cost("aten::index_select", [[32000, 2048], [], [4]], [H, "Scalar", L])
+    assert s.bytes == 4 * 8 + 2 * 4 * 2048 * 2

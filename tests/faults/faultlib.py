@@ -204,7 +204,7 @@ def good_run(root: Path, name: str = "GOOD", n_kernels: int = 4, *, analyze: boo
 
 
 # --------------------------------------------------------------------------- figures
-# Cases run per fault class in this session (docs/reliability.md quotes them; tests/faults/conftest.py
+# Cases run per fault class in this pytest run (docs/reliability.md quotes them; tests/faults/conftest.py
 # writes them to $TRACEKIT_FAULT_STATS at the end of the session when that is set).
 CASES: dict[str, int] = {}
 
@@ -249,3 +249,15 @@ def copy_run(src: Path, dest: Path) -> Path:
 
     shutil.copytree(src, dest)
     return dest
+
+
+def foreign_part(root: Path, table: str, run_id: str, rows: Any) -> Path:
+    """A dataset part of a table tracekit has no schema for (the store refuses to write one), as a
+    foreign writer would leave it: the file written directly, at the place the layout gives it."""
+    from tracekit.store.dataset import part_path
+    from tracekit.store.rundir import write_parquet
+
+    path = part_path(Path(root), table, run_id, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_parquet(rows, path)
+    return path

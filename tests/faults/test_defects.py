@@ -19,6 +19,7 @@ import pytest
 from faultlib import (
     cli,
     events,
+    foreign_part,
     good_run,
     manifest,
     nothing_executed,
@@ -57,8 +58,8 @@ def test_query_never_runs_sql_from_file_or_folder_names(tmp_path: Path) -> None:
     from tracekit.store.dataset import init_dataset, write_run_tables
 
     ds = init_dataset(tmp_path / "ds")
-    write_run_tables(ds, "r1", {"steps": pq.read_table(good / "tables" / "steps.parquet"),
-                                INJECTION: pq.read_table(good / "tables" / "steps.parquet")})
+    write_run_tables(ds, "r1", {"steps": pq.read_table(good / "tables" / "steps.parquet")})
+    foreign_part(ds, INJECTION, "r1", pq.read_table(good / "tables" / "steps.parquet").drop_columns(["rank"]))
     r = cli(["query", "select count(*) as n from steps", "--runs", ds, "--format", "json"], cwd=tmp_path)
     one_line(r)
     assert r.rc == 0 and "not a plain table name" in r.err

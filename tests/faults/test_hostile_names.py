@@ -19,6 +19,7 @@ from faultlib import (
     cli,
     events,
     examples,
+    foreign_part,
     nothing_executed,
     one_line,
     outside,
@@ -109,7 +110,8 @@ def test_hostile_names_in_a_dataset(run_id: str, table: str) -> None:
         root = Path(d)
         ds = init_dataset(root / "ds")
         t = pa.table({"ts_ns": [1, 2], "name": [run_id, table]})
-        write_run_tables(ds, run_id, {"gpu_activity": t, _filename(table): t})
+        write_run_tables(ds, run_id, {"gpu_activity": t})
+        foreign_part(ds, _filename(table), run_id, t)
         r = cli(["query", "select run_id, name from gpu_activity order by ts_ns", "--runs", ds, "--format", "json"],
                 cwd=root)
         one_line(r)

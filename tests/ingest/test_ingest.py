@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
+from helpers import corpus_traces
 
 from tracekit.cli import main
 from tracekit.errors import TraceFormatError
@@ -159,7 +160,7 @@ def test_cli_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def _corpus(corpus_dir: Path) -> list[Path]:
-    return sorted((corpus_dir / "hta").glob("*.json.gz"))
+    return corpus_traces(corpus_dir)  # every trace in the corpus, whatever folder it is in
 
 
 def test_every_corpus_trace_ingests(corpus_dir: Path, tmp_path: Path) -> None:

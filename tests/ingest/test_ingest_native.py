@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import CORPUS, FIXTURES
+from helpers import CORPUS, CORPUS_ABSENT, FIXTURES, corpus_traces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,8 +46,7 @@ def _same(a: FileResult, b: FileResult) -> None:
 
 def _real_traces() -> list[Path]:
     """The committed recordings, and every corpus trace; without the corpus, one entry that skips and says so."""
-    corpus = CORPUS / "hta"
-    found = sorted(corpus.glob("*.json*")) if corpus.is_dir() else [corpus / "(corpus absent)"]
+    found = corpus_traces(CORPUS) if CORPUS.is_dir() else [CORPUS / "(corpus absent)"]
     return found + sorted(FIXTURES.glob("gpu/*.json.gz")) + sorted(FIXTURES.glob("cpu/*.json.gz")) + [
         FIXTURES / "record_gpu_smoke" / "trace.json.gz", FIXTURES / "tp_h200" / "ranks" / "1" / "trace.json.gz"]
 
@@ -56,7 +55,7 @@ def _real_traces() -> list[Path]:
 def test_same_tables_as_the_duckdb_reader_on_real_traces(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a real trace (every corpus trace, the committed H200 and CPU recordings)
     if not path.exists():
-        pytest.skip(f"trace corpus not found at {CORPUS} (set TRACEKIT_CORPUS)")
+        pytest.skip(CORPUS_ABSENT)
     # WHEN both readers ingest it
     # THEN counts, metadata, schemas and every row of every table are the same
     _same(_read(path, "native", monkeypatch), _read(path, "duckdb", monkeypatch))

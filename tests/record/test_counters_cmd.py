@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, undeclared_tables
 
 from tracekit.analysis.counters import launch_order
 from tracekit.app.analyze import analyse_run
@@ -142,6 +142,10 @@ def test_counters_join_and_classify(run: Path, fake: Path, tmp_path: Path, monke
     assert m["steps"] == window and m["joined"] == len(measured) and (run / ncu_driver.CSV_NAME).is_file()
     ph = pd.read_parquet(run / "tables" / "phases.parquet")
     assert ph["kernels_measured"].fillna(0).sum() > 0
+    # kernel_bound with Nsight Compute's columns, and ncu_counters, are tables as declared
+    problems, seen = undeclared_tables(run)
+    assert not problems and {"kernel_bound", "ncu_counters"} <= seen, problems
+    assert kb["ncu_match"].notna().sum() >= len(measured) > 0
 
 
 @pytest.mark.parametrize(("mode", "message"), [

@@ -357,3 +357,23 @@ def test_a_window_past_the_end_keeps_the_steps_it_captured(tmp_path: Path) -> No
         if e.get("cat") == "user_annotation" and str(e.get("name")).startswith("tracekit.step ")
     }
     assert captured == {5, 6, 7}
+
+
+@pytest.mark.slow
+def test_every_table_recorded_and_analysed_is_declared(default_run: tuple[RunDir, float, int],
+                                                       tmp_path: Path) -> None:
+    import shutil
+
+    from helpers import undeclared_tables
+
+    # GIVEN the tiny preset recorded on the CPU (a copy: the other tests read the run as recorded)
+    run = RunDir.open(shutil.copytree(default_run[0].path, tmp_path / "run"))
+    recorded = set(run.tables())
+    # WHEN it is analysed
+    assert main(["analyze", str(run.path)]) == 0
+    # THEN every table the recorder and the analysis wrote is one tracekit.model.schema declares, as declared
+    problems, seen = undeclared_tables(tmp_path)
+    assert not problems, "\n".join(problems)
+    assert {"steps", "requests", "counters"} <= recorded and "gpu_activity" in seen
+    assert {"recorded_steps", "recorded_requests", "phases", "kernel_steps"} <= seen
+

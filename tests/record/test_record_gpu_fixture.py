@@ -1,6 +1,6 @@
 """A real GPU run brought back by scripts/gpu/record_timers.py (trimmed), read as a fixture.
 
-tests/fixtures/record_gpu_smoke/ is OUT/runs/smoke of the 2026-11-29 19:36 H200 run (torch 2.11,
+tests/fixtures/record_gpu_smoke/ is OUT/runs/smoke of that script on an H200 (torch 2.11,
 transformers 5.17, eager, tinyllama-1.1b fp16, 3 requests of 22 in / 8 out), recorded with the
 current trace tracks (tracekit.trace.tracks); the trace keeps the first 3 steps.
 """

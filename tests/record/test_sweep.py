@@ -174,3 +174,13 @@ def test_usage_errors():
     assert main(["sweep"]) == 2
     assert main(["sweep", "--quick", "--preset", "seed"]) == 2
     assert main(["sweep", "--preset", "nope"]) == 2
+
+
+def test_every_sweep_table_is_declared(quick_sweep) -> None:
+    from helpers import undeclared_tables
+
+    # the sweep's own files and every point's run tables (steps, requests, trace_steps, ...)
+    problems, seen = undeclared_tables(quick_sweep)
+    assert not problems, "\n".join(problems)
+    assert {"summary", "agent_steps", "seed_comparison", "trace_steps", "trace_requests", "phases"} <= seen
+

@@ -65,16 +65,35 @@ def test_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
         tp.launch(tp.TPOptions(out=tmp_path / "y", impl="magic"))
 
 
-@pytest.mark.gpu
-def test_two_gpu_tensor_parallel_run_has_nccl_kernels(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def gpu_tp_run(tmp_path_factory) -> RunDir:
+    # GIVEN the default model sharded over 2 GPUs (NCCL), recorded once for the GPU tests below
     import torch
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
-    run = tp.launch(
-        tp.TPOptions(out=tmp_path / "g", world_size=2, device="cuda", dtype="bf16", timeout_s=300)
-    )
+    out = tmp_path_factory.mktemp("tp_gpu") / "g"
+    return tp.launch(tp.TPOptions(out=out, world_size=2, device="cuda", dtype="bf16", timeout_s=300))
+
+
+@pytest.mark.gpu
+def test_two_gpu_tensor_parallel_run_has_nccl_kernels(gpu_tp_run: RunDir) -> None:
+    run = gpu_tp_run
     assert run.status == "complete"
+    assert [r["status"] for r in run.read_manifest()["tp"]["ranks"]] == ["complete", "complete"]
+    config = RunDir(tp.rank_dir(run.path, 0)).read_manifest()["model"]["config"]
+    for k in (0, 1):
+        # every rank wrote its own run: its steps, and a trace whose kernels include NCCL's collectives
+        rd = RunDir(tp.rank_dir(run.path, k))
+        m = rd.read_manifest()
+        assert m["status"] == "complete" and m["tp"]["rank"] == k and m["tp"]["backend"] == "nccl"
+        assert rd.read_table("steps").num_rows > 0
+        with gzip.open(rd.trace_path) as fh:
+            doc = json.load(fh)
+        events = doc["traceEvents"] if isinstance(doc, dict) else doc
+        nccl = [e for e in events if e.get("cat") == "kernel" and "nccl" in str(e.get("name", "")).lower()]
+        # at least one all-reduce after attention and one after the MLP of every layer
+        assert len(nccl) >= 2 * config["num_hidden_layers"], (k, len(nccl))
 
 
 def test_analyse_multirank_on_a_recorded_tp_run(tp_run: RunDir) -> None:
@@ -102,12 +121,8 @@ def test_analyse_multirank_on_a_recorded_tp_run(tp_run: RunDir) -> None:
 
 
 @pytest.mark.gpu
-def test_two_gpu_tensor_parallel_run_records_nccl_kernels_on_every_rank(tmp_path: Path) -> None:
-    import torch
-
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
-    run = tp.launch(tp.TPOptions(out=tmp_path / "g", world_size=2, device="cuda", dtype="bf16", timeout_s=300))
+def test_two_gpu_tensor_parallel_run_records_nccl_kernels_on_every_rank(gpu_tp_run: RunDir) -> None:
+    run = gpu_tp_run
     from tracekit.app.analyze import analyze
 
     analyze(run.path)
@@ -115,3 +130,11 @@ def test_two_gpu_tensor_parallel_run_records_nccl_kernels_on_every_rank(tmp_path
     nccl = gpu[gpu["name"].astype(str).str.contains("nccl", case=False)]
     assert sorted(nccl["rank"].unique()) == [0, 1]
     assert (nccl["dur_ns"] > 0).all()
+    # the per-rank and cross-rank tables: every step on both ranks, NCCL time in each rank's phases
+    aligned = run.read_df("rank_steps")
+    assert len(aligned) > 0 and (aligned["ranks"] == 2).all()
+    cp = run.read_df("comm_phases")
+    for k in (0, 1):
+        mine = cp[cp["rank"] == k]
+        assert len(mine) > 0 and (mine["nccl_kernels"] > 0).any() and (mine["comm_ns"] >= 0).all()
+        assert RunDir(tp.rank_dir(run.path, k)).read_table("phases").num_rows > 0

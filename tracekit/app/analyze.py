@@ -5,12 +5,12 @@ ingested into a new run directory first (default: beside the trace, ``<stem>.tra
 directory whose raw tables are missing has its trace.json.gz read. The passes
 (tracekit.analysis.pipeline) are pure; this module does the I/O: it reads the tables and run.json,
 writes steps, requests, phases, kernel_steps (the step of every GPU activity; gpu_activity is not
-rewritten), gpu_timeline and the roofline's kernel_bound and step_bound (schema-less: their columns
-follow analysis/bound.py), and records warnings in run.json.
+rewritten), gpu_timeline and the roofline's kernel_bound and step_bound, and records warnings in run.json.
+Every table's columns and types are declared in tracekit.model.schema; the store refuses any other.
 
 A run tracekit recorded keeps its recorder's steps and requests (host-timed, every step of the run):
-on the first analysis they are copied to tables/recorded_steps and recorded_requests (schema-less
-copies, never rewritten) before steps/requests are replaced by the analysis' tables, and every
+on the first analysis they are copied to tables/recorded_steps and recorded_requests (the steps and
+requests schemas, never rewritten) before steps/requests are replaced by the analysis' tables, and every
 analysis reads them from there. The ceiling is resolved here (measured calibration preferred,
 tracekit.store.calibration.resolve) so that the passes stay free of I/O. A multi-rank run directory
 is analysed rank by rank, then across ranks: every table is merged into the top-level run (``rank``
@@ -192,10 +192,10 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         df = result.get(name)
         if df is None:
             continue
-        if name in _schema.SCHEMAS:
+        if name not in ("kernel_bound", "step_bound"):
             table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
             out[name] = _schema.fill_rank(table, rank)
-        else:  # kernel_bound / step_bound: schema-less, columns as analysis/bound.py makes them
+        else:  # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas
             out[name] = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
     steps = result["steps"]
     info = {

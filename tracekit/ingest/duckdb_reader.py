@@ -465,7 +465,7 @@ class EngineConfig:
 
     threads: int = 0  # 0: the cores available
     # 2GB: a lower limit makes DuckDB spill the events table of a large trace (1GB on a 2 GB trace:
-    # -1 GB RSS but +24% CPU); TableBuilder.stage cuts the peak as much without spilling (docs/ingest.md).
+    # -1 GB RSS but +24% CPU); TableBuilder.stage cuts the peak as much without spilling (docs/measurements/2026-11-29-ingest.md).
     memory_limit: str = "2GB"
 
 
@@ -544,7 +544,7 @@ class TableBuilder:
         The events table (every event, args decoded) is the largest thing DuckDB holds; once the
         per-table results exist it is dropped, so it never coexists with the Arrow tables handed
         out by ``table``, each of which drops its DuckDB copy as it goes. Measured on a 2 GB
-        trace: peak RSS 3.57 -> 2.52 GB (docs/ingest.md). Call after the counts (they read ev).
+        trace: peak RSS 3.57 -> 2.52 GB (docs/measurements/2026-11-29-ingest.md). Call after the counts (they read ev).
         """
         self._staged = set(names)
         for name in self._staged:
@@ -599,7 +599,7 @@ def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig
     The array is extracted to a file first. Streaming it to DuckDB through a FIFO instead was
     measured and rejected: DuckDB buffers a non-seekable input in memory (+254 MB RSS for a
     307 MB array), which breaks the bounded-memory requirement, and on two busy cores it was
-    not faster (docs/ingest.md).
+    not faster (docs/measurements/2026-11-29-ingest.md).
     """
     ex = extract_pieces(path, tmp)
     if ex.pieces:

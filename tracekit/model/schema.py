@@ -13,6 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracekit.errors import SchemaError
+
 SCHEMA_VERSION = 2
 
 _dict = pa.dictionary(pa.int32(), pa.string())
@@ -315,7 +317,252 @@ SCHEMAS["ncu_counters"] = _schema(
     doc="Nsight Compute counters per profiled kernel (tracekit counters)",
 )
 
+
+
+def _copy(base: str, doc: str) -> pa.Schema:
+    """Another table's schema under its own doc: a table stored in two roles."""
+    return SCHEMAS[base].with_metadata({"doc": doc})
+
+
+_str = pa.string()
+
+# --- copies of steps / requests under other names ---------------------------
+SCHEMAS["recorded_steps"] = _copy(
+    "steps", "The recorder's own steps (host-timed, every step), kept when analysis replaces steps")
+SCHEMAS["recorded_requests"] = _copy(
+    "requests", "The recorder's own requests (host-timed), kept when analysis replaces requests")
+SCHEMAS["trace_steps"] = _copy(
+    "steps", "A sweep point's steps as its trace window shows them (steps keeps the host-timed ones)")
+SCHEMAS["trace_requests"] = _copy(
+    "requests", "A sweep point's requests as its trace window shows them (requests keeps the host-timed ones)")
+
+# --- the bound pass (analysis/bound.py): per kernel and per step -------------
+SCHEMAS["kernel_bound"] = _schema(
+    # the gpu_activity columns, names as plain text
+    ("rank", _i32),
+    ("ts_ns", _i64),
+    ("dur_ns", _i64),
+    ("kind", _str),
+    ("name", _str),
+    ("device", _i32),
+    ("stream", _i32),
+    ("correlation", _i64),
+    ("external_id", _i64),
+    ("op_id", _i64),
+    ("launch_name", _str),
+    ("grid", _str),  # as text, e.g. "[128 1 1]"
+    ("block", _str),
+    ("registers_per_thread", _i32),
+    ("shared_memory_bytes", _i64),
+    ("bytes", _f64),  # modelled bytes moved (memcpy / memset: the trace's, x2 for DtoD)
+    ("memcpy_kind", _str),
+    # the roofline model
+    ("kclass", _str),  # kernel-name class: gemm, attention, elementwise, ...
+    ("model", _str),  # shape | kernel_class | none: where FLOPs and bytes came from
+    ("op_name", _str),  # the modelled CPU op
+    ("flops", _f64),
+    ("dtype", _str),
+    ("ridge", _f64),  # FLOP per byte where the roofs meet, for this kernel's dtype
+    ("intensity", _f64),  # flops / bytes
+    ("flops_pct_of_peak", _f64),
+    ("bw_pct_of_peak", _f64),
+    ("roof", _str),  # compute | memory: the roof under the kernel's intensity
+    ("bound", _str),  # compute | memory | latency | comm | memcpy | other
+    ("source", _str),  # model | ncu: what decided ``bound``
+    ("step_id", _i64),  # null: outside every step
+    ("issued_ns", _i64),  # when the host issued it (its runtime call's start)
+    ("phase", _str),  # its step's kind
+    # Nsight Compute's counters where `tracekit counters` joined them (null elsewhere; ncu_counters)
+    ("ncu_dur_ns", _f64),
+    ("dram_bytes", _f64),
+    ("dram_pct", _f64),
+    ("sm_pct", _f64),
+    ("memory_pct", _f64),
+    ("tensor_pct", _f64),
+    ("ncu_flops", _f64),
+    ("waves", _f64),
+    ("ncu_match", _str),  # exact | base: how the kernel matched its counter row (same name, same function)
+    doc="One row per GPU activity: its roofline numbers and bound class (docs/roofline.md)",
+)
+SCHEMAS["step_bound"] = _schema(
+    # the step's columns (steps) ...
+    ("step_id", _i64),
+    ("request_id", _i64),
+    ("kind", _str),
+    ("batch", _i64),
+    ("q_len", _i64),
+    ("kv_len", _i64),
+    ("tokens", _i64),
+    ("source", _str),
+    ("cpu_start_ns", _i64),
+    ("cpu_end_ns", _i64),
+    ("gpu_start_ns", _i64),
+    ("gpu_end_ns", _i64),
+    ("captured", pa.bool_()),
+    ("seq_stats", _str),
+    ("graph_launches", _i64),
+    ("token_ns", _i64),
+    # ... its window [cpu start, max(cpu end, gpu end)) and the window's time split
+    ("start_ns", _i64),
+    ("end_ns", _i64),
+    ("compute_bound_ns", _i64),
+    ("memory_bound_ns", _i64),
+    ("latency_bound_ns", _i64),
+    ("other_ns", _i64),
+    ("comm_ns", _i64),
+    ("memcpy_ns", _i64),
+    ("idle_ns", _i64),
+    ("idle_profiler_ns", _i64),
+    ("idle_wait_ns", _i64),
+    ("idle_host_ns", _i64),
+    ("time_ns", _i64),
+    ("gpu_busy_ns", _i64),
+    ("flops", _f64),
+    ("bytes", _f64),
+    ("kernels_modelled", _i64),
+    ("kernels_class_only", _i64),
+    ("kernels_unmodelled", _i64),
+    ("kernels_measured", _i64),
+    doc="One row per captured step: its window's time split, FLOPs and bytes (analysis/bound.py)",
+)
+
+# --- across the ranks of a multi-rank run (analysis/ranks.py) ---------------
+SCHEMAS["rank_steps"] = _schema(
+    ("step_id", _i64),
+    ("request_id", _i64),
+    ("kind", _str),
+    ("ranks", _i64),  # ranks that ran the step
+    ("missing_ranks", _str),  # comma-separated ranks without it ("" when none)
+    ("start_min_ns", _i64),
+    ("start_skew_ns", _i64),  # latest start minus earliest
+    ("end_min_ns", _i64),
+    ("end_max_ns", _i64),
+    ("skew_ns", _i64),  # latest end minus earliest
+    ("straggler_rank", _i64),  # the rank that ended last
+    ("dur_min_ns", _i64),
+    ("dur_max_ns", _i64),
+    doc="One row per step across ranks: alignment, skew, straggler",
+)
+SCHEMAS["rank_skew"] = _schema(
+    ("phase", _str),
+    ("steps", _i64),
+    ("skew_p50_ns", _f64),
+    ("skew_p90_ns", _f64),
+    ("skew_max_ns", _i64),
+    ("straggler_counts", _str),  # JSON text: {rank: steps it ended last}
+    doc="Per phase: the distribution of step-end skew across ranks",
+)
+SCHEMAS["comm_steps"] = _schema(
+    ("rank", _i64),
+    ("step_id", _i64),
+    ("request_id", _i64),
+    ("kind", _str),
+    ("window_ns", _i64),
+    ("comm_ns", _i64),  # union of the step's NCCL kernels
+    ("exposed_comm_ns", _i64),  # NCCL time with no compute kernel beside it
+    ("compute_ns", _i64),
+    ("nccl_kernels", _i64),
+    doc="Per (rank, step): NCCL time, exposed and overlapped",
+)
+SCHEMAS["comm_phases"] = _schema(
+    ("rank", _i64),
+    ("phase", _str),
+    ("steps", _i64),
+    ("time_ns", _i64),
+    ("comm_ns", _i64),
+    ("exposed_comm_ns", _i64),
+    ("overlapped_comm_ns", _i64),
+    ("comm_share", _f64),
+    ("exposed_share", _f64),
+    ("nccl_kernels", _i64),
+    ("nccl_kernel_ns", _i64),
+    ("transfer_ns", _i64),  # = nccl_kernel_ns - wait_ns - unmatched_ns
+    ("wait_ns", _i64),  # waiting for the last rank to arrive
+    ("unmatched_ns", _i64),  # NCCL kernels with no counterpart on every rank
+    ("wait_share", _f64),
+    ("last_arrivals", _i64),  # collectives this rank arrived at last
+    doc="Per (rank, phase): NCCL time split into transfer, wait and unmatched",
+)
+SCHEMAS["comm_collectives"] = _schema(
+    ("rank", _i64),
+    ("collective", _str),
+    ("kernels", _i64),
+    ("total_ns", _i64),
+    ("mean_ns", _f64),
+    ("max_ns", _i64),
+    doc="Per (rank, collective type): NCCL kernel count and time",
+)
+SCHEMAS["comm_instances"] = _schema(
+    ("rank", _i64),
+    ("step_id", _i64),
+    ("kind", _str),
+    ("seq", _i64),  # position of the collective in the step, matched across ranks
+    ("collective", _str),
+    ("name", _str),
+    ("ts_ns", _i64),
+    ("dur_ns", _i64),
+    ("matched", pa.bool_()),  # every rank has this instance
+    ("min_dur_ns", _i64),  # the shortest of the ranks' durations: the transfer
+    ("transfer_ns", _i64),
+    ("wait_ns", _i64),
+    ("unmatched_ns", _i64),
+    ("last_arrival", pa.bool_()),  # this rank started the instance last
+    ("end_spread_ns", _i64),
+    doc="One row per NCCL kernel instance per rank: matched across ranks, transfer and wait",
+)
+
 TABLES = tuple(SCHEMAS)
+
+# The files of a sweep directory (tracekit.store.sweepdir): <name>.parquet beside sweep.json.
+SWEEP_SCHEMAS: dict[str, pa.Schema] = {
+    "summary": _schema(
+        *[(c, _str) for c in ("point_id", "group", "shape", "mode", "agent_mode")],
+        *[(c, _i64) for c in ("batch", "input_tokens", "output_tokens", "calls")],
+        *[(c, _f64) for c in ("sent_input_tokens", "prefilled_tokens", "generated_tokens")],
+        ("repeats", _i64),
+        *[(c, _f64) for c in (
+            "ttft_ms", "tpot_ms", "e2e_ms", "ttft_ms_min", "ttft_ms_max", "tpot_ms_min", "tpot_ms_max",
+            "e2e_ms_min", "e2e_ms_max", "prefill_ms", "prefill_share", "prefill_tok_s", "decode_tok_s",
+            "ms_per_input_token", "ms_per_output_token", "read_write_asymmetry",
+            "prefill_compute_share", "prefill_memory_share", "prefill_idle_share",
+            "decode_compute_share", "decode_memory_share", "decode_idle_share",
+            "prefill_latency_share", "decode_latency_share",
+            "prefill_idle_host_share", "prefill_idle_wait_share", "prefill_idle_profiler_share",
+            "decode_idle_host_share", "decode_idle_wait_share", "decode_idle_profiler_share",
+            "kv_formula_bytes_per_token", "kv_cache_bytes_per_token", "kv_allocated_bytes_per_token",
+            "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "kv_cache_tokens",
+            "prefill_transient_bytes_per_prompt_token", "compile_s", "cost_usd", "cost_vs_chat",
+            "rate_rps", "requests", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+            "tpot_p99_ms", "itl_p99_ms", "queue_p99_ms", "step_ms_per_request", "gpu_ms_per_request",
+            "j_per_request", "usd_per_request")],
+        *[(c, _str) for c in ("status", "reason", "run_dir")],
+        doc="One row per sweep point (analysis/sweep.py SUMMARY_COLUMNS; docs/sweep.md)",
+    ),
+    "agent_steps": _schema(
+        ("point_id", _str),
+        ("mode", _str),
+        ("agent_mode", _str),
+        ("step", _i64),
+        ("prompt_tokens", _i64),
+        ("prefilled_tokens", _i64),
+        ("output_tokens", _i64),
+        ("prefill_ms", _f64),
+        ("e2e_ms", _f64),
+        ("cumulative_ms", _f64),
+        doc="One row per agent-loop step per point",
+    ),
+    "seed_comparison": _schema(
+        ("claim", _str),
+        ("key", _str),
+        ("unit", _str),
+        ("seed_t4", _f64),
+        ("measured", _f64),
+        ("measured_vs_seed", _f64),
+        ("holds", pa.bool_()),
+        ("verdict", _str),
+        doc="The seed study's claims beside this sweep's measurements",
+    ),
+}
 
 
 def schema(name: str) -> pa.Schema:
@@ -323,6 +570,72 @@ def schema(name: str) -> pa.Schema:
         return SCHEMAS[name]
     except KeyError:
         raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}") from None
+
+
+def declared(name: str) -> pa.Schema:
+    """The schema of a stored table: a run or dataset table (SCHEMAS) or a sweep file (SWEEP_SCHEMAS).
+    SchemaError if ``name`` is neither."""
+    sch = SCHEMAS.get(name) or SWEEP_SCHEMAS.get(name)
+    if sch is None:
+        raise SchemaError(f"table {name!r} has no schema in tracekit.model.schema; declare it there before "
+                          "writing it")
+    return sch
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list"
+    return str(t)
+
+
+def check(name: str, table: pa.Table) -> pa.Table:
+    """``table`` as the stored table ``name``: exactly its declared columns, in order, of their declared
+    types (a declared column it lacks is all null). SchemaError, naming the table and the column, for
+    an undeclared table, a column the schema does not have, a column holding another kind of data
+    (text where numbers are declared, ...) or a value the declared type cannot hold exactly.
+
+    Within a kind the column is cast (int64 -> int32, text -> dictionary, float -> int when whole;
+    NaN counts as null in an integer column); a column without a value may have any type.
+    """
+    import pyarrow.compute as pc
+
+    sch = declared(name)
+    unknown = [c for c in table.column_names if sch.get_field_index(c) < 0]
+    if unknown:
+        raise SchemaError(f"table {name}: columns {unknown} are not in its schema (tracekit.model.schema)")
+    if len(set(table.column_names)) != table.num_columns:
+        raise SchemaError(f"table {name}: a column appears twice ({table.column_names})")
+    arrays = []
+    for f in sch:
+        i = table.schema.get_field_index(f.name)
+        if i < 0:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+            continue
+        col = table.column(i)
+        if col.type == f.type:
+            arrays.append(col)
+            continue
+        if col.null_count == len(col):
+            arrays.append(pa.nulls(table.num_rows, f.type))
+            continue
+        if _kind(col.type) != _kind(f.type):
+            raise SchemaError(f"table {name}: column {f.name} holds {col.type}, its schema says {f.type}")
+        if pa.types.is_floating(col.type) and pa.types.is_integer(f.type):
+            col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
+        try:
+            arrays.append(_conform_column(col, f, table.num_rows))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            why = str(exc).strip().split("\n", 1)[0]
+            raise SchemaError(f"table {name}: column {f.name} ({col.type}) does not fit {f.type}: {why}") from None
+    return pa.Table.from_arrays(arrays, schema=sch)
 
 
 def empty(name: str) -> pa.Table:

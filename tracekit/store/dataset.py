@@ -36,7 +36,7 @@ import pyarrow.dataset as ds
 from tracekit.errors import RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.store.fsops import exchange, make_dir_beside, mkdirs
-from tracekit.store.rundir import atomic_path, write_json, write_parquet
+from tracekit.store.rundir import write_json, write_table
 
 MARKER = "_tracekit_dataset.json"
 _TARGET = "_tracekit_replaces.json"  # in a staging dataset: the root it replaces when written
@@ -135,28 +135,26 @@ def write_run_tables(
     root = Path(root)
     default_rank = 0 if rank is None else int(rank)
     written: list[PartWritten] = []
-    for name, table in tables.items():
-        if name in _schema.SCHEMAS:
-            table = _schema.conform(name, table)
+    # Every table checked against its schema before the first part is written (write_table checks again):
+    # a run's tables all fit, or none of them is written.
+    checked = {name: _schema.check(name, table) for name, table in tables.items()}
+    for name, table in checked.items():
         if "rank" in table.column_names:
             col = table.column("rank")
             filled = pc.fill_null(col, pa.scalar(default_rank, col.type)) if col.null_count else col
             ranks = sorted({int(r) for r in pc.unique(filled).to_pylist()}) or [default_rank]
-            body = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
             for r in ranks:
-                sub = body if len(ranks) == 1 else body.filter(pc.equal(filled, r))
+                sub = table if len(ranks) == 1 else table.filter(pc.equal(filled, r))
                 written.append(_write_part(root, name, run_id, r, part, sub))
         else:
-            body = table.drop_columns([c for c in PARTITION_COLUMNS if c in table.column_names])
-            written.append(_write_part(root, name, run_id, default_rank, part, body))
+            written.append(_write_part(root, name, run_id, default_rank, part, table))
     return written
 
 
-def _write_part(root: Path, table: str, run_id: str, rank: int, part: str, body: pa.Table) -> PartWritten:
+def _write_part(root: Path, table: str, run_id: str, rank: int, part: str, rows: pa.Table) -> PartWritten:
     path = part_path(root, table, run_id, rank, part)
-    with atomic_path(path) as tmp:
-        write_parquet(body, tmp)
-    return PartWritten(table, safe_run_id(run_id), rank, body.num_rows, str(path))
+    write_table(path, rows, name=table, drop=PARTITION_COLUMNS)
+    return PartWritten(table, safe_run_id(run_id), rank, rows.num_rows, str(path))
 
 
 def record_parts(root: str | os.PathLike[str], parts: Iterable[PartWritten], **extra: Any) -> None:

@@ -16,6 +16,11 @@ from tracekit.store.rundir import MANIFEST, RunDir
 
 RANKS_DIR = "ranks"
 
+# The tables a rank's own run holds (ingest, record, the single-run analysis) that ``merge_tables``
+# puts at the top; the cross-rank tables (rank_steps, comm_*) are written there by the analysis.
+MERGED = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memory", "other_events", "steps",
+          "requests", "step_requests", "kernel_steps", "gpu_timeline", "phases", "ncu_counters")
+
 
 def rank_dirs(path: str | os.PathLike[str]) -> list[Path]:
     """``ranks/<k>/`` run directories under ``path``, ordered by k (empty if it is not multi-rank)."""
@@ -38,7 +43,7 @@ def merge_tables(run: RunDir, dirs: list[Path] | None = None) -> dict[str, int]:
     """
     dirs = rank_dirs(run.path) if dirs is None else dirs
     rows: dict[str, int] = {}
-    for name in _schema.TABLES:
+    for name in MERGED:
         parts = []
         for d in dirs:
             rd = RunDir(d)

@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,13 +82,23 @@ def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
 
     On int64 timestamps, durations and ids, dictionary encoding only costs: the ingested tables of the
     54 MB corpus trace wrote in 0.046 s / 1.35 MB instead of 0.069 s / 2.31 MB, the 84 MB H200
-    trace's in 0.057 s / 1.64 MB instead of 0.085 s / 3.11 MB (docs/ingest.md).
+    trace's in 0.057 s / 1.64 MB instead of 0.085 s / 3.11 MB (docs/measurements/2026-11-29-ingest.md).
     """
     dictionary = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     pq.write_table(table, path, compression="zstd", use_dictionary=dictionary or False)
 
 
-def write_table(path: Path, table: pa.Table) -> None:
+def write_table(path: Path, table: pa.Table, *, name: str | None = None, drop: Sequence[str] = ()) -> None:
+    """Store ``table`` as the table ``name`` (default: the file's stem) at ``path``, atomically.
+
+    The one place a stored table is written (run directories, dataset parts, sweep files): the table
+    is first made exactly its declared schema (tracekit.model.schema.check: SchemaError for an
+    undeclared table, an unknown column or a column of the wrong type), then ``drop`` columns are left
+    out (a dataset's partition columns, which live in its directory names).
+    """
+    table = _schema.check(path.name.removesuffix(".parquet") if name is None else name, table)
+    if drop:
+        table = table.drop_columns([c for c in drop if c in table.column_names])
     with atomic_path(path) as tmp:
         write_parquet(table, tmp)
 
@@ -375,9 +385,9 @@ class RunDir:
 
     # --- tables ----------------------------------------------------------
     def write_table(self, name: str, table: pa.Table) -> Path:
-        table = _schema.conform(name, table) if name in _schema.SCHEMAS else table
+        """Write the table ``name`` (declared in tracekit.model.schema, else SchemaError; see ``write_table``)."""
         path = self.table_path(name)
-        write_table(path, table)
+        write_table(path, table, name=name)
         return path
 
     def has_table(self, name: str) -> bool:

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import orjson
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "hta"
+# The corpus: $TRACEKIT_CORPUS (as the tests read it), else shared/corpus/hta beside the checkout.
+CORPUS = Path(os.environ.get("TRACEKIT_CORPUS") or Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "hta")
 SRC = "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 
 # Each child prints "<load seconds> <peak RSS KiB> <RSS KiB after imports>" as its last line.

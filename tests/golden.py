@@ -2,7 +2,7 @@
 the Perfetto file (decoded), the Chrome JSON (inflated), and the report (analyze's lines, the
 terminal report, the HTML).
 
-    python tests/golden.py --write      # (re)compute tests/data/golden_outputs.json
+    python tests/golden.py --write      # (re)compute tests/golden_outputs.json
     python tests/golden.py [CASE ...]   # print the digests that differ from the committed ones
 
 The committed digests were computed from the code before the pipeline was made fast;
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-GOLDEN = HERE / "data" / "golden_outputs.json"
+GOLDEN = HERE / "golden_outputs.json"  # not under data/: every JSON there is read as a corpus trace
 FIXTURES = HERE / "fixtures"
 HTA = HERE / "data" / "hta"
 

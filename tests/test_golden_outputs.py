@@ -1,6 +1,6 @@
 """Speed work changes nothing users see: every table, the Perfetto file (decoded), the Chrome JSON and the
 report of the corpus traces and the committed GPU recordings are those of the committed digests
-(tests/golden.py computes them; tests/data/golden_outputs.json holds the ones computed before the
+(tests/golden.py computes them; tests/golden_outputs.json holds the ones computed before the
 pipeline was made fast)."""
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
+from tracekit.analysis.columns import map_values, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet
@@ -101,6 +102,60 @@ def _empty_kernels(gpu_activity: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _modelled_ops(kernel_ops: np.ndarray, par: pd.DataFrame | None, modelled: np.ndarray, depth: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``_modelled_op_for`` over arrays: (kernel op ids that have a modelled op, sorted; that op's id).
+
+    ``par``: cpu_ops' (op_id, parent_id) rows without nulls; ``modelled``: the op ids with a model.
+    Parents are followed level by level for every op at once. Where some chain of ancestors is
+    longer than ``depth`` the dict version decides (its walk order then matters)."""
+    kernel_ops = np.asarray(kernel_ops, dtype=np.int64)
+    op = par["op_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
+    parent = par["parent_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
+    ids = unique(np.concatenate([kernel_ops, op, parent, np.asarray(modelled, dtype=np.int64)]))
+    up = np.full(len(ids), -1, dtype=np.int64)
+    if len(op):
+        # dict(zip(op, parent)): the last row of an op id wins
+        last = len(op) - 1 - np.unique(op[::-1], return_index=True)[1]
+        up[np.searchsorted(ids, op[last])] = np.searchsorted(ids, parent[last])
+    is_modelled = np.zeros(len(ids), dtype=bool)
+    is_modelled[np.searchsorted(ids, np.asarray(modelled, dtype=np.int64))] = True
+    k = np.searchsorted(ids, kernel_ops)
+    direct = k[is_modelled[k]]
+    covered = np.zeros(len(ids), dtype=bool)
+    front = up[direct]
+    front = front[front >= 0]
+    for _ in range(depth):
+        if not len(front):
+            break
+        covered[front] = True
+        front = up[front]
+        front = front[front >= 0]
+    else:
+        if len(front):  # a chain longer than depth: the walk order decides what is covered
+            parents = dict(zip(op.tolist(), parent.tolist(), strict=True))
+            m = _modelled_op_for(kernel_ops, parents, set(np.asarray(modelled).tolist()), depth)
+            keys = np.array(sorted(m), dtype=np.int64)
+            return keys, np.array([m[x] for x in keys.tolist()], dtype=np.int64)
+    rest = k[~is_modelled[k]]
+    found = np.full(len(rest), -1, dtype=np.int64)
+    cur = up[rest]
+    open_ = cur >= 0
+    for _ in range(depth):
+        if not open_.any():
+            break
+        hit = open_ & is_modelled[np.where(open_, cur, 0)]
+        found[hit] = cur[hit]
+        open_ &= ~hit
+        cur = np.where(open_, up[np.where(open_, cur, 0)], -1)
+        open_ &= cur >= 0
+    keep = (found >= 0) & ~covered[np.where(found >= 0, found, 0)]
+    src = np.concatenate([direct, rest[keep]])
+    dst = np.concatenate([direct, found[keep]])
+    order = np.argsort(src, kind="stable")
+    return ids[src[order]], ids[dst[order]]
+
+
 def _modelled_op_for(
     kernel_ops: np.ndarray, parents: Mapping[int, int], modelled: set[int], depth: int
 ) -> dict[int, int]:
@@ -162,16 +217,14 @@ def kernel_costs(
     )
     if costs is not None and len(costs) and op_ids.notna().any():
         costs = costs.drop_duplicates("op_id").set_index("op_id")
-        parents: dict[int, int] = {}
-        if "parent_id" in cpu_ops:
-            par = cpu_ops[["op_id", "parent_id"]].dropna()
-            parents = dict(zip(par["op_id"].astype("int64"), par["parent_id"].astype("int64"), strict=True))
+        par = cpu_ops[["op_id", "parent_id"]].dropna() if "parent_id" in cpu_ops else None
         linked = is_kernel & op_ids.notna().to_numpy()
         kops = op_ids[linked].astype("int64").to_numpy()
-        mapping = _modelled_op_for(np.unique(kops), parents, set(costs.index.astype("int64")), opts.max_parent_depth)
-        if mapping:
+        src, dst = _modelled_ops(unique(kops), par, costs.index.astype("int64").to_numpy(), opts.max_parent_depth)
+        if len(src):
             mop = pd.Series(np.nan, index=k.index)
-            mop[linked] = np.array([mapping.get(int(o), np.nan) for o in kops], dtype=float)
+            at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
+            mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).clip(lower=0)
@@ -194,9 +247,9 @@ def kernel_costs(
     ridge_vec = ceiling.ridge_point("fp32") or np.nan
     ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
     # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
-    tensor_ridge = k["dtype"].map(
-        lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
-    )
+    tensor_ridge = pd.Series(map_values(
+        k["dtype"], lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
+    ), index=k.index)
     k["ridge"] = np.where(tensor.to_numpy(), tensor_ridge.astype(float), ridge_vec)
     with np.errstate(divide="ignore", invalid="ignore"):
         k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
@@ -269,9 +322,9 @@ def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> tuple[n
     """
     dur_s = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float) * 1e-9
     fp32 = peaks.flops("fp32") or np.nan
-    tensor_peak = k["dtype"].map(
-        lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
-    ).to_numpy(dtype=float)
+    tensor_peak = map_values(
+        k["dtype"], lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
+    ).astype(float)
     peak_f = np.where(tensor, tensor_peak, fp32)
     modelled = (k["model"] == MODEL_SHAPE).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -371,41 +424,114 @@ def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray
     idle_ns is split into idle_wait_ns (tracekit.analysis.idle.wait_ns; needs the kernels' ``issued_ns``)
     and idle_host_ns; idle_profiler_ns is None here (``with_profiler`` takes its part from the host's).
     """
-    time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
-    devices = kern["device"].fillna(-1).to_numpy() if "device" in kern and len(kern) else np.zeros(len(kern))
-    n_dev = max(len(np.unique(devices)), 1)
-    total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
-    syncs = EMPTY if syncs is None else syncs
-    wait = 0
-    for dev in np.unique(devices) if len(kern) else []:
-        part = kern[devices == dev]
-        ts = part["ts_ns"].to_numpy(dtype=np.int64)
-        te = ts + part["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
-        cls = part["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
-        total += _sweep(ts, te, cls, windows)
-        issued = (_idle.as_issued(part["issued_ns"].to_numpy()) if "issued_ns" in part
-                  else np.full(len(part), _idle.UNKNOWN, dtype=np.int64))
-        wait += _idle.wait_ns(windows, ts, te, issued, syncs)
-    if not len(kern):
-        none = np.zeros(0, dtype=np.int64)
-        wait = _idle.wait_ns(windows, none, none, none, syncs)
-    busy = int(total[: len(PRIORITY)].sum())
-    row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
-    # idle is what the sweep left: the windows (× devices) minus the union of activity in them
-    row["idle_ns"] = time_ns * n_dev - busy
-    row["idle_profiler_ns"] = None
-    row["idle_wait_ns"] = int(min(wait, row["idle_ns"]))
-    row["idle_host_ns"] = row["idle_ns"] - row["idle_wait_ns"]
-    row["time_ns"] = time_ns
-    row["gpu_busy_ns"] = busy
-    row["flops"] = float(kern["flops"].sum()) if len(kern) else 0.0
-    row["bytes"] = float(kern["bytes"].sum()) if len(kern) else 0.0
-    model = kern["model"] if len(kern) else pd.Series(dtype=object)
-    row["kernels_modelled"] = int((model == MODEL_SHAPE).sum())
-    row["kernels_class_only"] = int((model == MODEL_CLASS).sum())
-    row["kernels_unmodelled"] = int(((model == MODEL_NONE) & (kern["bound"] == OTHER)).sum()) if len(kern) else 0
-    row["kernels_measured"] = int((kern["source"] == SOURCE_NCU).sum()) if len(kern) and "source" in kern else 0
-    return row
+    arrays = KernelArrays.of(kern)
+    return arrays.attribute(windows, np.arange(len(kern)), syncs)
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """The columns attribute_windows reads, as NumPy arrays over a kernels frame's rows, so that many
+    groups (every step, every phase) are attributed by slicing arrays instead of frames."""
+
+    n: int
+    devices: np.ndarray  # device, -1 where null
+    ts: np.ndarray
+    te: np.ndarray
+    cls: np.ndarray  # index into PRIORITY (OTHER for an unknown class)
+    issued: Any  # the issued_ns column (None: absent)
+    flops: np.ndarray
+    bytes: np.ndarray
+    model: np.ndarray
+    unmodelled: np.ndarray  # model none and bound other
+    measured: np.ndarray  # source ncu
+
+    @staticmethod
+    def of(kern: pd.DataFrame) -> KernelArrays:
+        n = len(kern)
+        if not n:
+            z = np.zeros(0)
+            return KernelArrays(0, z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), None, z, z,
+                                np.zeros(0, dtype=object), z.astype(bool), z.astype(bool))
+        devices = kern["device"].fillna(-1).to_numpy() if "device" in kern else np.zeros(n)
+        ts = kern["ts_ns"].to_numpy(dtype=np.int64)
+        te = ts + kern["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
+        cls = kern["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
+        model = kern["model"].to_numpy()
+        return KernelArrays(
+            n, devices, ts, te, cls, kern.get("issued_ns"),
+            kern["flops"].to_numpy(dtype=float), kern["bytes"].to_numpy(dtype=float), model,
+            ((kern["model"] == MODEL_NONE) & (kern["bound"] == OTHER)).to_numpy(dtype=bool),
+            (kern["source"] == SOURCE_NCU).to_numpy(dtype=bool) if "source" in kern else np.zeros(n, dtype=bool),
+        )
+
+    def issued_of(self, idx: np.ndarray) -> np.ndarray:
+        """``tracekit.analysis.idle.as_issued`` of the rows ``idx`` of issued_ns, as a frame of just those
+        rows would give it (a nullable integer column with a null among the rows goes through float64)."""
+        col = self.issued
+        if col is None:
+            return np.full(len(idx), _idle.UNKNOWN, dtype=np.int64)
+        lossy, na, exact = self._issued_views()
+        if exact is None:
+            return _idle.as_issued(col.to_numpy()[idx])
+        return lossy[idx] if na[idx].any() else exact[idx]
+
+    def _issued_views(self) -> tuple[Any, Any, Any]:
+        cached = self.__dict__.get("_issued_cache")
+        if cached is None:
+            col = self.issued
+            if isinstance(col.dtype, pd.Int64Dtype) or col.dtype == np.int64:
+                na = col.isna().to_numpy()
+                exact = col.fillna(_idle.UNKNOWN).to_numpy(dtype=np.int64)
+                lossy = _idle.as_issued(col.to_numpy()) if na.any() else exact
+                cached = (lossy, na, exact)
+            else:
+                cached = (None, None, None)
+            object.__setattr__(self, "_issued_cache", cached)
+        return cached
+
+    def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None) -> dict[str, Any]:
+        """attribute_windows' row for the kernels at rows ``idx`` (in frame order)."""
+        time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
+        devices = self.devices[idx] if len(idx) else np.zeros(0)
+        devs = unique(devices) if len(idx) else devices
+        n_dev = max(len(devs), 1)
+        total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
+        syncs = EMPTY if syncs is None else syncs
+        wait = 0
+        for dev in devs if len(idx) else []:
+            part = idx[devices == dev]
+            ts, te = self.ts[part], self.te[part]
+            total += _sweep(ts, te, self.cls[part], windows)
+            wait += _idle.wait_ns(windows, ts, te, self.issued_of(part), syncs)
+        if not len(idx):
+            none = np.zeros(0, dtype=np.int64)
+            wait = _idle.wait_ns(windows, none, none, none, syncs)
+        busy = int(total[: len(PRIORITY)].sum())
+        row: dict[str, Any] = {c: int(total[i]) for i, c in enumerate(TIME_COLUMNS[p] for p in PRIORITY)}
+        # idle is what the sweep left: the windows (× devices) minus the union of activity in them
+        row["idle_ns"] = time_ns * n_dev - busy
+        row["idle_profiler_ns"] = None
+        row["idle_wait_ns"] = int(min(wait, row["idle_ns"]))
+        row["idle_host_ns"] = row["idle_ns"] - row["idle_wait_ns"]
+        row["time_ns"] = time_ns
+        row["gpu_busy_ns"] = busy
+        row["flops"] = _nansum(self.flops[idx]) if len(idx) else 0.0
+        row["bytes"] = _nansum(self.bytes[idx]) if len(idx) else 0.0
+        model = self.model[idx]
+        row["kernels_modelled"] = int((model == MODEL_SHAPE).sum())
+        row["kernels_class_only"] = int((model == MODEL_CLASS).sum())
+        row["kernels_unmodelled"] = int(self.unmodelled[idx].sum()) if len(idx) else 0
+        row["kernels_measured"] = int(self.measured[idx].sum()) if len(idx) else 0
+        return row
+
+
+def _nansum(values: np.ndarray) -> float:
+    """``float(pd.Series(values).sum())``: NaN skipped, the same summation."""
+    mask = np.isnan(values)
+    if mask.any():
+        values = values.copy()
+        values[mask] = 0.0
+    return float(values.sum())
 
 
 def with_profiler(row: dict[str, Any], profiler_ns: int | None) -> dict[str, Any]:
@@ -429,12 +555,13 @@ def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarra
     """
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    by_step: dict[Any, pd.DataFrame] = dict(iter(k.dropna(subset=["step_id"]).groupby("step_id"))) if len(k) else {}
+    arrays = KernelArrays.of(k)
+    by_step, _ = _rows_by_step(k)
+    none = np.zeros(0, dtype=np.int64)
     rows = []
     for r in w.itertuples(index=False):
-        kern = by_step.get(r.step_id, k.iloc[0:0])
         win = np.array([[r.start_ns, r.end_ns]], dtype=np.int64)
-        row = attribute_windows(win, kern, syncs)
+        row = arrays.attribute(win, by_step.get(r.step_id, none), syncs)
         kind = str(getattr(r, "kind", ""))
         rows.append(with_profiler(row, _idle.profiler_share_ns(kind, row["time_ns"], row["idle_host_ns"], overheads)))
     attr = pd.DataFrame(rows, index=w.index)
@@ -472,7 +599,9 @@ def attribute_phases(
                          index=step_attr["step_id"].to_numpy())
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    sid = pd.to_numeric(k["step_id"], errors="coerce") if len(k) else pd.Series(dtype=float)
+    arrays = KernelArrays.of(k)
+    by_step, outside = _rows_by_step(k)
+    dominant = k[[c for c in ("model", "kclass", "dtype", "flops") if c in k]]
     groups: list[tuple[Any, str, pd.DataFrame]] = []
     for phase, g in w.groupby(w["kind"].astype(str), sort=False):
         groups.append((pd.NA, str(phase), g))
@@ -481,15 +610,15 @@ def attribute_phases(
                 groups.append((int(rid), str(phase), gr))  # type: ignore[arg-type]
     rows = []
     for rid, phase, g in groups:
-        kern = k[sid.isin(g["step_id"]).to_numpy()] if len(k) else k
+        idx = _rows_of_steps(g["step_id"], by_step, outside)
         win = window_union(g)
-        row = {"request_id": rid, "phase": phase, "steps": len(g), **attribute_windows(win, kern, syncs)}
+        row = {"request_id": rid, "phase": phase, "steps": len(g), **arrays.attribute(win, idx, syncs)}
         if prof is not None:
             vals = prof.reindex(g["step_id"].to_numpy())
             row = with_profiler(row, None if vals.isna().any() or not len(vals) else int(vals.sum()))
         if "tokens" in g:
             row["tokens"] = float(pd.to_numeric(g["tokens"], errors="coerce").sum())
-        row["ceiling_dtype"] = _dominant_dtype(kern)
+        row["ceiling_dtype"] = _dominant_dtype(dominant.iloc[idx])
         rows.append(row)
     out = pd.DataFrame(rows)
     if len(out):
@@ -522,6 +651,31 @@ def attribute_phases(
     replaced = [c for c in ours.columns if c in base.columns and c not in ("_q", "_p")]
     merged = base.drop(columns=replaced).merge(ours, on=["_q", "_p"], how="left")
     return merged.drop(columns=["_q", "_p"])
+
+
+def _rows_by_step(k: pd.DataFrame) -> tuple[dict[Any, np.ndarray], np.ndarray]:
+    """({step_id: positions of its kernels, in frame order}, positions of kernels with no step)."""
+    if not len(k):
+        return {}, np.zeros(0, dtype=np.int64)
+    sid = pd.to_numeric(k["step_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    none = np.isnan(sid)
+    pos = np.flatnonzero(~none)
+    order = np.argsort(sid[pos], kind="stable")
+    pos, keys = pos[order], sid[pos][order]
+    if not len(keys):
+        return {}, np.flatnonzero(none)
+    cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return dict(zip(keys[cuts].tolist(), np.split(pos, cuts[1:]), strict=True)), np.flatnonzero(none)
+
+
+def _rows_of_steps(step_ids: pd.Series, by_step: dict[Any, np.ndarray], outside: np.ndarray) -> np.ndarray:
+    """Positions (frame order) of the kernels whose step_id is one of ``step_ids`` (a null one: the
+    kernels with none), as ``kernels[step_id.isin(step_ids)]``."""
+    ids = pd.to_numeric(step_ids, errors="coerce")
+    parts = [by_step[v] for v in pd.unique(ids.dropna().to_numpy(dtype=float)).tolist() if v in by_step]
+    if ids.isna().any():
+        parts.append(outside)
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _dominant_dtype(kern: pd.DataFrame) -> str:

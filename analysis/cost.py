@@ -295,20 +295,23 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
     if seqs.empty or costs.empty:
         return pd.DataFrame(columns=cols)
     by_step = costs.set_index("step_id")
-    parts = []
-    for sid, g in seqs.groupby(seqs["step_id"].astype("int64"), sort=True):
+    rows: list[np.ndarray] = []  # each step's rows of seqs, in step order
+    res: dict[str, list[np.ndarray]] = {col: [] for col in COST_COLUMNS}
+    q_all, kv_all = seqs["q_len"], seqs["kv_len"]
+    for sid, idx in seqs.groupby(seqs["step_id"].astype("int64"), sort=True).indices.items():
         if sid not in by_step.index:
             continue
-        c = by_step.loc[sid]
-        res = split_step({str(k): v for k, v in c.items()}, g["q_len"].astype("int64").to_numpy(), g["kv_len"].astype("int64").to_numpy(),
-                         model)
-        part = g.reindex(columns=SEQ_COLUMNS).copy()
+        c = by_step.loc[sid]  # type: ignore[call-overload]
+        one = split_step({str(k): v for k, v in c.items()}, q_all.iloc[idx].astype("int64").to_numpy(),
+                         kv_all.iloc[idx].astype("int64").to_numpy(), model)
+        rows.append(np.asarray(idx))
         for col in COST_COLUMNS:
-            part[col] = res[col]
-        parts.append(part)
-    if not parts:
+            res[col].append(one[col])
+    if not rows:
         return pd.DataFrame(columns=cols)
-    out = pd.concat(parts, ignore_index=True)
+    # One frame for every step's rows: what concatenating a frame per step would give.
+    out = seqs.iloc[np.concatenate(rows)].reindex(columns=SEQ_COLUMNS).reset_index(drop=True)
+    out = pd.concat([out, pd.DataFrame({col: np.concatenate(v) for col, v in res.items()})], axis=1)
     for name in ("step_id", "request_id", "q_len", "kv_len", "round", "proposed_tokens", "accepted_tokens",
                  "step_time_ns", "gpu_time_ns", *TIME_CLASSES):
         out[name] = pd.to_numeric(out[name], errors="coerce").round().astype("Int64")

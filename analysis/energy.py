@@ -65,9 +65,19 @@ def _change_points(ts: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def window_energy_j(counters: pd.DataFrame, windows: np.ndarray, device: int | None = None) -> np.ndarray:
     """Energy (J) in each [start, end) window: from the energy counter where it covers it, else from power."""
-    out = np.full(len(windows), np.nan)
+    return _energy(_energy_series(counters, device), windows)
+
+
+def _energy_series(counters: pd.DataFrame, device: int | None) -> tuple[np.ndarray, ...]:
+    """(energy change points ts, values, power ts, values): what window_energy_j reads, read once."""
     ets, ev = _change_points(*series(counters, METRIC_ENERGY, device))
     pts, pv = series(counters, METRIC_POWER, device)
+    return ets, ev, pts, pv
+
+
+def _energy(s: tuple[np.ndarray, ...], windows: np.ndarray) -> np.ndarray:
+    ets, ev, pts, pv = s
+    out = np.full(len(windows), np.nan)
     for i, (lo, hi) in enumerate(windows):
         if len(ets) >= 2 and ets[0] <= lo and hi <= ets[-1]:
             out[i] = float(np.interp(hi, ets, ev) - np.interp(lo, ets, ev))
@@ -78,7 +88,10 @@ def window_energy_j(counters: pd.DataFrame, windows: np.ndarray, device: int | N
 
 def window_mean(counters: pd.DataFrame, metric: str, windows: np.ndarray, device: int | None = None) -> float:
     """Time-weighted mean of a metric over the union of windows (step-hold between samples); NaN if unsampled."""
-    ts, v = series(counters, metric, device)
+    return _mean(*series(counters, metric, device), windows)
+
+
+def _mean(ts: np.ndarray, v: np.ndarray, windows: np.ndarray) -> float:
     if len(ts) == 0 or len(windows) == 0:
         return float("nan")
     total, weight = 0.0, 0.0
@@ -109,6 +122,7 @@ def phase_energy(
     if len(out) == 0 or len(steps) == 0 or counters is None or len(counters) == 0:
         return out
     w = step_windows(steps)
+    energy = _energy_series(counters, device)
     for i, r in out.iterrows():
         g = w[w["kind"].astype(str) == str(r["phase"])]
         if pd.notna(r.get("request_id")) and "request_id" in g:
@@ -116,7 +130,7 @@ def phase_energy(
         if not len(g):
             continue
         win = window_union(g)
-        e = float(np.sum(window_energy_j(counters, win, device)))
+        e = float(np.sum(_energy(energy, win)))
         out.loc[i, "energy_j"] = e
         tokens = pd.to_numeric(g["tokens"], errors="coerce").sum() if "tokens" in g else np.nan
         if tokens and tokens > 0:
@@ -131,12 +145,13 @@ def gpm_dram_columns(phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.Dat
     out = phases.copy()
     w = step_windows(steps)
     util, tbps = [], []
+    dram = series(counters, METRIC_DRAM_BW_UTIL, device)
     for r in out.itertuples(index=False):
         g = w[w["kind"].astype(str) == str(r.phase)]
         rid: Any = r.request_id
         if pd.notna(rid):
             g = g[g["request_id"] == rid]
-        u = window_mean(counters, METRIC_DRAM_BW_UTIL, window_union(g), device)
+        u = _mean(*dram, window_union(g))
         util.append(u)
         tbps.append(u / 100.0 * peak_bytes_per_s / 1e12)
     out["gpm_dram_bw_util_pct"] = util

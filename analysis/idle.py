@@ -69,6 +69,8 @@ def issued_ns(gpu_activity: pd.DataFrame, runtime: pd.DataFrame | None) -> pd.ar
 
 def as_issued(values: object) -> np.ndarray:
     """Issue times (Int64 / int / float with NaN) as int64 with UNKNOWN for missing ones."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        return values  # nothing missing, nothing to convert
     s = pd.Series(values)
     if s.dtype == object or str(s.dtype).startswith("float"):
         s = pd.to_numeric(s, errors="coerce").round().astype("Int64")
@@ -141,10 +143,16 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
         i0 = np.searchsorted(ss, gb, side="left")
         i1 = np.searchsorted(ss, gb, side="right")
         split = gb.copy()  # unknown, or no activity at the gap's end: all of it the host's
-        for j in np.flatnonzero(i1 > i0):
-            vals = iss[i0[j]:i1[j]]
-            if (vals != UNKNOWN).all():
-                split[j] = min(max(int(vals.max()) + launch_latency_ns, int(ga[j])), int(gb[j]))
+        has = np.flatnonzero(i1 > i0)
+        if has.size:
+            # Per gap, the max issue time and whether any is unknown over iss[i0:i1] (disjoint, sorted
+            # ranges: the gaps' ends ascend), by reduceat over the ranges' bounds.
+            bounds = np.column_stack([i0[has], i1[has]]).ravel()
+            padded = np.append(iss, UNKNOWN)  # i1 may be len(iss)
+            latest = np.maximum.reduceat(padded, bounds)[::2]
+            unknown = np.logical_or.reduceat(padded == UNKNOWN, bounds)[::2]
+            ok = has[~unknown]
+            split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
         total += int((gb - split).sum())  # queued, not running
         total += _overlap(ga, split, syncs)  # host blocked in a sync while nothing was queued
     return total

@@ -90,16 +90,26 @@ def kernel_class(name: str, kind: str | None = None) -> str:
 
 def kernel_classes(names: Any, kinds: Any = None) -> Any:
     """Vectorised ``kernel_class`` over a Series of names (each distinct name matched once)."""
+    import numpy as np
     import pandas as pd
 
-    names = pd.Series(names).astype(str).reset_index(drop=True)
-    kinds_s = pd.Series(kinds).astype(str).reset_index(drop=True) if kinds is not None else pd.Series(
-        [""] * len(names), dtype=str
-    )
-    keys = pd.DataFrame({"n": names, "k": kinds_s})
-    uniq = keys.drop_duplicates()
-    lut = {(n, k): kernel_class(n, k) for n, k in uniq.itertuples(index=False)}
-    return pd.Series([lut[(n, k)] for n, k in keys.itertuples(index=False)], dtype=object)
+    names_a = pd.Series(names).to_numpy(dtype=object)
+    if not len(names_a):
+        return pd.Series([], dtype=object)
+    kinds_a = pd.Series(kinds).to_numpy(dtype=object) if kinds is not None else np.full(len(names_a), "", dtype=object)
+    # as kernel_class over Series.astype(str): a missing value stays missing (not a str), others str()
+    from tracekit.analysis.columns import factorize
+
+    n_code, n_uniq = factorize(names_a)
+    k_code, k_uniq = factorize(kinds_a)
+    n_text = [str(u) for u in n_uniq] + [None]  # code -1: missing
+    k_text = [str(u) for u in k_uniq] + [None]
+    n_code = np.where(n_code < 0, len(n_uniq), n_code).astype(np.int64)
+    k_code = np.where(k_code < 0, len(k_uniq), k_code).astype(np.int64)
+    width = len(k_text)
+    pair, inverse = np.unique(n_code * width + k_code, return_inverse=True)
+    cls = np.array([kernel_class(n_text[p // width], k_text[p % width]) for p in pair.tolist()], dtype=object)
+    return pd.Series(cls[inverse.ravel()], dtype=object)
 
 
 def graph_replay(gpu: Any) -> Any:

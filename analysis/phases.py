@@ -44,10 +44,9 @@ def _captured(steps: pd.DataFrame) -> pd.DataFrame:
     return steps[steps["captured"].astype(bool)] if "captured" in steps and not steps.empty else steps
 
 
-def _row(rid: object, phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, n_dev: int) -> dict[str, object]:
+def _row(rid: object, phase: str, steps: pd.DataFrame, split: dict[str, int], n_dev: int) -> dict[str, object]:
     cap = _captured(steps)
     time_ns = intervals.length(_windows(cap))
-    split = timeline.device_split(kernels)
     return {
         "request_id": rid,
         "phase": phase,
@@ -71,13 +70,17 @@ def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int]
         for r, g in steps[steps["request_id"].notna()].groupby("request_id", sort=True):
             groups.append((int(r), g))  # type: ignore[arg-type]
     groups.append((None, steps))
+    acts = timeline.Activities.of(ks) if not ks.empty else None
+    by_step = _rows_by_step(ks)
     for rid, st in groups:
         for phase in PHASES:
             sp = st[st["kind"] == phase] if not st.empty else st
             if sp.empty:
                 continue
-            kp = ks[ks["step_id"].isin(sp["step_id"])] if not ks.empty else ks
-            rows.append(_row(rid, phase, sp, kp, n_dev))
+            # the kernels of these steps (ks[ks["step_id"].isin(sp["step_id"])]), by index
+            split = (acts.split(_rows_of(sp["step_id"], by_step, ks)) if acts is not None
+                     else timeline.device_split(ks))
+            rows.append(_row(rid, phase, sp, split, n_dev))
     outside = ks[ks["step_id"].isna()] if not ks.empty else ks
     if span is not None or not outside.empty:
         lo, hi = span if span is not None else (int(outside["ts_ns"].min()),
@@ -93,6 +96,28 @@ def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int]
     df = pd.DataFrame(rows, columns=PHASE_COLUMNS)
     df["request_id"] = df["request_id"].astype("Int64")
     return df
+
+
+def _rows_by_step(ks: pd.DataFrame) -> dict[float, np.ndarray]:
+    """{step_id: positions of its rows in ks, in order}."""
+    if ks.empty:
+        return {}
+    sid = pd.to_numeric(ks["step_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    pos = np.flatnonzero(~np.isnan(sid))
+    order = np.argsort(sid[pos], kind="stable")
+    pos, keys = pos[order], sid[pos][order]
+    if not len(keys):
+        return {}
+    cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return dict(zip(keys[cuts].tolist(), np.split(pos, cuts[1:]), strict=True))
+
+
+def _rows_of(step_ids: pd.Series, by_step: dict[float, np.ndarray], ks: pd.DataFrame) -> np.ndarray:
+    ids = pd.to_numeric(step_ids, errors="coerce")
+    parts = [by_step[v] for v in pd.unique(ids.dropna().to_numpy(dtype=float)).tolist() if v in by_step]
+    if ids.isna().any():  # isin matches a null to the null step ids
+        parts.append(np.flatnonzero(ks["step_id"].isna().to_numpy()))
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 def device_timeline(kernel_steps: pd.DataFrame, span: tuple[int, int] | None) -> pd.DataFrame:

@@ -31,6 +31,7 @@ from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
 from tracekit.analysis import warmup as _warmup
+from tracekit.model import progress
 from tracekit.model import schema as _schema
 
 Tables = dict[str, Any]
@@ -69,7 +70,9 @@ def run_passes(tables: Mapping[str, Any], passes: Iterable[Pass]) -> Tables:
     """
     out: Tables = dict(tables)
     out["warnings"] = list(tables.get("warnings", []))
-    for p in passes:
+    passes = list(passes)
+    for i, p in enumerate(passes):
+        progress.report(f"analyzing: {p.name}", i, len(passes))
         for need in p.needs:
             t = need.partition(".")[0]
             if t not in out and t in _schema.SCHEMAS and not need.count("."):

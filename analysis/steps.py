@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import timeline
+from tracekit.analysis.columns import is_in, matches
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
     looks_like_engine_step,
@@ -92,13 +94,56 @@ class Detected:
 
 
 def as_df(table: Any) -> pd.DataFrame:
-    """A pandas copy of a table with dictionary columns as plain strings."""
+    """A pandas copy of a table with dictionary columns as plain strings (object, None where null).
+
+    An Arrow table is converted once and the frame kept while the table lives (the passes ask for the
+    same raw tables again and again); every call returns its own copy (copy-on-write: cheap)."""
     if table is None:
         return pd.DataFrame()
-    df = table.to_pandas() if hasattr(table, "to_pandas") and not isinstance(table, pd.DataFrame) else table.copy()
-    for c in df.columns:
-        if isinstance(df[c].dtype, pd.CategoricalDtype):
-            df[c] = df[c].astype(object).where(df[c].notna(), None)
+    if isinstance(table, pd.DataFrame):
+        df = table.copy(deep=False)
+        for c in df.columns:
+            if isinstance(df[c].dtype, pd.CategoricalDtype):
+                df[c] = df[c].astype(object).where(df[c].notna(), None)
+        return df
+    if not hasattr(table, "to_pandas"):
+        return as_df(pd.DataFrame(table))
+    hit = _FRAMES.get(id(table))
+    if hit is None or hit[0]() is not table:
+        hit = (weakref.ref(table), _arrow_frame(table))
+        _FRAMES[id(table)] = hit
+        weakref.finalize(table, _FRAMES.pop, id(table), None)
+    return hit[1].copy(deep=False)
+
+
+_FRAMES: dict[int, tuple[Any, pd.DataFrame]] = {}
+
+
+def _arrow_frame(table: Any) -> pd.DataFrame:
+    """``table.to_pandas()`` with dictionary columns as object arrays of str / None, built from each
+    column's dictionary (a take on its few distinct values, not a pass over Python strings)."""
+    import pyarrow as pa
+
+    dict_cols = [i for i, f in enumerate(table.schema) if pa.types.is_dictionary(f.type)]
+    if not dict_cols:
+        return table.to_pandas()
+    df = table.drop_columns([table.column_names[i] for i in dict_cols]).to_pandas()
+    for i in dict_cols:
+        name = table.column_names[i]
+        col = table.column(name)
+        out = np.empty(len(col), dtype=object)
+        pos = 0
+        for chunk in col.chunks:
+            n = len(chunk)
+            if n:
+                values = chunk.dictionary.to_numpy(zero_copy_only=False).astype(object)
+                idx = chunk.indices.fill_null(0).to_numpy(zero_copy_only=False)
+                part = values[idx] if len(values) else np.full(n, None, dtype=object)
+                if chunk.null_count:
+                    part[chunk.is_null().to_numpy(zero_copy_only=False)] = None
+                out[pos:pos + n] = part
+            pos += n
+        df.insert(i, name, pd.Series(out, index=df.index, dtype=object))
     return df
 
 
@@ -127,10 +172,10 @@ def annotation_rows(annotations: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.Data
     if not annotations.empty:
         a = annotations
         if "cat" in a:
-            a = a[a["cat"].astype(str) != "gpu_user_annotation"]
+            a = a[~matches(a["cat"], "gpu_user_annotation".__eq__)]
         parts.append(a[["ts_ns", "dur_ns", "name", "cat"]])
     if not cpu_ops.empty and "cat" in cpu_ops:
-        u = cpu_ops[cpu_ops["cat"].astype(str) == "user_annotation"]
+        u = cpu_ops[matches(cpu_ops["cat"], "user_annotation".__eq__)]
         parts.append(u[["ts_ns", "dur_ns", "name", "cat"]])
     if not parts:
         return pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat"])
@@ -222,7 +267,7 @@ def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
     cols = ["ts_ns", "batch", "q_len", "tokens", "vocab"]
     if cpu_ops.empty:
         return pd.DataFrame(columns=cols)
-    emb = cpu_ops[cpu_ops["name"].astype(str).isin(EMBEDDING_OPS)]
+    emb = cpu_ops[is_in(cpu_ops["name"], EMBEDDING_OPS)]
     recs = []
     for ts, dims in zip(emb["ts_ns"], emb["input_dims"] if "input_dims" in emb else [None] * len(emb), strict=True):
         d = _dims(dims)
@@ -253,7 +298,7 @@ def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
 def _attention_kv(cpu_ops: pd.DataFrame) -> pd.DataFrame:
     if cpu_ops.empty:
         return pd.DataFrame(columns=["ts_ns", "kv"])
-    att = cpu_ops[cpu_ops["name"].astype(str).isin(ATTENTION_OPS)]
+    att = cpu_ops[is_in(cpu_ops["name"], ATTENTION_OPS)]
     recs = []
     for ts, dims in zip(att["ts_ns"], att["input_dims"] if "input_dims" in att else [None] * len(att), strict=True):
         d = _dims(dims)
@@ -266,17 +311,23 @@ def _d2h_launches(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame) -> np.
     """Sorted host launch times (ns) of the device-to-host copies: where a step's token leaves the GPU."""
     if gpu.empty or "name" not in gpu or "kind" not in gpu:
         return np.empty(0, dtype=np.int64)
-    d2h = gpu[gpu["kind"].astype(str).str.lower().eq("memcpy") & gpu["name"].astype(str).str.contains("DtoH")]
+    d2h = gpu[d2h_mask(gpu)]
     if d2h.empty:
         return np.empty(0, dtype=np.int64)
     lt = timeline.launch_times(d2h, rt, cpu).dropna()
     return np.sort(lt.to_numpy(dtype=np.int64))
 
 
+def d2h_mask(gpu: pd.DataFrame) -> np.ndarray:
+    """The device-to-host copies among GPU activities (kind memcpy, DtoH in the name)."""
+    return (matches(gpu["kind"], lambda k: k.lower() == "memcpy")
+            & matches(gpu["name"], lambda n: "DtoH" in n))
+
+
 def _graph_launches(runtime: pd.DataFrame) -> pd.DataFrame:
     if runtime.empty:
         return pd.DataFrame(columns=["ts_ns", "dur_ns"])
-    g = runtime[runtime["name"].astype(str).str.contains(GRAPH_LAUNCH)]
+    g = runtime[matches(runtime["name"], lambda n: GRAPH_LAUNCH.search(n) is not None)]
     return g[["ts_ns", "dur_ns"]].dropna(subset=["ts_ns"]).sort_values("ts_ns", kind="stable")
 
 
@@ -306,7 +357,7 @@ def _from_model_ops(
     if not marks:
         return []
     marks.sort(key=lambda m: (m[1], m[0]))
-    mm = np.sort(cpu_ops.loc[cpu_ops["name"].astype(str).isin(MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
+    mm = np.sort(cpu_ops.loc[is_in(cpu_ops["name"], MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu_ops.empty else np.empty(0, dtype=np.int64)
 
     starts: list[list[Any]] = []
@@ -435,7 +486,7 @@ def _last_pass_end(ts: int, cpu_ops: pd.DataFrame, runtime: pd.DataFrame, floor:
     matmul (the lm_head producing the logits), not at the end of the trace."""
     if cpu_ops.empty:
         return floor
-    mm = cpu_ops[cpu_ops["name"].astype(str).isin(MATMUL_OPS) & (cpu_ops["ts_ns"] >= ts)]
+    mm = cpu_ops[is_in(cpu_ops["name"], MATMUL_OPS) & (cpu_ops["ts_ns"] >= ts).to_numpy()]
     if mm.empty:
         return floor
     end = int((mm["ts_ns"] + mm["dur_ns"].fillna(0)).max())
@@ -586,7 +637,7 @@ def assign_gpu(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame, steps: pd
             "dur_ns": gpu["dur_ns"].fillna(0).astype("int64"),
             "category": timeline.categorise(gpu).to_numpy(),
             "step_id": sid.to_numpy(),
-            "request_id": pd.array([pd.NA] * len(gpu), dtype="Int64"),
+            "request_id": pd.arrays.IntegerArray(np.zeros(len(gpu), dtype=np.int64), np.ones(len(gpu), dtype=bool)),
         }
     )
     out["step_id"] = out["step_id"].astype("Int64")
@@ -627,7 +678,7 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
     out = pd.Series(pd.NA, index=steps.index, dtype="Int64")
     if steps.empty or gpu.empty or "name" not in gpu:
         return out
-    d2h = gpu[gpu["kind"].astype(str).str.lower().eq("memcpy") & gpu["name"].astype(str).str.contains("DtoH")]
+    d2h = gpu[d2h_mask(gpu)]
     if d2h.empty:
         return out
     launch = timeline.launch_times(d2h, rt, cpu)
@@ -637,7 +688,7 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
     gend = (d2h["ts_ns"].astype("int64") + d2h["dur_ns"].fillna(0).astype("int64")).to_numpy(dtype=np.int64)[ok]
     order = np.argsort(lt, kind="stable")
     lt, gend = lt[order], gend[order]
-    mm = np.sort(cpu.loc[cpu["name"].astype(str).isin(MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
+    mm = np.sort(cpu.loc[is_in(cpu["name"], MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu.empty else np.empty(0, dtype=np.int64)
     gl = np.sort(_graph_launches(rt)["ts_ns"].to_numpy(dtype=np.int64))
     engine = steps["source"].astype(str).isin(["vllm", "sglang"]).to_numpy()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.columns import by_value, matches, unique
 from tracekit.analysis.intervals import clip, length, union
 
 CATEGORIES = ("compute", "memcpy", "memset", "comm")
@@ -24,10 +25,9 @@ def categorise(gpu: pd.DataFrame) -> pd.Series:
     """
     if gpu.empty:
         return pd.Series([], dtype=object, index=gpu.index)
-    kind = gpu["kind"].astype(str).str.lower()
-    name = gpu["name"].astype(str).str.lower()
+    kind = by_value(gpu["kind"], str.lower)
     cat = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", "compute"))
-    cat = np.where(name.str.contains("nccl", regex=False), "comm", cat)
+    cat = np.where(matches(gpu["name"], lambda n: "nccl" in n.lower()), "comm", cat)
     return pd.Series(cat, index=gpu.index, dtype=object)
 
 
@@ -42,17 +42,23 @@ def launch_times(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame
     if gpu.empty:
         return out
     if not runtime.empty and "correlation" in gpu:
-        rt = runtime.dropna(subset=["correlation"]).drop_duplicates("correlation")
-        m = pd.Series(rt["ts_ns"].to_numpy(), index=rt["correlation"].to_numpy())
-        corr = gpu["correlation"]
-        hit = corr.map(m)
+        hit = gpu["correlation"].map(first_by_key(runtime, "correlation", "ts_ns"))
         out = out.fillna(hit.astype("Int64"))
     if not cpu_ops.empty and "op_id" in gpu:
-        ops = cpu_ops.dropna(subset=["op_id"]).drop_duplicates("op_id")
-        m = pd.Series(ops["ts_ns"].to_numpy(), index=ops["op_id"].to_numpy())
-        hit = gpu["op_id"].map(m)
+        hit = gpu["op_id"].map(first_by_key(cpu_ops, "op_id", "ts_ns"))
         out = out.fillna(hit.astype("Int64"))
     return out
+
+
+def first_by_key(df: pd.DataFrame, key: str, value: str) -> pd.Series:
+    """``value`` indexed by ``key``: the first row of each key, rows without a key left out (as
+    ``df.dropna(subset=[key]).drop_duplicates(key)``, on the two columns only)."""
+    k = df[key]
+    ok = k.notna().to_numpy()
+    keys = k[ok].to_numpy() if not ok.all() else k.to_numpy()
+    vals = df[value].to_numpy()[ok] if not ok.all() else df[value].to_numpy()
+    first = ~pd.Index(keys).duplicated(keep="first")
+    return pd.Series(vals[first], index=keys[first])
 
 
 def assign_to_windows(times: pd.Series, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray) -> pd.Series:
@@ -80,18 +86,39 @@ def assign_to_windows(times: pd.Series, starts: np.ndarray, ends: np.ndarray, id
 
 
 def busy_by_group(gpu: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Per (key, device): busy union, first start, last end of the activities."""
+    """Per (key, device): busy union, first start, last end of the activities.
+
+    One row per key (sorted): gpu_busy_ns sums the union of each device's activities; all in one
+    pass over the activities sorted by (key, device, start), no loop over groups."""
     cols = [key, "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns"]
     g = gpu.dropna(subset=[key])
     if g.empty:
         return pd.DataFrame(columns=cols)
-    rows = []
-    for k, part in g.groupby(key, sort=True):
-        busy = 0
-        for _, dev in part.groupby("device", dropna=False):
-            busy += length(union(dev["ts_ns"], dev["ts_ns"] + dev["dur_ns"]))
-        rows.append((k, int(part["ts_ns"].min()), int((part["ts_ns"] + part["dur_ns"]).max()), busy))
-    return pd.DataFrame(rows, columns=cols)
+    keys, kcode = np.unique(g[key].to_numpy(), return_inverse=True)
+    kcode = kcode.ravel()
+    dev = g["device"].to_numpy() if "device" in g else np.zeros(len(g))
+    dcode, _ = pd.factorize(dev, use_na_sentinel=False)  # a null device is a group of its own
+    ts = g["ts_ns"].to_numpy(dtype=np.int64)
+    end = ts + g["dur_ns"].to_numpy(dtype=np.int64)
+    grp = kcode.astype(np.int64) * (int(dcode.max()) + 1) + dcode
+    order = np.lexsort((ts, grp))
+    gs, s0, e0, ks = grp[order], ts[order], end[order], kcode[order]
+    # Each group shifted above the ones before it, so one running max never crosses groups.
+    lo = min(int(s0.min()), int(e0.min()))
+    span = max(int(s0.max()), int(e0.max())) - lo + 1
+    _, gidx = np.unique(gs, return_inverse=True)
+    off = gidx.ravel().astype(np.int64) * span
+    s1, e1 = s0 - lo + off, e0 - lo + off
+    run = np.maximum.accumulate(e1)
+    prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
+    covered = np.maximum(run - np.maximum(s1, prev), 0)  # what each interval adds to its group's union
+    busy = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(busy, ks, covered)
+    first = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, kcode, ts)
+    np.maximum.at(last, kcode, end)
+    return pd.DataFrame({key: keys, "gpu_start_ns": first, "gpu_end_ns": last, "gpu_busy_ns": busy}, columns=cols)
 
 
 def device_split(gpu: pd.DataFrame, windows: np.ndarray | None = None) -> dict[str, int]:
@@ -101,26 +128,49 @@ def device_split(gpu: pd.DataFrame, windows: np.ndarray | None = None) -> dict[s
     (so compute + memcpy + comm can exceed busy where they overlap). With
     ``windows`` (disjoint intervals) everything is cut to them first.
     """
-    out = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
     if gpu.empty:
-        return out
-    cat = gpu["category"] if "category" in gpu else categorise(gpu)
-    for _, idx in gpu.groupby("device", dropna=False).groups.items():
-        part = gpu.loc[idx]
-        pc = cat.loc[idx]
-        ends = part["ts_ns"] + part["dur_ns"]
+        return {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
+    acts = Activities.of(gpu)
+    return acts.split(np.arange(len(gpu)), windows)
 
-        def _u(mask: pd.Series, part: pd.DataFrame = part, ends: pd.Series = ends) -> np.ndarray:
-            u = union(part["ts_ns"][mask], ends[mask])
+
+class Activities:
+    """device_split's columns as arrays, so that many groups of one table are split by index."""
+
+    def __init__(self, dev: np.ndarray, ts: np.ndarray, end: np.ndarray, cat: np.ndarray) -> None:
+        self.dev, self.ts, self.end, self.cat = dev, ts, end, cat
+
+    @staticmethod
+    def of(gpu: pd.DataFrame) -> Activities:
+        cat = (gpu["category"] if "category" in gpu else categorise(gpu)).to_numpy()
+        dev, _ = pd.factorize(gpu["device"].to_numpy(), use_na_sentinel=False)  # a null device: a group
+        ts = np.asarray(gpu["ts_ns"], dtype=np.int64)
+        end = np.asarray(gpu["ts_ns"] + gpu["dur_ns"], dtype=np.int64)
+        code = np.full(len(gpu), -1, dtype=np.int64)  # 0 compute, 1 memcpy or memset, 2 comm
+        code[cat == "compute"] = 0
+        code[(cat == "memcpy") | (cat == "memset")] = 1
+        code[cat == "comm"] = 2
+        return Activities(np.asarray(dev), ts, end, code)
+
+    def split(self, idx: np.ndarray, windows: np.ndarray | None = None) -> dict[str, int]:
+        """device_split of the rows ``idx``."""
+        out = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
+        if not len(idx):
+            return out
+        dev, ts, end, code = self.dev[idx], self.ts[idx], self.end[idx], self.cat[idx]
+
+        def part_length(mask: np.ndarray) -> int:
+            u = union(ts[mask], end[mask])
             if windows is None:
-                return u
+                return length(u)
             if windows.size == 0:
-                return np.empty((0, 2), dtype=np.int64)
-            return np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows])
+                return 0
+            return length(np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows]))
 
-        all_mask = pd.Series(True, index=part.index)
-        out["busy"] += length(_u(all_mask))
-        out["compute"] += length(_u(pc == "compute"))
-        out["memcpy"] += length(_u(pc.isin(["memcpy", "memset"])))
-        out["comm"] += length(_u(pc == "comm"))
-    return out
+        for d in unique(dev):
+            on = dev == d
+            out["busy"] += part_length(on)
+            out["compute"] += part_length(on & (code == 0))
+            out["memcpy"] += part_length(on & (code == 1))
+            out["comm"] += part_length(on & (code == 2))
+        return out

@@ -311,11 +311,13 @@ class Recording:
             self.memory.stop()
         if self in ACTIVE:
             ACTIVE.remove(self)
+        t_stop = time.perf_counter()
         if self.capture is not None:
             try:
                 self.capture.stop()
             except Exception as e:  # keep going: the host-side log is still worth writing
                 problems.append(f"profiler stop failed: {type(e).__name__}: {e}")
+        self._profiler_export_s = time.perf_counter() - t_stop
         if self.sampler is not None:
             self.sampler.stop()
             self._nvml_status = self.sampler.status()
@@ -337,10 +339,13 @@ class Recording:
 
     def _write(self, problems: list[str]) -> None:
         run = self.run
+        t0 = time.perf_counter()
         raw = run.path / RAW_TRACE
         have_raw = raw.is_file() and raw.stat().st_size > 0
-        annotations = chrome_trace.find_annotations(raw) if have_raw else []
-        syncs = chrome_trace.find_clock_syncs(raw) if have_raw else []
+        raw_bytes = raw.stat().st_size if have_raw else 0
+        annotations = chrome_trace.find_annotations(raw) if have_raw else []  # one read of the trace
+        syncs = chrome_trace.clock_syncs(annotations)
+        t_scan = time.perf_counter()
         # Every step annotation is a sync pair too: its host start was read just before it opened.
         traced_steps: dict[int, chrome_trace.Annotation] = {}
         for a in annotations:
@@ -387,12 +392,14 @@ class Recording:
             run.write_table("step_memory", step_memory)
             self.extra_manifest["memory"] = self.memory.manifest()
         events = record_track_events(steps_t, requests_t, counters, step_memory)
+        t_tables = time.perf_counter()
         try:
             chrome_trace.merge(raw if have_raw else None, run.trace_path, events)
             if have_raw:
                 raw.unlink()
         except TracekitError as e:
             problems.append(f"trace merge failed ({e.message}); raw Kineto trace kept as {RAW_TRACE}")
+        t_merge = time.perf_counter()
         blind = self.unstepped_requests()
         if blind:
             # Tokens but no forward pass: this model's generate bypassed module __call__ (hooks).
@@ -421,6 +428,16 @@ class Recording:
             # Request ids the user marked as warm-ups (rec.warmup() / tracekit.warmup()): left out of
             # the timing means here and of the run-level phase totals in tracekit analyze.
             warmup_requests=sorted(warm),
+            # What recording cost after the workload: the profiler's own stop and export, then
+            # tracekit's reading of the trace, its tables and the merged trace (seconds).
+            postprocess={
+                "profiler_export_s": round(getattr(self, "_profiler_export_s", 0.0), 3),
+                "trace_bytes": raw_bytes,
+                "annotations_s": round(t_scan - t0, 3),
+                "tables_s": round(t_tables - t_scan, 3),
+                "merge_s": round(t_merge - t_tables, 3),
+                "seconds": round(time.perf_counter() - t0, 3),
+            },
             **self.extra_manifest,
         )
 

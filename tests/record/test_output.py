@@ -68,6 +68,19 @@ def test_every_recorded_table_of_a_single_rank_run_says_rank_0(tiny_run) -> None
     assert rd.read_table("steps").num_rows > 0
 
 
+@pytest.mark.slow
+def test_the_summary_says_how_long_post_processing_took(tiny_run) -> None:
+    # GIVEN a recorded run: run.json says what the work after the workload cost, part by part
+    proc, run = tiny_run
+    post = RunDir.open(run).read_manifest()["postprocess"]
+    assert post["trace_bytes"] > 0 and post["seconds"] > 0
+    parts = post["annotations_s"] + post["tables_s"] + post["merge_s"]
+    assert parts <= post["seconds"] + 0.003  # each part rounded to 1 ms
+    # THEN the summary prints that total in one line
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip().startswith("post-processing")]
+    assert len(lines) == 1 and f"post-processing {post['seconds']:.2f} s" in lines[0], proc.stderr[-2000:]
+
+
 SCRIPT = textwrap.dedent(
     """
     import warnings

@@ -72,9 +72,9 @@ def load_tables(run: RunDir) -> dict[str, pa.Table]:
     if run.has_table("kernel_bound"):  # only the class of each kernel: the table is as long as gpu_activity
         import pyarrow.parquet as pq
 
-        path = run.table_path("kernel_bound")
-        names = pq.read_schema(path).names
-        tables["kernel_bound"] = pq.read_table(path, columns=[c for c in ("bound", "source") if c in names])
+        pf = pq.ParquetFile(run.table_path("kernel_bound"))  # (pq.read_table imports pyarrow.dataset)
+        names = pf.schema_arrow.names
+        tables["kernel_bound"] = pf.read(columns=[c for c in ("bound", "source") if c in names])
     return tables
 
 

@@ -21,15 +21,19 @@ import click
               help="The GPU's ceiling: a datasheet name (e.g. 'AMD Instinct MI300X') or a ceiling JSON file "
                    "(tracekit calibrate's). Default: the GPU the trace names, or identifies from its "
                    "deviceProperties.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal for work over ~2 s).")
 def command(target: Path, out: Path | None, force: bool, warmup_requests: int | None, captures: tuple[str, ...],
-            ceiling: str | None) -> int:
+            ceiling: str | None, quiet: bool) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases."""
     from tracekit.app.analyze import MultirankResult, analyze
+    from tracekit.model.progress import listening
+    from tracekit.report.progress import Bar
     from tracekit.report.terminal import analyze_lines, multirank_lines
     from tracekit.report.text import visible
 
-    run, result = analyze(target, out, force, warmup_requests, captures=list(captures) if captures else None,
-                          ceiling=ceiling)
+    with Bar(quiet=quiet) as bar, listening(bar):
+        run, result = analyze(target, out, force, warmup_requests, captures=list(captures) if captures else None,
+                              ceiling=ceiling)
     click.echo(visible(run.path))
     if isinstance(result, MultirankResult):
         lines = multirank_lines(result) + [

@@ -23,8 +23,10 @@ from tracekit.store.rundir import RunDir
               help="json only, no window: splice tracekit's tracks into the run's Kineto trace.json.gz "
                    "(every original event and field kept) instead of rebuilding the trace from tables.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal for work over ~2 s).")
 def command(
-    run_path: Path, fmt: str, window: str | None, window_ms: str | None, out: Path | None, from_trace: bool, force: bool
+    run_path: Path, fmt: str, window: str | None, window_ms: str | None, out: Path | None, from_trace: bool, force: bool,
+    quiet: bool,
 ) -> None:
     """Write a run's trace for Perfetto (ui.perfetto.dev), optionally windowed."""
     run = RunDir.open(run_path)
@@ -41,9 +43,11 @@ def command(
         if win is not None:
             given = f"--window {window}" if window else f"--window-ms {window_ms}"
             raise UsageError(f"--from-trace and {given} conflict: --from-trace keeps the whole trace")
-        ts, counts = export_from_trace(run, out, tables)
-    else:
-        ts, counts = export_run(run, fmt, out, win, tables)
+    from tracekit.model.progress import listening
+    from tracekit.report.progress import Bar
+
+    with Bar(quiet=quiet) as bar, listening(bar):
+        ts, counts = export_from_trace(run, out, tables) if from_trace else export_run(run, fmt, out, win, tables)
     size = out.stat().st_size
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
     click.echo(f"wrote {visible(out)} ({size / 1e6:.2f} MB; {detail})")

@@ -25,8 +25,9 @@ from tracekit.errors import UsageError
               help="A graph-capture trace (vLLM graph_capture_*, SGLang bs_<n>_rank<r>, or a folder of them): its "
                    "ops give the kernels CUDA/HIP graphs replay their shapes. Repeatable. Default: a "
                    "capture_traces/ folder beside the trace.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal for work over ~2 s).")
 def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no_cache: bool, engine: str,
-            address: str | None, dataset: bool, run_id: str | None, captures: tuple[str, ...]) -> int:
+            address: str | None, dataset: bool, run_id: str | None, captures: tuple[str, ...], quiet: bool) -> int:
     """Read torch.profiler / Kineto traces (.json, .json.gz, or a directory of per-rank traces)."""
     from tracekit.ingest import ingest
 
@@ -46,9 +47,13 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
                               run_id=run_id)
     if engine == "serial":
         jobs = 1
+    from tracekit.model.progress import listening
+    from tracekit.report.progress import Bar
+
     t0 = time.perf_counter()
-    run = ingest(list(traces), out, force=force, jobs=jobs, use_cache=not no_cache,
-                 captures=list(captures) if captures else None)
+    with Bar(quiet=quiet) as bar, listening(bar):  # reports where the trace is read in this process
+        run = ingest(list(traces), out, force=force, jobs=jobs, use_cache=not no_cache,
+                     captures=list(captures) if captures else None)
     wall = time.perf_counter() - t0
     m = run.read_manifest()
     info = m.get("ingest", {})

@@ -15,11 +15,11 @@ import sys
 import types
 from typing import Any
 
-from tracekit.ingest.reader import read_file
+from tracekit.ingest.reader import read_file, read_raw
 from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, RawScan
 from tracekit.ingest.run import ingest, ingest_into
 
-__all__ = ["TABLES_OUT", "Counts", "FileResult", "RawScan", "ingest", "ingest_into", "read_file", "read_trace_tables"]
+__all__ = ["TABLES_OUT", "Counts", "FileResult", "RawScan", "ingest", "ingest_into", "read_file", "read_raw", "read_trace_tables"]
 
 
 def read_trace_tables(path: Any) -> dict[str, Any]:

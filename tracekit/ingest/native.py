@@ -46,6 +46,7 @@ from tracekit.ingest.framing import (
     offset_ns,
 )
 from tracekit.ingest.result import Counts, RawScan
+from tracekit.model import progress
 
 try:  # built by setup.py where a C compiler is present
     from tracekit.ingest import _kscan
@@ -148,9 +149,12 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     ended = False
     meta: dict[str, Any] = {}
     it = iter(body)
+    total = _inflated_size(p)
+    label = f"reading {p.name}"
     for data in it:
         buf = carry + data if carry else data
         consumed, status = sc.feed(buf)
+        progress.report(label, body.bytes_in, max(total, body.bytes_in + 1))
         if status == _kscan.END:
             ended = True
             truncated, meta = _trailer(body, buf[consumed:], it)
@@ -203,6 +207,21 @@ def _trailer(body: Body, first: bytes, rest: Any) -> tuple[str | None, dict[str,
         return body.truncated or exc.message, {}
     body.notes.extend(tail.notes)
     return None, meta
+
+
+def _inflated_size(p: Path) -> int:
+    """About how many bytes reading ``p`` yields (for progress only): its size, or for gzip the size
+    its trailer states (mod 2**32: where that is below the file's, ten times the file)."""
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return size
+            fh.seek(-4, 2)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 1
+    return isize if isize >= size else 10 * size
 
 
 def trim_heap() -> None:

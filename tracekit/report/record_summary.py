@@ -132,6 +132,14 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     third = third_party_line(manifest, run_path)
     if third:
         lines.append(f"  libraries       {third}")
+    post = manifest.get("postprocess") or {}
+    if post.get("seconds") is not None:
+        mb = f" of {post['trace_bytes'] / 1e6:.0f} MB" if post.get("trace_bytes") else ""
+        lines.append(
+            f"  post-processing {post['seconds']:.2f} s (reading the trace{mb} {post.get('annotations_s', 0):.2f} s, "
+            f"tables {post.get('tables_s', 0):.2f} s, merged trace {post.get('merge_s', 0):.2f} s), after the "
+            f"profiler's own export ({post.get('profiler_export_s', 0):.2f} s)"
+        )
     trace = run_path / "trace.json.gz"
     lines += [
         f"  run dir         {run_path}",

@@ -41,13 +41,36 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
+import numpy as np
 import pyarrow as pa
 
+from tracekit.model import progress
 from tracekit.model.trackids import COUNTER_PID_BASE, MEMORY_PID, TRACEKIT_PID
+from tracekit.trace.blocks import TraceBlock, json_or_text, trace_blocks
+from tracekit.trace.trackset import CounterPoint, Slice, Track, TrackSet, Window
+
+__all__ = [
+    "BOUND_CNAME",
+    "KIND_CNAME",
+    "BlockOrder",
+    "CounterPoint",
+    "Slice",
+    "Track",
+    "TrackSet",
+    "Window",
+    "build_tracks",
+    "chrome_event_dicts",
+    "chrome_events",
+    "columnar",
+    "nested",
+    "step_span",
+    "window_for_steps",
+    "write_chrome_json",
+    "write_chrome_json_gz",
+]
 
 # Chrome's legacy viewer takes reserved colour names; Perfetto colours by slice name.
 KIND_CNAME = {"prefill": "thread_state_running", "decode": "thread_state_iowait", "mixed": "yellow"}
@@ -74,62 +97,6 @@ STEP_CLASSES = (("compute_bound_ns", "compute-bound"), ("memory_bound_ns", "memo
 # Below this share of the step's wall time with a kernel running, the GPU mostly
 # waited for the host (DESIGN.md: idle inside a step is host-bound time).
 HOST_BOUND_BUSY_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Track:
-    key: str
-    name: str  # thread name (slice tracks) or counter name (counter tracks)
-    process: str
-    pid: int
-    tid: int
-    kind: str  # "slice" | "counter"
-    sort_index: int = 0
-    process_sort_index: int = 0
-    unit: str = ""
-
-
-@dataclass(frozen=True)
-class Slice:
-    track: str
-    name: str
-    ts_ns: int
-    dur_ns: int
-    cat: str
-    args: dict[str, Any] = field(default_factory=dict)
-    cname: str | None = None
-
-
-@dataclass(frozen=True)
-class CounterPoint:
-    track: str
-    ts_ns: int
-    value: float
-
-
-@dataclass
-class TrackSet:
-    tracks: dict[str, Track] = field(default_factory=dict)
-    slices: list[Slice] = field(default_factory=list)
-    counters: list[CounterPoint] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def add_track(self, track: Track) -> Track:
-        return self.tracks.setdefault(track.key, track)
-
-    def slices_on(self, key: str) -> list[Slice]:
-        return [s for s in self.slices if s.track == key]
-
-    def counters_on(self, key: str) -> list[CounterPoint]:
-        return [c for c in self.counters if c.track == key]
-
-
-@dataclass(frozen=True)
-class Window:
-    """A closed time window in trace ns; events overlapping it are kept (clipped)."""
-
-    start_ns: int
-    end_ns: int
 
 
 # --- table access that tolerates missing tables and columns ------------------
@@ -397,75 +364,14 @@ def _allocator_tracks(ts: TrackSet, memory: pa.Table | None, window: Window | No
         ts.counters.append(CounterPoint(key, t, float(r["total_allocated_bytes"])))
 
 
-def _kernel_classes(tables: dict[str, pa.Table]) -> list[tuple[Any, Any]] | None:
-    """(bound, source) per gpu_activity row from kernel_bound (one row per activity, same order)."""
-    gpu, kb = tables.get("gpu_activity"), tables.get("kernel_bound")
-    if gpu is None or kb is None or kb.num_rows != gpu.num_rows or "bound" not in kb.column_names:
-        return None
-    src = kb.column("source").to_pylist() if "source" in kb.column_names else [None] * kb.num_rows
-    return list(zip(kb.column("bound").to_pylist(), src, strict=True))
-
-
 def _trace_tracks(ts: TrackSet, tables: dict[str, pa.Table], window: Window | None) -> None:
-    gpu = tables.get("gpu_activity")
-    kclass = _kernel_classes(tables)
-    for i, r in enumerate(_rows(gpu, ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation",
-                                      "external_id", "grid", "block", "bytes"))):
-        if r["ts_ns"] is None:
-            continue
-        c = _clip(int(r["ts_ns"]), int(r["dur_ns"] or 0), window)
-        if c is None:
-            continue
-        dev, stream = int(r["device"] or 0), int(r["stream"] or 0)
-        key = f"gpu/{dev}/{stream}"
-        ts.add_track(Track(key, f"stream {stream}", f"GPU {dev}", dev, stream, "slice", stream, 1000 + dev))
-        kind = str(r["kind"] or "kernel")
-        cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}.get(kind, kind)
-        args: dict[str, Any] = {"device": dev, "stream": stream}
-        for src, dst in (("correlation", "correlation"), ("external_id", "External id"), ("grid", "grid"), ("block", "block"), ("bytes", "bytes")):
-            if r[src] is not None:
-                args[dst] = r[src]
-        cname = None
-        if kclass is not None and kclass[i][0] is not None:
-            args["bound"] = kclass[i][0]
-            if kclass[i][1] is not None:
-                args["bound_source"] = kclass[i][1]
-            cname = BOUND_CNAME.get(str(kclass[i][0]))
-        ts.slices.append(Slice(key, str(r["name"]), c[0], c[1], cat, args, cname))
-    for table_name, cat_default in (("cpu_ops", "cpu_op"), ("runtime", "cuda_runtime"), ("annotations", "user_annotation")):
-        table = tables.get(table_name)
-        for r in _rows(table, ("ts_ns", "dur_ns", "name", "cat", "pid", "tid", "external_id", "correlation", "input_dims", "device", "stream")):
-            if r["ts_ns"] is None:
-                continue
-            c = _clip(int(r["ts_ns"]), int(r["dur_ns"] or 0), window)
-            if c is None:
-                continue
-            cat = str(r["cat"] or cat_default)
-            if cat == "gpu_user_annotation":
-                dev, stream = int(r["device"] or 0), int(r["stream"] or 0)
-                pid, tid, process, tname = dev, stream, f"GPU {dev}", f"stream {stream}"
-                key = f"gpu/{dev}/{stream}/annotations"
-                tid = stream + 1_000_000  # own lane: GPU annotations need not nest with kernels
-                tname = f"stream {stream} annotations"
-            else:
-                pid, tid = int(r["pid"] or 0), int(r["tid"] or 0)
-                process, tname, key = f"host {pid}", f"thread {tid}", f"cpu/{pid}/{tid}"
-            ts.add_track(Track(key, tname, process, pid, tid, "slice", tid % 1_000_000, 2000))
-            args = {}
-            if r["external_id"] is not None:
-                args["External id"] = r["external_id"]
-            if r["correlation"] is not None:
-                args["correlation"] = r["correlation"]
-            if r["input_dims"]:
-                args["Input Dims"] = _json_or_text(r["input_dims"])
-            ts.slices.append(Slice(key, str(r["name"]), c[0], c[1], cat, args))
+    """The trace's own events (kernels, CPU ops, runtime calls, annotations) as columnar blocks
+    (tracekit.trace.blocks), their tracks added in the order their first rows come."""
+    ts.blocks.extend(trace_blocks(ts, tables, window, BOUND_CNAME))
 
 
 def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
+    return json_or_text(text)
 
 
 def nested(slices: list[Slice]) -> Iterator[tuple[Slice, int]]:
@@ -502,6 +408,12 @@ def _dump(obj: Any) -> str:
 
 def chrome_events(ts: TrackSet) -> Iterator[str]:
     """The track set as trace-event JSON objects (one string each)."""
+    yield from _meta_events(ts)
+    yield from _slice_events(ts, ts.slices)
+    yield from _counter_events(ts)
+
+
+def _meta_events(ts: TrackSet) -> Iterator[str]:
     processes: dict[int, tuple[str, int]] = {}
     for t in ts.tracks.values():
         processes.setdefault(t.pid, (t.process, t.process_sort_index))
@@ -512,12 +424,15 @@ def chrome_events(ts: TrackSet) -> Iterator[str]:
         if t.kind == "slice":
             yield _dump({"ph": "M", "name": "thread_name", "pid": t.pid, "tid": t.tid, "args": {"name": t.name}})
             yield _dump({"ph": "M", "name": "thread_sort_index", "pid": t.pid, "tid": t.tid, "args": {"sort_index": t.sort_index}})
+
+
+def _slice_events(ts: TrackSet, slices: list[Slice]) -> Iterator[str]:
     by_track: dict[str, list[Slice]] = defaultdict(list)
-    for s in ts.slices:
+    for s in slices:
         by_track[s.track].append(s)
-    for key, slices in by_track.items():
+    for key, group in by_track.items():
         t = ts.tracks[key]
-        for s, dur in nested(slices):
+        for s, dur in nested(group):
             ev = (
                 f'{{"ph":"X","cat":{_dump(s.cat)},"name":{_dump(s.name)},"pid":{t.pid},"tid":{t.tid},'
                 f'"ts":{_us(s.ts_ns)},"dur":{_us(dur)}'
@@ -525,9 +440,176 @@ def chrome_events(ts: TrackSet) -> Iterator[str]:
             if s.cname:
                 ev += f',"cname":{_dump(s.cname)}'
             yield ev + f',"args":{_dump(s.args)}}}'
+
+
+def _counter_events(ts: TrackSet) -> Iterator[str]:
     for c in ts.counters:
         t = ts.tracks[c.track]
         yield f'{{"ph":"C","name":{_dump(t.name)},"pid":{t.pid},"tid":0,"ts":{_us(c.ts_ns)},"args":{{"value":{c.value!r}}}}}'
+
+
+def columnar(ts: TrackSet) -> bool:
+    """Whether the writers can take the trace's blocks as they are: no block track also holds one of
+    the track set's own slices (those must nest together)."""
+    if not ts.blocks:
+        return False
+    own = {s.track for s in ts.own_slices}
+    return not any(k in own for b in ts.blocks for k in b.keys)  # type: ignore[attr-defined]
+
+
+def _chrome_parts(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
+    """(bytes, events) pieces of the traceEvents array body, every event after the first preceded by
+    ",\n": the events of ``chrome_events`` in its order, the blocks' encoded a chunk at a time."""
+    n = 0
+
+    def text(events: Iterator[str]) -> Iterator[tuple[bytes, int]]:
+        nonlocal n
+        for ev in events:
+            yield ((",\n" if n else "") + ev).encode(), 1
+            n += 1
+
+    if not columnar(ts):
+        yield from text(chrome_events(ts))
+        return
+    yield from text(_meta_events(ts))
+    yield from text(_slice_events(ts, ts.own_slices))
+    for chunk, count in _block_json(ts):
+        if not n:
+            chunk = chunk[2:]  # the first event: no separator
+        yield chunk, count
+        n += count
+    yield from text(_counter_events(ts))
+
+
+def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
+    from tracekit.trace import encode as E
+
+    blocks: list[TraceBlock] = ts.blocks  # type: ignore[assignment]
+    order = BlockOrder.of(blocks)
+    pidtid = [f',"pid":{ts.tracks[k].pid},"tid":{ts.tracks[k].tid},"ts":'.encode() for k in order.keys]
+    cats = [[_dump(c).encode() for c in b.cats] for b in blocks]
+    names = [[_dump(x).encode() for x in b.names] for b in blocks]
+    cnames = [[b',"cname":' + _dump(c).encode() for c in b.cnames] for b in blocks]
+    args = [[(_dump(a.key) + ":").encode() for a in b.args] for b in blocks]
+    values = [[[_dump(v).encode() for v in a.values] if a.ints is None else None for a in b.args] for b in blocks]
+    for rows in order.chunks():
+        progress.report("writing the Chrome trace", int(rows[0]), len(order))
+        parts = []
+        for bi, local, where in order.by_block(rows):
+            b = blocks[bi]
+            pieces: list[Any] = [E.const(b',\n{"ph":"X","cat":'), E.lookup(cats[bi], b.cat[local]),
+                                 E.const(b',"name":'), E.lookup(names[bi], b.name[local]),
+                                 E.lookup(pidtid, order.track[where]), E.micros(b.ts[local]), E.const(b',"dur":'),
+                                 E.micros(order.dur[where]), E.lookup(cnames[bi], b.cname[local]),
+                                 E.const(b',"args":{')]
+            before = np.zeros(len(local), dtype=bool)
+            for ai, a in enumerate(b.args):
+                present = a.present[local]
+                if not present.any():
+                    continue
+                val = (E.decimals(a.ints[local]) if a.ints is not None
+                       else E.lookup(values[bi][ai] or [], a.codes[local]))  # type: ignore[index]
+                piece = E.join([E.lookup([b"", b","], before.astype(np.int64)), E.const(args[bi][ai]), val])
+                pieces.append(piece if present.all() else E.mask(piece, present))
+                before |= present
+            pieces.append(E.const(b"}}"))
+            parts.append(E.join(pieces))
+        merged = order.merge(parts, rows)
+        yield bytes(E.data(merged)), len(rows)
+
+
+class BlockOrder:
+    """The blocks' rows in the writers' order: by track (first appearance), then start, then longer
+    first, then position (``nested``'s order), with durations clamped to their parents'."""
+
+    CHUNK = 1 << 17
+
+    def __init__(self, blocks: list[TraceBlock], keys: list[str], block: np.ndarray, local: np.ndarray,
+                 track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
+        self.blocks, self.keys = blocks, keys
+        self.block, self.local, self.track, self.ts, self.dur = block, local, track, ts, dur
+
+    @staticmethod
+    def of(blocks: list[TraceBlock]) -> BlockOrder:
+        ids: dict[str, int] = {}
+        tracks, blk, local = [], [], []
+        for i, b in enumerate(blocks):
+            lut = np.array([ids.setdefault(k, len(ids)) for k in b.keys], dtype=np.int64)
+            tracks.append(lut[b.track] if len(lut) else np.zeros(0, dtype=np.int64))
+            blk.append(np.full(b.n, i, dtype=np.int64))
+            local.append(np.arange(b.n, dtype=np.int64))
+        track = np.concatenate(tracks)
+        ts = np.concatenate([b.ts for b in blocks])
+        dur = np.concatenate([b.dur for b in blocks])
+        pos = np.arange(len(ts))
+        order = np.lexsort((pos, -dur, ts, track))
+        track, ts, dur = track[order], ts[order], dur[order]
+        return BlockOrder(blocks, list(ids), np.concatenate(blk)[order], np.concatenate(local)[order], track, ts,
+                          nested_durations(track, ts, dur))
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def chunks(self, size: int | None = None) -> Iterator[np.ndarray]:
+        step = size or self.CHUNK
+        for lo in range(0, len(self.ts), step):
+            yield np.arange(lo, min(lo + step, len(self.ts)))
+
+    def by_block(self, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(block, its rows, their positions in this order) of the given positions, block by block."""
+        blk = self.block[rows]
+        for bi in np.unique(blk):
+            where = rows[blk == bi]
+            yield int(bi), self.local[where], where
+
+    def merge(self, parts: list[Any], rows: np.ndarray) -> Any:
+        """One array of ``rows``' encodings, in order, from by_block's parts."""
+        if len(parts) == 1:
+            return parts[0]
+        blk = self.block[rows]
+        src = np.concatenate([np.flatnonzero(blk == bi) for bi in np.unique(blk)])
+        inverse = np.empty(len(src), dtype=np.int64)
+        inverse[src] = np.arange(len(src))
+        return pa.concat_arrays(parts).take(pa.array(inverse))
+
+
+def nested_durations(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """``nested``'s clamped durations of slices sorted by (track, start, longer first).
+
+    A slice that starts once every earlier slice of its track has ended has no parent: its duration
+    stands, and the stack ``nested`` keeps is empty after it but for itself. Only the runs of slices
+    that start inside an earlier one go through the stack."""
+    out = dur.copy()
+    n = len(ts)
+    if n < 2:
+        return out
+    end = ts + dur
+    low = np.iinfo(np.int64).min
+    starts = np.flatnonzero(np.r_[True, track[1:] != track[:-1]])
+    prev = np.r_[low, end[:-1]]  # the latest end among the earlier slices of the same track
+    prev[starts] = low
+    for a, b in zip(starts.tolist(), [*starts[1:].tolist(), n], strict=True):
+        prev[a:b] = np.maximum.accumulate(prev[a:b])
+    inside = ts < prev
+    if not inside.any():
+        return out
+    tl, el, il = ts.tolist(), end.tolist(), inside.tolist()
+    for lo in np.flatnonzero(~inside).tolist():
+        if lo + 1 >= n or not il[lo + 1]:
+            continue
+        stack = [el[lo]]
+        i = lo + 1
+        while i < n and il[i]:
+            t = tl[i]
+            while stack and stack[-1] <= t:
+                stack.pop()
+            e = el[i]
+            if stack and e > stack[-1]:
+                e = stack[-1]
+            stack.append(e)
+            out[i] = e - t
+            i += 1
+    return out
 
 
 def chrome_event_dicts(ts: TrackSet) -> list[dict[str, Any]]:
@@ -539,11 +621,9 @@ def write_chrome_json(ts: TrackSet, out: IO[str], *, extra: dict[str, Any] | Non
     """Stream the track set as a Chrome trace (``{"traceEvents": [...]}``); returns the event count."""
     out.write('{"traceEvents":[\n')
     n = 0
-    for ev in chrome_events(ts):
-        if n:
-            out.write(",\n")
-        out.write(ev)
-        n += 1
+    for piece, count in _chrome_parts(ts):
+        out.write(piece.decode("ascii"))
+        n += count
     out.write("\n]")
     for k, v in (extra or {}).items():
         out.write(f",{_dump(k)}:{_dump(v)}")
@@ -552,7 +632,27 @@ def write_chrome_json(ts: TrackSet, out: IO[str], *, extra: dict[str, Any] | Non
 
 
 def write_chrome_json_gz(ts: TrackSet, path: Path, *, extra: dict[str, Any] | None = None) -> int:
+    """``write_chrome_json`` gzipped (ISA-L's deflate where installed: the same text, written several
+    times faster than zlib's level 6)."""
     from tracekit.store.rundir import atomic_path
 
-    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as fh:
-        return write_chrome_json(ts, fh, extra=extra)
+    with atomic_path(path) as tmp, _gzip_writer(tmp) as fh:
+        fh.write(b'{"traceEvents":[\n')
+        n = 0
+        for piece, count in _chrome_parts(ts):
+            fh.write(piece)
+            n += count
+        fh.write(b"\n]")
+        for k, v in (extra or {}).items():
+            fh.write(f",{_dump(k)}:{_dump(v)}".encode())
+        fh.write(b"}\n")
+        return n
+
+
+def _gzip_writer(path: Path) -> IO[bytes]:
+    try:
+        from isal import igzip
+
+        return cast(IO[bytes], igzip.open(path, "wb", compresslevel=2))
+    except ImportError:
+        return cast(IO[bytes], gzip.open(path, "wb", compresslevel=6))

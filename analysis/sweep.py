@@ -25,27 +25,11 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit.model.schema import SWEEP_SCHEMAS
+
 NS_PER_MS = 1e6
 
-SUMMARY_COLUMNS = (
-    "point_id", "group", "shape", "mode", "quant", "agent_mode", "batch", "input_tokens", "output_tokens", "calls",
-    "sent_input_tokens", "prefilled_tokens", "generated_tokens",
-    "repeats", "ttft_ms", "tpot_ms", "e2e_ms",
-    "ttft_ms_min", "ttft_ms_max", "tpot_ms_min", "tpot_ms_max", "e2e_ms_min", "e2e_ms_max", "prefill_ms", "prefill_share", "prefill_tok_s", "decode_tok_s",
-    "ms_per_input_token", "ms_per_output_token", "read_write_asymmetry",
-    "prefill_compute_share", "prefill_memory_share", "prefill_idle_share",
-    "decode_compute_share", "decode_memory_share", "decode_idle_share",
-    "prefill_latency_share", "decode_latency_share",
-    "prefill_idle_host_share", "prefill_idle_wait_share", "prefill_idle_profiler_share",
-    "decode_idle_host_share", "decode_idle_wait_share", "decode_idle_profiler_share",
-    "kv_formula_bytes_per_token", "kv_cache_bytes_per_token", "kv_allocated_bytes_per_token",
-    "kv_peak_bytes_per_token", "logits_fp32_bytes_per_token", "kv_cache_tokens",
-    "prefill_transient_bytes_per_prompt_token", "compile_s", "cost_usd", "cost_vs_chat",
-    "rate_rps", "requests", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
-    "itl_p99_ms", "queue_p99_ms", "step_ms_per_request", "gpu_ms_per_request", "j_per_request",
-    "usd_per_request",
-    "status", "reason", "run_dir",
-)  # fmt: skip
+SUMMARY_COLUMNS: tuple[str, ...] = tuple(SWEEP_SCHEMAS["summary"].names)  # the stored order (model/schema.py)
 
 # The seed: T4, TinyLlama-1.1B, fp16. One chat request is the cost unit.
 CHAT_REFERENCE = (128, 128)

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors.memory import cache_tensor_bytes
 from tracekit.model import schema
 from tracekit.model.sweepspec import Point, SweepSpec
 from tracekit.store.rundir import RunDir
@@ -180,23 +181,6 @@ def kv_bytes_per_token_formula(config: dict[str, Any], dtype: str) -> float:
     kv_heads = int(config.get("num_key_value_heads") or heads)
     elem = {"fp32": 4, "fp16": 2, "bf16": 2}.get(dtype, 4)
     return float(2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * elem)
-
-
-def _cache_tensor_bytes(cache: Any) -> int:
-    """Bytes of the K/V tensors a cache holds (allocated size, static caches included)."""
-    total = 0
-    layers = getattr(cache, "layers", None)
-    if layers is not None:
-        for layer in layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name, None)
-                if t is not None and hasattr(t, "numel"):
-                    total += t.numel() * t.element_size()
-        return total
-    for name in ("key_cache", "value_cache"):
-        for t in getattr(cache, name, []) or []:
-            total += t.numel() * t.element_size()
-    return total
 
 
 def _set_mode(ctx: SweepContext, point: Point) -> None:
@@ -503,7 +487,7 @@ def _run(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> dict[
 
             n = cache_length(cache) * point.batch
             if n:
-                kv["cache_tensor_bytes_per_token"] = _cache_tensor_bytes(cache) / n
+                kv["cache_tensor_bytes_per_token"] = cache_tensor_bytes(cache) / n
                 kv["cache_tokens"] = n
             if cuda:
                 kv["allocated_growth_bytes_per_token"] = (

@@ -344,11 +344,14 @@ def _index(ts: list[_Tensor | None]) -> OpCost | None:
 
 
 def _gather(ts: list[_Tensor | None]) -> OpCost | None:
-    """gather(self, dim, index): one element of self per element of index (out has index's shape)."""
+    """gather(self, dim, index): one element of self per element of index (out has index's shape);
+    without the index's shape, the whole of self read and written (as for index)."""
     x = _get(ts, 0)
     idx = next((t for t in ts[1:] if t is not None), None)
-    if x is None or idx is None:
+    if x is None:
         return None
+    if idx is None:
+        return OpCost(0.0, float(2 * x.nbytes), COPY, _key(x), False)
     return OpCost(0.0, float(idx.nbytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
 
 

@@ -130,7 +130,8 @@ def test_gemms() -> None:
     assert fb("aten::matmul", [[3], [3]], [F, F]) == (6, 4 * (3 + 3 + 1))
     # [2, 1, 4, 3] @ [5, 3, 6]: batch dims broadcast to [2, 5]
     assert fb("aten::matmul", [[2, 1, 4, 3], [5, 3, 6]], [F, F]) == (2 * 10 * 4 * 3 * 6, 4 * (24 + 90 + 10 * 24))
-    assert fb("aten::_scaled_mm", [[2, 3], [3, 4]], ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"]) == (48, 6 + 12 + 8)
+    # fp8 a and b at 1 B, no scales recorded, the output at 2 B (out_dtype is not in the shapes)
+    assert fb("aten::_scaled_mm", [[2, 3], [3, 4]], ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"]) == (48, 6 + 12 + 2 * 8)
     assert op_cost("aten::bmm", "[[2, 3], [3, 4]]", json.dumps([F, F])) is None  # 2-D into bmm: no model
 
 

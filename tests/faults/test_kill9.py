@@ -163,12 +163,12 @@ def test_kill9_record_over_a_recorded_run(tmp_path: Path, recorded: Path, seed: 
 def test_kill9_record_into_a_new_run_says_incomplete(tmp_path: Path, recorded: Path) -> None:
     case("kill -9")
     run = tmp_path / "NEW"
-    argv = [sys.executable, "-m", "tracekit", "record", "-q", "--warmup", "0", "--output-tokens", "40", "--out", str(run)]
+    argv = [sys.executable, "-m", "tracekit", "record", "-q", "--warmup", "0", "--output-tokens", "400", "--out", str(run)]
     p = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None and not (run / "run.json").exists():
         time.sleep(0.05)
-    time.sleep(1.0)
+    time.sleep(1.0)  # well inside the workload: 400 tokens of the tiny model take ~20 s here
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert manifest(run)["status"] == "incomplete"

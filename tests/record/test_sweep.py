@@ -184,3 +184,37 @@ def test_every_sweep_table_is_declared(quick_sweep) -> None:
     assert not problems, "\n".join(problems)
     assert {"summary", "agent_steps", "seed_comparison", "trace_steps", "trace_requests", "phases"} <= seen
 
+
+
+def _one_point(tmp_path):
+    cfg = tmp_path / "one.toml"
+    cfg.write_text('model = "tiny"\ndevice = "cpu"\nshapes = ["smoke"]\ntrace_steps = 2\nrepeats = 1\n')
+    return cfg
+
+
+def test_force_keeps_the_old_sweep_until_the_new_one_is_complete(tmp_path, monkeypatch):
+    from tracekit.collectors import sweep_runner
+
+    cfg, out = _one_point(tmp_path), tmp_path / "out"
+    assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    old_summary = (out / "summary.parquet").read_bytes()
+    real = sweep_runner.run_sweep
+
+    def interrupted(spec, out_dir, **kw):  # the new sweep gets as far as its first point, then Ctrl-C
+        real(spec, out_dir, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_runner, "run_sweep", interrupted)
+    assert main(["sweep", "--config", str(cfg), "--out", str(out), "--force"]) == 130  # interrupted
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert (out / "summary.parquet").read_bytes() == old_summary
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tracekit-")] == []
+
+    monkeypatch.setattr(sweep_runner, "run_sweep", real)
+    (out / "points" / "stale-marker").write_text("from the old sweep")
+    assert main(["sweep", "--config", str(cfg), "--out", str(out), "--force"]) == 0
+    assert not (out / "points" / "stale-marker").exists()
+    s = pd.read_parquet(out / "summary.parquet")
+    assert (s["status"] == "complete").all() and list(s["run_dir"]) == [f"points/{s['point_id'][0]}"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tracekit-")] == []

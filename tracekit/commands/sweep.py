@@ -200,10 +200,25 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
         for p in spec.points:
             click.echo(f"  {p.id}")
         return 0
+    target, staging = out_dir, None
     if force and out_dir.exists() and not resume:
-        import shutil
+        # The new sweep is written beside the old one, which stays until the new one is complete.
+        from tracekit.store.fsops import make_dir_beside
 
-        shutil.rmtree(out_dir)
+        staging = out_dir = make_dir_beside(target, "sweep")
+    try:
+        return _run(spec, out_dir, target, staging, resume, price)
+    except BaseException:
+        if staging is not None:
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _run(spec: Any, out_dir: Path, target: Path, staging: Path | None, resume: bool, price: Any) -> int:
+    """Run every point into ``out_dir`` and write the reports; a ``staging`` directory then replaces
+    ``target``."""
     from tracekit.collectors import sweep_runner
     from tracekit.report import sweep as sweep_report
 
@@ -224,6 +239,11 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
 
         sweep_runner.run_sweep(spec, out_dir, resume=resume, on_point=on_point, on_start=on_start)
     files = sweep_report.write_all(out_dir, price)
+    if staging is not None:
+        from tracekit.store.fsops import replace_dir
+
+        replace_dir(staging, target, "sweep")
+        files = {k: target / Path(v).relative_to(staging) for k, v in files.items()}
     for line in failed:
         click.echo(f"failed: {line}", err=True)
     click.echo(f"summary: {files['summary']}\nreport: {files['report_md']} and {files['report_html']}")

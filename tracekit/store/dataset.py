@@ -35,7 +35,7 @@ import pyarrow.dataset as ds
 
 from tracekit.errors import RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
-from tracekit.store.fsops import exchange, make_dir_beside, mkdirs
+from tracekit.store.fsops import make_dir_beside, mkdirs, replace_dir
 from tracekit.store.rundir import write_json, write_table
 
 MARKER = "_tracekit_dataset.json"
@@ -93,13 +93,7 @@ def finish_dataset(written: Path, *, keep: bool) -> Path:
     if not keep:
         shutil.rmtree(written, ignore_errors=True)
         return target
-    if exchange(written, target):
-        shutil.rmtree(written, ignore_errors=True)
-    else:
-        old = make_dir_beside(target, "dataset")
-        os.replace(target, old / "old")
-        os.replace(written, target)
-        shutil.rmtree(old, ignore_errors=True)
+    replace_dir(written, target, "dataset")
     return target
 
 

@@ -176,3 +176,20 @@ def exchange(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False
     raise write_error(b, OSError(err, os.strerror(err)))
+
+
+def replace_dir(new: Path, target: Path, tag: str) -> None:
+    """Put directory ``new`` at ``target`` and remove what was there: one atomic swap where the system
+    can exchange directories, else two renames (``target`` is absent only between them)."""
+    import shutil
+
+    if not target.exists():
+        os.replace(new, target)
+        return
+    if exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)
+        return
+    old = make_dir_beside(target, tag)
+    os.replace(target, old / "old")
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)

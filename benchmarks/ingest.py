@@ -114,7 +114,7 @@ def synthesize(src: Path, dst: Path, target_bytes: int) -> Path:
     return dst
 
 
-def _mem_total_mb() -> float:
+def mem_total_mb() -> float:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
@@ -131,7 +131,7 @@ def bench(path: Path, hta: bool, repeat: int) -> dict[str, float | str]:
     runs: dict[str, list[float]] = {k: [] for k in ("gzip_s", *keys)}
     hta_note = ""
     # Skipped past 1 GB: ~10x the JSON would take most of this shared machine's memory.
-    if hta and (mb > 1000 or mb * HTA_RSS_FACTOR > 0.8 * _mem_total_mb()):
+    if hta and (mb > 1000 or mb * HTA_RSS_FACTOR > 0.8 * mem_total_mb()):
         hta = False
         hta_note = f"HTA not run: would need ~{HTA_RSS_FACTOR}x = {mb * HTA_RSS_FACTOR / 1e3:.0f} GB"
     for _ in range(repeat):

@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from ingest import HTA_RSS_FACTOR, mem_total_mb  # noqa: E402  (benchmarks/ingest.py: one estimate of HTA's memory)
+
 CACHE = Path(tempfile.gettempdir()) / "tracekit_pipeline"
 
 # Each child: argv[1:] are its arguments; it prints "<stage s> <peak RSS KiB> <RSS after imports KiB>" last.
@@ -115,7 +118,6 @@ def stage():
     TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
 """
 HTA_BACKENDS = ("JSON", "IJSON_BATCH_AND_COMPRESS")
-HTA_RSS_FACTOR = 10.5  # HTA's JSON backend peaked at ~10x the JSON size here (856 MB on 84 MB)
 
 
 def child(code: str, *args: str) -> dict[str, float]:
@@ -276,7 +278,7 @@ def main() -> int:
     if not a.no_main:
         path = a.trace or generated(a.mb)
         mb, events = json_mb_events(path)
-        if hta and mb * HTA_RSS_FACTOR > 0.8 * _mem_total_mb():
+        if hta and mb * HTA_RSS_FACTOR > 0.8 * mem_total_mb():
             print(f"  HTA not run: ~{HTA_RSS_FACTOR}x the JSON would not fit")
             hta = False
         runs = []
@@ -303,15 +305,6 @@ def main() -> int:
     return 0
 
 
-def _mem_total_mb() -> float:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("inf")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _f(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
+    """``v`` as a float, or None where it is missing, not a number, NaN or infinite."""
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -51,16 +52,16 @@ def _f(v: Any) -> float | None:
 
 def shares(row: Mapping[str, Any]) -> dict[str, float]:
     """ns per cause of ``row``: the idle split where present, else all of idle_ns as host idle."""
-    out = {c: _f(row.get(c)) or 0.0 for c, _, _ in CAUSES}
-    split = [_f(row.get(c)) for c in ("idle_host_ns", "idle_wait_ns")]
+    out = {c: finite(row.get(c)) or 0.0 for c, _, _ in CAUSES}
+    split = [finite(row.get(c)) for c in ("idle_host_ns", "idle_wait_ns")]
     if all(v is None for v in split):  # a run analysed before the idle split: idle is the host's
-        out["idle_host_ns"] = _f(row.get("idle_ns")) or 0.0
+        out["idle_host_ns"] = finite(row.get("idle_ns")) or 0.0
     return out
 
 
 def advice(row: Mapping[str, Any]) -> str | None:
     """One sentence: the phase's largest cause, its share and numbers, and what would help."""
-    t = _f(row.get("time_ns"))
+    t = finite(row.get("time_ns"))
     if not t:
         return None
     ns = shares(row)
@@ -70,7 +71,7 @@ def advice(row: Mapping[str, Any]) -> str | None:
     what, fix = next((w, f) for c, w, f in CAUSES if c == col)
     phase = str(row.get("phase") or "phase")
     # the time columns cover the steps with kernel capture only (--trace-steps)
-    steps = _f(row.get("steps_captured")) or _f(row.get("steps"))
+    steps = finite(row.get("steps_captured")) or finite(row.get("steps"))
     per = f", {v / steps / 1e6:,.2f} ms per step" if steps and steps > 1 else ""
     facts = f"{100 * v / t:.0f}% of its {t / 1e6:,.1f} ms is {what}{per}"
     detail = _detail(row, col)
@@ -79,28 +80,28 @@ def advice(row: Mapping[str, Any]) -> str | None:
 
 def _detail(row: Mapping[str, Any], col: str) -> str:
     """The numbers that back the advice for one cause."""
-    pb, pf = _f(row.get("pct_peak_bandwidth")), _f(row.get("pct_peak_flops"))
-    tb, tf = _f(row.get("achieved_tbps")), _f(row.get("achieved_tflops"))
+    pb, pf = finite(row.get("pct_peak_bandwidth")), finite(row.get("pct_peak_flops"))
+    tb, tf = finite(row.get("achieved_tbps")), finite(row.get("achieved_tflops"))
     if col == "memory_bound_ns" and tb is not None and pb is not None:
         return f" (the busy GPU moves {tb:.2f} TB/s, {pb:.0f}% of peak)"
     if col == "compute_bound_ns" and tf is not None and pf is not None:
         return f" (the busy GPU runs {tf:,.0f} TFLOP/s, {pf:.0f}% of peak)"
     if col == "latency_bound_ns":
-        busy = _f(row.get("gpu_busy_ns"))
+        busy = finite(row.get("gpu_busy_ns"))
         bits = []
         if busy:
-            bits.append(f"{100 * (_f(row.get(col)) or 0.0) / busy:.0f}% of the GPU's busy time")
+            bits.append(f"{100 * (finite(row.get(col)) or 0.0) / busy:.0f}% of the GPU's busy time")
         if pb is not None:
             bits.append(f"the busy GPU reaches {pb:.0f}% of peak bandwidth")
         return f" ({', '.join(bits)})" if bits else ""
     if col in ("idle_host_ns", "idle_profiler_ns", "idle_wait_ns"):
-        idle = _f(row.get("idle_ns"))
-        prof = _f(row.get("idle_profiler_ns"))
+        idle = finite(row.get("idle_ns"))
+        prof = finite(row.get("idle_profiler_ns"))
         bits = []
         if idle and col != "idle_profiler_ns" and prof is not None:
-            bits.append(f"of the {100 * idle / (_f(row.get('time_ns')) or idle):.0f}% idle, "
+            bits.append(f"of the {100 * idle / (finite(row.get('time_ns')) or idle):.0f}% idle, "
                         f"{100 * prof / idle:.0f}% is the profiler's")
-        elif col == "idle_host_ns" and prof is None and _f(row.get("idle_ns")):
+        elif col == "idle_host_ns" and prof is None and finite(row.get("idle_ns")):
             bits.append("the profiler's share is unknown: no unprofiled timing pass")
         return f" ({'; '.join(bits)})" if bits else ""
     return ""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit.analysis.advice import finite
 from tracekit.store.rundir import RunDir
 
 NOT_RECORDED = "not recorded"
@@ -83,10 +84,10 @@ def outside_line(phases: pd.DataFrame) -> str | None:
     if ph.empty or "time_ns" not in ph:
         return None
     row = ph[ph["phase"].astype(str) == OUTSIDE]
-    t = _f(row["time_ns"].iloc[0]) if len(row) else None
+    t = finite(row["time_ns"].iloc[0]) if len(row) else None
     if not t:
         return None
-    busy = _f(row["gpu_busy_ns"].iloc[0]) if "gpu_busy_ns" in row else None
+    busy = finite(row["gpu_busy_ns"].iloc[0]) if "gpu_busy_ns" in row else None
     gpu = f", GPU busy {busy / 1e6:,.2f} ms of it" if busy is not None else ""
     return (f"outside every step: {t / 1e6:,.1f} ms{gpu} (model loading, compilation, host work between "
             "requests; in no phase's totals)")
@@ -118,25 +119,17 @@ SHORT_LIMITER = {"idle_host_ns": "host (GPU idle)", "idle_wait_ns": "waiting (GP
                  "comm_ns": "communication", "memcpy_ns": "memcpy"}
 
 
-def _f(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def split_ns(r: dict[Any, Any]) -> dict[str, float]:
     """ns per LIMITERS column of a phase row; idle_ns as the host's where the idle split is absent."""
-    out = {c: _f(r.get(c)) or 0.0 for c, _ in LIMITERS}
-    if _f(r.get("idle_host_ns")) is None and _f(r.get("idle_wait_ns")) is None:
-        out["idle_host_ns"] = _f(r.get("idle_ns")) or 0.0
+    out = {c: finite(r.get(c)) or 0.0 for c, _ in LIMITERS}
+    if finite(r.get("idle_host_ns")) is None and finite(r.get("idle_wait_ns")) is None:
+        out["idle_host_ns"] = finite(r.get("idle_ns")) or 0.0
     return out
 
 
 def limiter(r: dict[Any, Any]) -> tuple[str, float] | None:
     """The column that holds most of the phase's time and its share of it."""
-    t = _f(r.get("time_ns"))
+    t = finite(r.get("time_ns"))
     if not t:
         return None
     best = max(split_ns(r).items(), key=lambda cv: cv[1])
@@ -145,11 +138,11 @@ def limiter(r: dict[Any, Any]) -> tuple[str, float] | None:
 
 def idle_text(r: dict[Any, Any]) -> str:
     """How much of a phase's idle time is the profiler's and how much waiting, in words."""
-    idle, t = _f(r.get("idle_ns")), _f(r.get("time_ns"))
+    idle, t = finite(r.get("idle_ns")), finite(r.get("time_ns"))
     if not idle or not t:
         return ""
-    prof, wait = _f(r.get("idle_profiler_ns")), _f(r.get("idle_wait_ns"))
-    if wait is None and _f(r.get("idle_host_ns")) is None:
+    prof, wait = finite(r.get("idle_profiler_ns")), finite(r.get("idle_wait_ns"))
+    if wait is None and finite(r.get("idle_host_ns")) is None:
         return ""  # a table from before the idle split
     bits = []
     if prof is not None:
@@ -226,16 +219,16 @@ def workload_text(m: dict[str, Any]) -> str:
 def timed_steps(r: dict[Any, Any]) -> float | None:
     """The steps a phase row's time covers: those with kernel capture where the row says
     (``steps_captured``; a run recorded with --trace-steps times only those), else all its steps."""
-    cap = _f(r.get("steps_captured"))
-    return cap if cap else _f(r.get("steps"))
+    cap = finite(r.get("steps_captured"))
+    return cap if cap else finite(r.get("steps"))
 
 
 def verdicts(phases: pd.DataFrame) -> list[str]:
     """One sentence per phase: what limited it, and how close the GPU got to the ceiling while busy."""
     out = []
     for r in shown_phases(phases).to_dict("records"):
-        t, n = _f(r.get("time_ns")), _f(r.get("steps"))
-        cap = _f(r.get("steps_captured"))
+        t, n = finite(r.get("time_ns")), finite(r.get("steps"))
+        cap = finite(r.get("steps_captured"))
         head = f"{r.get('phase')}: {int(n) if n is not None else '?'} step(s), {t / 1e6:,.1f} ms" if t else str(r.get("phase"))
         if t and cap is not None and n is not None and 0 < cap < n:
             # the time columns cover the steps with kernel capture (--trace-steps) only
@@ -252,15 +245,15 @@ def verdicts(phases: pd.DataFrame) -> list[str]:
         idle = idle_text(r)
         if idle:
             text += f". {idle}"
-        busy = _f(r.get("gpu_busy_ns"))
-        cb, mb, lb = _f(r.get("compute_bound_ns")), _f(r.get("memory_bound_ns")), _f(r.get("latency_bound_ns"))
+        busy = finite(r.get("gpu_busy_ns"))
+        cb, mb, lb = finite(r.get("compute_bound_ns")), finite(r.get("memory_bound_ns")), finite(r.get("latency_bound_ns"))
         if busy:
             bits = []
             if mb is not None and cb is not None:
                 lat = f", latency-bound {100 * lb / busy:.0f}%" if lb is not None else ""
                 bits.append(f"memory-bound {100 * mb / busy:.0f}%{lat}, compute-bound {100 * cb / busy:.0f}% of it")
-            tb, ptb = _f(r.get("achieved_tbps")), _f(r.get("pct_peak_bandwidth"))
-            tf, ptf = _f(r.get("achieved_tflops")), _f(r.get("pct_peak_flops"))
+            tb, ptb = finite(r.get("achieved_tbps")), finite(r.get("pct_peak_bandwidth"))
+            tf, ptf = finite(r.get("achieved_tflops")), finite(r.get("pct_peak_flops"))
             if tb is not None and ptb is not None:
                 bits.append(f"{tb:.2f} TB/s = {ptb:.0f}% of peak bandwidth")
             if tf is not None and ptf is not None:
@@ -319,19 +312,19 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
 
     def share(r: dict[Any, Any], c: str) -> str:
-        t, v = _f(r.get("time_ns")), _f(r.get(c))
+        t, v = finite(r.get("time_ns")), finite(r.get(c))
         return cell(v / t, "pct") if t and v is not None else "—"
 
     def pct(v: Any) -> str:
-        x = _f(v)
+        x = finite(v)
         return "—" if x is None else f"{x:.1f}%"
 
     for r in ph.to_dict("records"):
-        t, n = _f(r.get("time_ns")), timed_steps(r)
-        other = sum(x for x in (_f(r.get(c)) for c in ("other_ns", "comm_ns", "memcpy_ns")) if x is not None)
+        t, n = finite(r.get("time_ns")), timed_steps(r)
+        other = sum(x for x in (finite(r.get(c)) for c in ("other_ns", "comm_ns", "memcpy_ns")) if x is not None)
         lim = limiter(r)
         parts = split_ns(r)
-        host = cell(parts["idle_host_ns"] / t, "pct") if t and (_f(r.get("idle_ns")) is not None) else "—"
+        host = cell(parts["idle_host_ns"] / t, "pct") if t and (finite(r.get("idle_ns")) is not None) else "—"
         rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
                      share(r, "compute_bound_ns"), share(r, "memory_bound_ns"), share(r, "latency_bound_ns"),
                      cell(other / t, "pct") if t else "—", host, share(r, "idle_wait_ns"),
@@ -348,7 +341,7 @@ def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = ()) -> tuple
     rows = []
     for r in requests.to_dict("records") if not requests.empty else []:
         name = str(r.get("name", r.get("request_id")))
-        if _f(r.get("request_id")) in {float(i) for i in warmups}:
+        if finite(r.get("request_id")) in {float(i) for i in warmups}:
             name += " (warm-up)"
         rows.append([name, cell(r.get("batch")), cell(r.get("input_tokens")),
                      cell(r.get("output_tokens")), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
@@ -366,13 +359,13 @@ def cost_rows(requests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         return headers, []
     rows = []
     def part(r: dict[Any, Any], c: str) -> str:
-        g, v = _f(r.get("gpu_time_ns")), _f(r.get(c))
+        g, v = finite(r.get("gpu_time_ns")), finite(r.get(c))
         return cell(v / g, "pct") if g and v is not None else "—"
 
     for r in requests.to_dict("records"):
-        g = _f(r.get("gpu_time_ns"))
+        g = finite(r.get("gpu_time_ns"))
 
-        flops, nbytes = _f(r.get("flops")), _f(r.get("bytes"))
+        flops, nbytes = finite(r.get("flops")), finite(r.get("bytes"))
         rows.append([str(r.get("name", r.get("request_id"))), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
                      cell(r.get("e2e_ns"), "ms"), cell(r.get("queue_ns"), "ms"), cell(r.get("steps")),
                      cell(r.get("mean_step_share"), "pct"), cell(r.get("step_time_ns"), "ms"), cell(g, "ms"),
@@ -400,11 +393,11 @@ def assisted_rows(requests: pd.DataFrame, steps: pd.DataFrame) -> tuple[list[str
     rows = []
     for r in requests[requests["assistant"].notna()].to_dict("records"):
         rid = int(r["request_id"])
-        draft, verify, e2e = dur.get((rid, "draft")), dur.get((rid, "verify")), _f(r.get("e2e_ns"))
+        draft, verify, e2e = dur.get((rid, "draft")), dur.get((rid, "verify")), finite(r.get("e2e_ns"))
         host = e2e - (draft or 0) - (verify or 0) if e2e is not None and (draft or verify) else None
-        plain = _f(by_id.loc[int(r["plain_request_id"]), "e2e_ns"]) if _f(r.get("plain_request_id")) is not None \
+        plain = finite(by_id.loc[int(r["plain_request_id"]), "e2e_ns"]) if finite(r.get("plain_request_id")) is not None \
             and int(r["plain_request_id"]) in by_id.index else None
-        sp = _f(r.get("speedup"))
+        sp = finite(r.get("speedup"))
         rows.append([str(r.get("name", rid)), str(r["assistant"]), cell(r.get("proposed_tokens")),
                      cell(r.get("accepted_tokens")), cell(r.get("acceptance_rate"), "pct"), cell(draft, "ms"),
                      cell(verify, "ms"), cell(host, "ms"), cell(e2e, "ms"), cell(plain, "ms"),

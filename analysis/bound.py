@@ -6,7 +6,9 @@ Pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
   that launched it (opmodels), its kernel-name class (kernels), the roof it is closer to (``roof``:
   intensity against the ridge), its achieved share of peak compute and bandwidth, and a bound:
   compute | memory | latency | other | comm | memcpy. Latency: under ``latency_threshold`` of both
-  peaks (Nsight Compute's 60% rule); other: no model and no counters.
+  peaks (Nsight Compute's 60% rule), rates taken over the kernel's duration plus its fixed overhead
+  (``kernel_overhead_ns``), and an elementwise / reduction / copy kernel whose footprint fits in the
+  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters.
 - ``apply_counters(kernels, counters)``: Nsight Compute's counters, joined per step
   (tracekit.analysis.counters), decide the class of every kernel they measured (``source`` = ncu).
 - ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside each step's
@@ -35,7 +37,7 @@ from tracekit.analysis import kernels as kc
 from tracekit.analysis.columns import map_values, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
-from tracekit.model.ceilings import Ceiling, datasheet
+from tracekit.model.ceilings import Ceiling, datasheet, l2_bytes
 
 # Time classes in priority order: where kernels of several streams overlap, the
 # instant counts once, for the first class active (TraceLens' order: computation
@@ -86,6 +88,16 @@ class BoundOptions:
     short_kernel_ns: int = 20_000
     # Counter class: under this % of peak on both memory and compute throughput -> latency.
     counter_threshold_pct: float = _counters.SOL_THRESHOLD_PCT
+    # Fixed GPU time of every kernel that the trace's kernel duration leaves out (launch, first wave's
+    # start, drain) and Nsight Compute's gpu__time_duration includes; achieved rates are taken over
+    # duration + this. On the H200: median 1.31 us (IQR 1.12-1.57) over 1,514 kernels, flat from 1 to
+    # 50 us kernels (docs/roofline.md, "The kernel's overhead").
+    kernel_overhead_ns: float = 1300.0
+    # An elementwise / reduction / copy kernel whose modelled bytes fit in the GPU's L2 cache reads
+    # operands the previous kernels left there and writes into lines the allocator reuses: its DRAM
+    # traffic is a fraction of its bytes (4-40% on the H200), so it is latency-bound unless its FLOPs
+    # reach the threshold. False: rate every kernel's bytes against DRAM.
+    l2_resident: bool = True
 
 
 ROOFLINE_ONLY = BoundOptions(latency_threshold=None)  # the roofline classification alone: compute | memory
@@ -225,6 +237,9 @@ def kernel_costs(
             mop = pd.Series(np.nan, index=k.index)
             at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
             mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
+            # A split-K GEMM's reduce kernel sums partials the GEMM kernel left in L2 (Nsight Compute:
+            # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
+            mop[k["kclass"].eq(kc.REDUCTION) & k["name"].astype(str).str.contains(kc.SPLITK_REDUCE, regex=True)] = np.nan
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).clip(lower=0)
@@ -257,13 +272,18 @@ def kernel_costs(
     shape = (k["model"] == MODEL_SHAPE).to_numpy()
     roof = np.full(len(k), None, dtype=object)
     roof[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
-    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), _latency_peaks(ceiling, opts))
+    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), _latency_peaks(ceiling, opts), opts.kernel_overhead_ns)
     k["flops_pct_of_peak"], k["bw_pct_of_peak"] = flops_pct, bw_pct
     bound = np.full(len(k), OTHER, dtype=object)
     bound[shape] = roof[shape]
     if opts.latency_threshold is not None:
         below = np.fmax(flops_pct, bw_pct) < 100.0 * opts.latency_threshold  # NaN (no duration) -> False
         bound[shape & below] = LATENCY
+        l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
+        if l2:
+            resident = shape & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy() & (
+                k["bytes"].to_numpy(dtype=float) <= l2)
+            bound[resident & ~(flops_pct >= 100.0 * opts.latency_threshold)] = LATENCY
     _finish(k, bound, roof, shape, is_kernel, kinds, gpu_activity, opts)
     return k.drop(columns=["_tensor"], errors="ignore")
 
@@ -314,13 +334,16 @@ def _latency_peaks(ceiling: Ceiling, opts: BoundOptions) -> Ceiling:
     return ceiling
 
 
-def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> tuple[np.ndarray, np.ndarray]:
-    """Achieved FLOP/s and bytes/s of each kernel (modelled work / measured duration) as % of ``peaks``.
+def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, overhead_ns: float = 0.0
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Achieved FLOP/s and bytes/s of each kernel (modelled work / (duration + ``overhead_ns``)) as %
+    of ``peaks``.
 
     GEMM and attention kernels against the tensor-core peak of their dtype (fp16, then fp32 where the
     GPU lacks it), the rest against the fp32 CUDA-core peak. NaN without a duration or a model.
     """
-    dur_s = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float) * 1e-9
+    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
+    dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, dur_ns) * 1e-9
     fp32 = peaks.flops("fp32") or np.nan
     tensor_peak = map_values(
         k["dtype"], lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan

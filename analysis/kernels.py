@@ -22,6 +22,8 @@ COMMUNICATION = "communication"
 OTHER = "other"
 
 CLASSES = (GEMM, ATTENTION, ELEMENTWISE, REDUCTION, COPY, COMMUNICATION, OTHER)
+# cuBLAS' split-K GEMMs end with a kernel that sums the partial products (a reduction, not a GEMM)
+SPLITK_REDUCE = r"splitKreduce|splitK_reduce|reduce_splitK"
 
 # (class, pattern) in priority order, first match wins (docs/roofline.md, "Kernel-name classes").
 # Families a class stands for: gemm also takes fused-MoE grouped GEMMs and convolutions (tensor-core
@@ -57,6 +59,7 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
         r"paged_?attention|unified_attention|reduce_segments|attn_fwd|attn_bwd|sdpa|xformers|"
         r"mla_(dec|pfl|a8|a16)|flash_?mla|Mla(Kernel|Attention)|_mla_|::mla|"
         r"_fwd_(grouped_)?kernel_stage[12]|_fwd_kernel\b|xqa|attention|attn", re.I)),
+    (REDUCTION, re.compile(SPLITK_REDUCE, re.I)),
     (REDUCTION, re.compile(r"topk_?gating|topkGating|grouped_topk|topk_?softmax|moe_sum|moe_align|"
                            r"moe_sorting", re.I)),
     (GEMM, re.compile(r"fused_moe|fmoe|ck_moe|MoeGemm|moe_gemm|_grouped_mm|grouped_?gemm|cktile2stages", re.I)),

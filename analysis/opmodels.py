@@ -355,6 +355,78 @@ def _gather(ts: list[_Tensor | None]) -> OpCost | None:
     return OpCost(0.0, float(idx.nbytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
 
 
+def _index_copy(ts: list[_Tensor | None]) -> OpCost | None:
+    """index_copy_ / index_add_(self, dim, index, source): source read, as many elements of self written
+    (the rest of self untouched), the index read."""
+    x, idx, src = _get(ts, 0), _get(ts, 2), _get(ts, 3)
+    if x is None or src is None:
+        return None
+    return OpCost(0.0, float((idx.nbytes if idx else 0) + src.nbytes + src.numel * x.itemsize), COPY, _key(x), False)
+
+
+def _scatter(ts: list[_Tensor | None]) -> OpCost | None:
+    """scatter_ / scatter_add_(self, dim, index, src): one element of src read and of self written per
+    element of index."""
+    x, idx = _get(ts, 0), _get(ts, 2)
+    if x is None or idx is None:
+        return None
+    src = _get(ts, 3)
+    n = min(idx.numel, x.numel)
+    return OpCost(0.0, float(idx.nbytes + n * x.itemsize + (n * src.itemsize if src else 0)), COPY, _key(x), False)
+
+
+# --- Inductor's Triton kernels ------------------------------------------------------------------
+#
+# torch.compile's generated kernels run under a profiler op named after the kernel
+# (triton_poi_fused_<ops>_<n>, triton_red_..., triton_per_...), whose inputs are the kernel's
+# arguments: its buffers (inputs, outputs and buffers mutated in place, whole, e.g. a static KV
+# cache) and then its scalars, the last of them the element counts (xnumel; r0_numel, ... for
+# reductions; ynumel before xnumel for a tiled pointwise kernel), whose values are the op's
+# concrete inputs. A kernel touches at most its element count of each buffer.
+
+INDUCTOR_KINDS = {"poi": ELEMENTWISE, "red": REDUCTION, "per": REDUCTION}
+
+
+def inductor_kernel(name: str, input_dims: Any, input_types: Any, concrete_inputs: Any) -> OpCost | None:
+    """FLOPs and bytes of an Inductor pointwise / reduction kernel's op, or None (no element counts,
+    another kind of kernel, e.g. a template GEMM).
+
+    The elements the kernel covers are the product of its trailing scalars: the longest run of
+    trailing scalars whose product is some buffer's element count (a tiled pointwise kernel's
+    ynumel x xnumel, a reduction's xnumel x r0_numel), else the last one (pointwise) or last two
+    (reduction). bytes = sum over buffers of min(buffer elements, elements) x itemsize (each buffer
+    read or written once, a larger one only where the kernel indexes it); flops = elements.
+    """
+    parts = name.split("_", 2)
+    if len(parts) < 3 or parts[0] != "triton" or parts[1] not in INDUCTOR_KINDS:
+        return None
+    dims, types, values = _parse(input_dims), _parse(input_types), _parse(concrete_inputs)
+    if not values or len(values) != len(types):
+        return None
+    buffers: list[_Tensor] = []
+    scalars: list[int] = []
+    for d, t, v in zip(dims if len(dims) == len(types) else [None] * len(types), types, values, strict=True):
+        if t == "Scalar":
+            try:
+                scalars.append(int(str(v)))
+            except ValueError:
+                scalars = []  # a non-integer scalar: the counts are the integers after it
+            continue
+        if _is_shape(d) and t in DTYPE_BYTES:
+            buffers.append(_Tensor(tuple(d), DTYPE_BYTES[t], t))
+    if not buffers or not scalars or min(scalars) < 0:
+        return None
+    sizes = {b.numel for b in buffers}
+    n = scalars[-1] if parts[1] == "poi" else math.prod(scalars[-2:])
+    for k in range(len(scalars), 0, -1):
+        if math.prod(scalars[-k:]) in sizes:
+            n = math.prod(scalars[-k:])
+            break
+    nbytes = sum(min(b.numel, n) * b.itemsize for b in buffers)
+    first = next((b for b in buffers if b.dtype in DTYPE_KEY), buffers[0])
+    return OpCost(float(n), float(nbytes), INDUCTOR_KINDS[parts[1]], _key(first), False)
+
+
 # --- quantized GEMMs (torchao's int8 / int4 / fp8 paths) --------------------------------------
 #
 # Each reads its packed weight at its own width plus the scales (and zeros) it needs, and writes
@@ -470,6 +542,10 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "index": _index,
     "index_select": _index,
     "gather": _gather,
+    "index_copy": _index_copy,
+    "index_add": _index_copy,
+    "scatter": _scatter,
+    "scatter_add": _scatter,
 }
 for _n, _f in _EW_FLOPS.items():
     _MODELS.setdefault(_n, _elementwise(_f))
@@ -775,21 +851,27 @@ def base_name(name: str) -> str:
 def is_modelled(name: str) -> bool:
     if name in _SERVING or name == STEP_ATTENTION:
         return True
+    if name.startswith("triton_"):
+        return name.split("_", 2)[1] in INDUCTOR_KINDS
     n = base_name(name)
     return name.startswith("aten::") and (n in _MODELS or n in _ATTN)
 
 
 def op_cost(
-    name: str, input_dims: Any, input_types: Any, *, assume_causal: bool = True, list_dtype: str | None = None
+    name: str, input_dims: Any, input_types: Any, *, assume_causal: bool = True, list_dtype: str | None = None,
+    concrete_inputs: Any = None,
 ) -> OpCost | None:
     """FLOPs and bytes of one op, or None where no model applies (unknown op or shapes missing).
 
     ``input_dims`` / ``input_types``: the JSON text of the cpu_ops columns (or already parsed lists).
     ``list_dtype``: the input_types text to assume for TensorList inputs (cat, stack), whose
-    dtype the profiler does not record; None -> float.
+    dtype the profiler does not record; None -> float. ``concrete_inputs``: the scalars' values
+    (JSON text), which Inductor's kernels need (``inductor_kernel``).
     """
     if not isinstance(name, str):
         return None
+    if name.startswith("triton_"):
+        return inductor_kernel(name, input_dims, input_types, concrete_inputs)
     if name == STEP_ATTENTION:
         return _step_attention(_parse(input_dims), _parse(input_types))
     if name in _SERVING:
@@ -838,19 +920,22 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     list_dtype = list_dtype or dominant_dtype(cpu_ops)
     df = cpu_ops[["op_id", "name", "input_dims", "input_types"]].copy()
+    df["concrete_inputs"] = cpu_ops.get("concrete_inputs")
     df["name"] = df["name"].astype(str)
-    df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)]
-    keys = df[["name", "input_dims", "input_types"]].astype(str)
+    triton = df["name"].str.startswith("triton_")
+    df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)
+            | triton]
+    # the scalars' values matter only to Inductor's kernels: elsewhere they would split the cache
+    df.loc[~triton[df.index], "concrete_inputs"] = None
+    key_cols = ["name", "input_dims", "input_types", "concrete_inputs"]
+    keys = df[key_cols].astype(str)
     uniq = keys.drop_duplicates()
     rows = []
-    for name, dims, types in uniq.itertuples(index=False):
-        c = op_cost(name, dims, types, assume_causal=assume_causal, list_dtype=list_dtype)
+    for name, dims, types, concrete in uniq.itertuples(index=False):
+        c = op_cost(name, dims, types, assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=concrete)
         if c is not None:
-            rows.append((name, dims, types, c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
-    costs = pd.DataFrame(
-        rows, columns=["name", "input_dims", "input_types", "flops", "bytes", "op_class", "dtype", "tensor_core"]
-    )
-    merged = keys.assign(op_id=df["op_id"].to_numpy()).merge(
-        costs, on=["name", "input_dims", "input_types"], how="inner"
-    )
+            rows.append((name, dims, types, concrete, c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
+    costs = pd.DataFrame(rows, columns=[*key_cols, "flops", "bytes", "op_class", "dtype", "tensor_core"])
+    costs[key_cols] = costs[key_cols].astype(str)  # an empty frame's columns are float
+    merged = keys.assign(op_id=df["op_id"].to_numpy()).merge(costs, on=key_cols, how="inner")
     return merged.rename(columns={"name": "op_name"})[cols].reset_index(drop=True)

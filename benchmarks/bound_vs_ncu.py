@@ -366,7 +366,10 @@ def analyse(out: Path, a: argparse.Namespace, modes: list[str]) -> list[dict[str
         counters = ncu.read_csv(csv).to_pandas() if csv.is_file() else None
         synth: list[Any] = []
         for cell in plan["cells"]:
-            kb, _ = analyse_trace(out / cell["trace"], plan["gpu"] if not a.cpu else "NVIDIA H200", a.cpu)
+            trace = out / cell["trace"]
+            if not trace.is_file() and trace.with_suffix(".json.gz").is_file():
+                trace = trace.with_suffix(".json.gz")
+            kb, _ = analyse_trace(trace, plan["gpu"] if not a.cpu else "NVIDIA H200", a.cpu)
             if kb.empty:
                 rows.append({"mode": mode, "shape": cell["shape"], "batch": cell["batch"], "error": "no kernels"})
                 continue
@@ -446,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
                          "per (shape, batch); fewer seconds, dynamic-shape kernels")
     ap.add_argument("--ncu", default=None, help="the ncu executable (default: tracekit's search)")
     ap.add_argument("--keep-traces", action="store_true", help="keep every cell's trace (default: only the fixture's)")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="no stages: compare again from OUT's kept traces (--keep-traces; .json or .json.gz), plans "
+                         "and counters with the installed tracekit")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-mode", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -455,6 +461,16 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     if a.child:
         return child(a.child, a.child_mode, a.out, a)
+    if a.analyse_only:
+        rows = analyse(a.out, a, a.modes.split(","))
+        for r in rows:
+            for d in (r.get("differ") or [])[:4]:
+                print(f"  differs {r['mode']} {r['shape']} b{r['batch']} {r['phase']}: {d['base']} x{d['n']} "
+                      f"{d['us']:.1f} us: model {d['model_bound']} (bw {_pct(d['model_bw_pct'])}, "
+                      f"flops {_pct(d['model_flops_pct'])} of peak), ncu {d['ncu_class']} "
+                      f"(dram {_pct(d['dram_pct'])}, tensor {_pct(d['tensor_pct'])})")
+        print(summary(rows))
+        return 0
     return parent(a)
 
 

@@ -141,8 +141,28 @@ def ncu_cell(run: Path, budget_s: float) -> dict[str, Any]:
     nc = pd.read_parquet(run / "tables" / "ncu_counters.parquet")
     nc = nc[(nc["step_id"] == 1) & nc["name"].isin(set(k["name"]))]
     modelled, dram = float(k["bytes"].sum()), float(nc["dram_bytes"].sum())
+    # The whole step (every kernel: what decode moves per token) and each GEMM op with the kernel launched
+    # just before it (a weight-only int8 GEMM multiplies the copy its conversion kernel just wrote), from
+    # kernel_bound with the counters joined in (dram_bytes per kernel).
+    allk = r.kernels
+    step = allk[(allk["step_id"] == 1) & allk["dram_bytes"].notna()].sort_values("ts_ns").reset_index(drop=True)
+    by_op = {}
+    if len(step):
+        is_gemm = (step["kclass"] == "gemm") | step["op_name"].isin(gemm_ops)
+        for name, g in step[is_gemm].groupby(step.loc[is_gemm, "op_name"].fillna("(name only)")):
+            prev = step.loc[[i - 1 for i in g.index if i > 0]]
+            by_op[str(name)] = {"kernels": len(g), "modelled_bytes": float(g["bytes"].sum()),
+                                "dram_bytes": float(g["dram_bytes"].sum()),
+                                "with_previous_modelled_bytes": float(g["bytes"].sum() + prev["bytes"].sum()),
+                                "with_previous_dram_bytes": float(g["dram_bytes"].sum() + prev["dram_bytes"].sum()),
+                                "previous_kernels": sorted(set(prev["name"].astype(str).str[:60]))[:4]}
+        cols = [c for c in ("name", "op_name", "kclass", "dur_ns", "bytes", "dram_bytes", "dram_pct", "bound")
+                if c in step]
+        step[cols].to_csv(run.parent.parent / f"ncu_step1_{run.name}.csv", index=False)
     return {"kernels": res.kernels, "matched": res.matched, "gemm_kernels": len(k), "modelled_bytes": modelled,
-            "dram_bytes": dram, "ratio": modelled / dram if dram else None, "elapsed_s": res.elapsed_s}
+            "dram_bytes": dram, "ratio": modelled / dram if dram else None, "elapsed_s": res.elapsed_s,
+            "step_modelled_bytes": float(step["bytes"].sum()) if len(step) else None,
+            "step_dram_bytes": float(step["dram_bytes"].sum()) if len(step) else None, "gemm_by_op": by_op}
 
 
 def _fmt(v: Any, scale: float = 1.0, nd: int = 1) -> str:
@@ -233,7 +253,13 @@ def main() -> int:
         for q, n in ncu.items():
             print(f"  {q:<9} " + (n["error"] if "error" in n else
                   f"{n['gemm_kernels']} GEMMs, modelled {n['modelled_bytes'] / 1e6:,.1f} MB, DRAM "
-                  f"{n['dram_bytes'] / 1e6:,.1f} MB, ratio {_fmt(n['ratio'], nd=3)}"))
+                  f"{n['dram_bytes'] / 1e6:,.1f} MB, ratio {_fmt(n['ratio'], nd=3)}; whole step modelled "
+                  f"{_fmt(n.get('step_modelled_bytes'), 1e6)} MB, DRAM {_fmt(n.get('step_dram_bytes'), 1e6)} MB"))
+            for op, b in ({} if "error" in n else n.get("gemm_by_op") or {}).items():
+                print(f"    {op:<28} x{b['kernels']}: modelled {b['modelled_bytes'] / 1e6:,.1f} MB, DRAM "
+                      f"{b['dram_bytes'] / 1e6:,.1f} MB; with the kernel before each: modelled "
+                      f"{b['with_previous_modelled_bytes'] / 1e6:,.1f} MB, DRAM {b['with_previous_dram_bytes'] / 1e6:,.1f}"
+                      f" MB ({', '.join(b['previous_kernels'])})")
     print(f"\nquant.py: {len(cells)} cells in {result['elapsed_s']} s ({model}); {out / 'quant.json'}")
     print(table(cells))
     return 0

@@ -11,6 +11,8 @@
 #   tp        2-rank tensor parallel (needs 2 GPUs)
 #   quant     decode at fp16 / int8 / int8-dyn / int4 / fp8 with --memory, then Nsight Compute on the batch-1 GEMMs (<= 540 s)
 #   quant_compiled  the same comparison compiled (CUDA graphs) (<= 240 s)
+#   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
+#               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
 STAGE=${1:?stage}
 OUT=${OUT:?OUT must be set}
@@ -83,10 +85,28 @@ quant_compiled)  # the compiled (CUDA-graph) cells of the same comparison
     --quants none,int8,int4 --budget-s 230
   find "$W"/quant_* -name 'trace.json.gz' -delete
   ;;
+bound_data)  # MODES=compiled SHAPES=llama-3.2-1b,llama-3.1-8b BUDGET=560 by default
+  B=${BUDGET:-560}
+  TAIL=45 run bound_vs_ncu $(( B + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces \
+    --modes "${MODES:-compiled}" --shapes "${SHAPES:-llama-3.2-1b,llama-3.1-8b}" --budget-s "$B"
+  rm -f "$W"/bound_vs_ncu/*.ncu-rep
+  gzip -6 "$W"/bound_vs_ncu/*_b*.json 2>/dev/null
+  ls -la "$W/bound_vs_ncu"
+  ;;
+bound_quant)  # eager cells of every shape and compiled Qwen2.5-0.5B cells (traces kept); int8 / int4 GEMM bytes vs ncu
+  python3 -c "import torch; p = torch.cuda.get_device_properties(0); print('L2_cache_size', p.L2_cache_size, p.name)" \
+    > "$W/logs/l2.txt" 2>&1; cat "$W/logs/l2.txt"
+  TAIL=30 run bound_eager 150 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces --modes eager --budget-s 140
+  TAIL=20 run bound_qwen 180 python3 benchmarks/bound_vs_ncu.py "$W/bound_qwen" --keep-traces --modes compiled \
+    --shapes qwen2.5-0.5b --budget-s 170
+  rm -f "$W"/bound_*/*.ncu-rep; gzip -6 "$W"/bound_*/*_b*.json 2>/dev/null
+  TAIL=14 run quant_ncu 200 python3 scripts/gpu/quant.py "$W/quant_ncu" --ncu --quants int8,int4 --batches 1 --budget-s 190
+  find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;
 esac
 # Pack: everything small into one tarball (big traces left out), and the logs of the stages.
-find "$W" -name '*.json.gz' -size +4M -delete
+find "$W" -name '*.json.gz' -size +4M ! -path '*/bound_*/*' -delete
 tar -C "$W" -czf "$OUT/results.tgz" . 2>/dev/null
 tar -C "$W/logs" -czf "$OUT/logs.tgz" . 2>/dev/null
 ls -la "$OUT"

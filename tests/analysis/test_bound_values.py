@@ -56,9 +56,13 @@ def _gpu() -> pd.DataFrame:
     return g
 
 
+# The hand-worked rates below are over the kernels' durations alone (no per-kernel overhead).
+EXACT = bound.BoundOptions(kernel_overhead_ns=0.0)
+
+
 def test_kernel_costs_roofs_classes_and_rates() -> None:
     gpu = _gpu()
-    k = bound.kernel_costs(gpu, CPU, TOY)
+    k = bound.kernel_costs(gpu, CPU, TOY, EXACT)
     assert list(k["bound"]) == ["memory", "compute", "latency", "latency", "latency", "latency", "latency", "memory",
                                 "comm", "memcpy", "memcpy", "other"]
     assert [None if pd.isna(r) else r for r in k["roof"]] == ["memory", "compute", "memory", "memory", "memory",
@@ -84,9 +88,9 @@ def test_options_and_no_ceiling() -> None:
     gpu = _gpu()
     roof_only = bound.kernel_costs(gpu, CPU, TOY, bound.ROOFLINE_ONLY)
     assert list(roof_only["bound"][:8]) == ["memory", "compute"] + ["memory"] * 6
-    strict = bound.kernel_costs(gpu, CPU, TOY, bound.BoundOptions(latency_threshold=0.9))
+    strict = bound.kernel_costs(gpu, CPU, TOY, bound.BoundOptions(latency_threshold=0.9, kernel_overhead_ns=0.0))
     assert list(strict["bound"][:2]) == ["latency", "latency"]  # 88% and 80%: under 90% of both peaks
-    loose = bound.kernel_costs(gpu, CPU, TOY, bound.BoundOptions(latency_threshold=0.5))
+    loose = bound.kernel_costs(gpu, CPU, TOY, bound.BoundOptions(latency_threshold=0.5, kernel_overhead_ns=0.0))
     assert list(loose["bound"][:5]) == ["memory", "compute", "latency", "memory", "memory"]  # 55% of bandwidth
     no_fb = bound.kernel_costs(gpu, CPU, TOY, bound.BoundOptions(class_fallback_memory=False))
     assert list(no_fb["bound"][6:8]) == ["other", "other"] and list(no_fb["model"][6:8]) == ["none", "none"]
@@ -226,7 +230,7 @@ def test_the_latency_line_is_sixty_percent_of_peak() -> None:
     cpu = pd.DataFrame([_op(i, "aten::add", [[50_000], [50_000]], [F, F]) for i in (0, 1)])
     gpu = pd.DataFrame({"op_id": [0, 1], "name": ["vectorized_elementwise_kernel"] * 2, "kind": "kernel",
                         "ts_ns": [0, 10_000], "dur_ns": [995, 1_005], "device": 0, "stream": 7})
-    k = bound.kernel_costs(gpu, cpu, TOY)
+    k = bound.kernel_costs(gpu, cpu, TOY, EXACT)
     assert k["bytes"].tolist() == [600_000, 600_000]
     assert k["bw_pct_of_peak"].tolist() == pytest.approx([60.3015, 59.7015], abs=1e-4)
     assert list(k["bound"]) == ["memory", "latency"]

@@ -20,7 +20,7 @@ NAMES = {
     "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_tn_align1>(cutlass_80_simt_sgemm_128x32_8x5_tn_align1::Params)": "gemm",
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas": "gemm",
     "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<sm100_bf16_gemm>>": "gemm",
-    "void cublasLt::splitKreduce_kernel<32, 16, int, float, __half, float, __half, false>": "gemm",
+    "void cublasLt::splitKreduce_kernel<32, 16, int, float, __half, float, __half, false>": "reduction",
     "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn": "gemm",
     "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1_swiglu": "gemm",
     # torch.compile (Inductor): the prefix decides, not the fused ops' names

@@ -33,6 +33,11 @@ def cost(op: tuple[str, list, list]) -> Any:
     return c
 
 
+# Rates over the durations alone, every kernel's bytes against DRAM (no overhead, no L2 rule):
+# the line itself is under test here.
+EXACT = bound.BoundOptions(kernel_overhead_ns=0.0, l2_resident=False)
+
+
 def kernels_at(rates: list[tuple[tuple[str, list, list], float, str]]) -> pd.DataFrame:
     """One kernel per (op, share of its roof's datasheet peak, name): its duration gives that rate."""
     cpu, gpu = [], []
@@ -46,7 +51,7 @@ def kernels_at(rates: list[tuple[tuple[str, list, list], float, str]]) -> pd.Dat
         cpu.append({"op_id": i, "name": op[0], "input_dims": json.dumps(op[1]), "input_types": json.dumps(op[2]),
                     "parent_id": None})
         gpu.append({"ts_ns": 1_000_000 * i, "dur_ns": dur, "name": name, "op_id": i, "kind": "kernel", "stream": 7})
-    return bound.kernel_costs(pd.DataFrame(gpu), pd.DataFrame(cpu), H200)
+    return bound.kernel_costs(pd.DataFrame(gpu), pd.DataFrame(cpu), H200, EXACT)
 
 
 def test_under_60_percent_of_both_peaks_is_latency() -> None:
@@ -66,14 +71,14 @@ def test_threshold_and_peaks_are_options() -> None:
     cpu = pd.DataFrame([{"op_id": 0, "name": GEMV[0], "input_dims": json.dumps(GEMV[1]),
                          "input_types": json.dumps(GEMV[2]), "parent_id": None}])
     gpu = kernels_at(rates)[["ts_ns", "dur_ns", "name", "op_id", "kind", "stream"]]
-    low = bound.kernel_costs(gpu, cpu, H200, bound.BoundOptions(latency_threshold=0.5))
+    low = bound.kernel_costs(gpu, cpu, H200, bound.BoundOptions(latency_threshold=0.5, kernel_overhead_ns=0.0, l2_resident=False))
     assert low["bound"].iloc[0] == "memory"
     assert bound.kernel_costs(gpu, cpu, H200, bound.ROOFLINE_ONLY)["bound"].iloc[0] == "memory"
     # a measured ceiling (copy at 84% of the datasheet's 4.8 TB/s): Nsight Compute's % of peak are of the
     # theoretical peak, and so is the default threshold; against the measured one the kernel is at 65%
     meas = replace(H200, kind="measured", peak_bytes_per_s=4.04e12)
-    assert bound.kernel_costs(gpu, cpu, meas)["bound"].iloc[0] == "latency"
-    on_ceiling = bound.kernel_costs(gpu, cpu, meas, bound.BoundOptions(latency_peaks="ceiling"))
+    assert bound.kernel_costs(gpu, cpu, meas, EXACT)["bound"].iloc[0] == "latency"
+    on_ceiling = bound.kernel_costs(gpu, cpu, meas, replace(EXACT, latency_peaks="ceiling"))
     assert on_ceiling["bound"].iloc[0] == "memory"
     assert on_ceiling["bw_pct_of_peak"].iloc[0] == pytest.approx(55 * 4.8 / 4.04, rel=1e-3)
 
@@ -122,8 +127,12 @@ def test_h200_every_modelled_kernel_is_classed_by_its_achieved_rates(h200: dict[
     k = h200["kernel_bound"]
     s = k[k["model"] == bound.MODEL_SHAPE]
     under = np.fmax(s["flops_pct_of_peak"], s["bw_pct_of_peak"]) < 60
+    # an elementwise / reduction / copy kernel whose bytes fit in the H200's 50 MiB L2: latency unless
+    # its FLOPs reach the line
+    resident = s["kclass"].isin(["elementwise", "reduction", "copy"]) & (s["bytes"] <= 50 * 2**20)
     assert (s.loc[under, "bound"] == "latency").all()
-    assert (s.loc[~under, "bound"] == s.loc[~under, "roof"]).all()
+    assert (s.loc[resident & (s["flops_pct_of_peak"] < 60), "bound"] == "latency").all()
+    assert (s.loc[~under & ~resident, "bound"] == s.loc[~under & ~resident, "roof"]).all()
     # every modelled kernel class takes the rule, not only GEMMs
     assert {"gemm", "elementwise", "copy", "reduction", "attention"} <= set(s.loc[under, "kclass"])
 

@@ -69,7 +69,7 @@ def test_a_bf16_gemm_is_judged_against_the_tensor_core_ridge_of_its_dtype() -> N
     cpu = pd.DataFrame([_mm(1, 64, 1024, 1024), _mm(2, 256, 1024, 1024)])
     gpu = pd.DataFrame({"ts_ns": [0, 10_000], "dur_ns": [1_500, 3_000], "name": ["sm90_gemm_bf16"] * 2,
                         "op_id": [1, 2], "kind": ["kernel"] * 2, "stream": [7, 7], "device": [0, 0]})
-    k = bound.kernel_costs(gpu, cpu, RIDGE_GPU)
+    k = bound.kernel_costs(gpu, cpu, RIDGE_GPU, bound.BoundOptions(kernel_overhead_ns=0.0))  # rates over dur alone
     # GEMM 1: 2*64*1024*1024 = 134,217,728 FLOP; 2 B x (64*1024 + 1024*1024 + 64*1024) = 2,359,296 B
     # -> 56.9 FLOP/byte: under the bf16 ridge (100), so memory; over the fp32 ridge (10), where it would be compute.
     # GEMM 2: 536,870,912 FLOP; 2 B x (256*1024 + 1024*1024 + 256*1024) = 3,145,728 B -> 170.7 FLOP/byte:

@@ -48,6 +48,7 @@ def _real_traces() -> list[Path]:
     """The committed recordings, and every corpus trace; without the corpus, one entry that skips and says so."""
     found = corpus_traces(CORPUS) if CORPUS.is_dir() else [CORPUS / "(corpus absent)"]
     return found + sorted(FIXTURES.glob("gpu/*.json.gz")) + sorted(FIXTURES.glob("cpu/*.json.gz")) + [
+        FIXTURES / "ncu" / "compiled_llama-3.2-1b_b1.json.gz",
         FIXTURES / "record_gpu_smoke" / "trace.json.gz", FIXTURES / "tp_h200" / "ranks" / "1" / "trace.json.gz"]
 
 
@@ -59,6 +60,16 @@ def test_same_tables_as_the_duckdb_reader_on_real_traces(path: Path, monkeypatch
     # WHEN both readers ingest it
     # THEN counts, metadata, schemas and every row of every table are the same
     _same(_read(path, "native", monkeypatch), _read(path, "duckdb", monkeypatch))
+
+
+@pytest.mark.parametrize("reader", ["native", "duckdb"])
+def test_concrete_inputs_are_read_for_cpu_ops(reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an Inductor kernel's op on the H200 carries its element counts (xnumel, r0_numel) as concrete inputs
+    cpu = _read(FIXTURES / "ncu" / "compiled_llama-3.2-1b_b1.json.gz", reader, monkeypatch).tables["cpu_ops"]
+    rows = cpu.to_pandas()
+    rms = rows[rows["name"] == "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0"]
+    assert len(rms) and set(rms["concrete_inputs"]) == {'["","","","","1","2048"]'}
+    assert rows["concrete_inputs"].notna().mean() > 0.9
 
 
 # Strings that look like event boundaries, escapes and non-ASCII text.
@@ -81,7 +92,8 @@ _event = st.fixed_dictionaries(
         "id": st.integers(0, 2**31),
         "bp": st.just("e"),
         "args": st.dictionaries(
-            st.sampled_from(["External id", "correlation", "device", "stream", "Input Dims", "Bytes", "Addr", "sm", "x", "y"]) | _text,
+            st.sampled_from(["External id", "correlation", "device", "stream", "Input Dims", "Concrete Inputs", "Bytes",
+                             "Addr", "sm", "x", "y"]) | _text,
             _json, max_size=4),
     },
 )

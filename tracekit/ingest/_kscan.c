@@ -101,8 +101,9 @@ static const char *ISTORE_NAMES[N_ISTORE] = {
     "Sequence number", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
     "flow id", "counter without values"};
 /* text stores */
-enum { T_INDIMS, T_INTYPES, T_OTHER_ARGS, T_PID, T_TID, N_TSTORE };
-static const char *TSTORE_NAMES[N_TSTORE] = {"Input Dims", "Input type", "other args", "pid text", "tid text"};
+enum { T_INDIMS, T_INTYPES, T_CONCRETE, T_OTHER_ARGS, T_PID, T_TID, N_TSTORE };
+static const char *TSTORE_NAMES[N_TSTORE] = {"Input Dims", "Input type", "Concrete Inputs", "other args", "pid text",
+                                             "tid text"};
 /* list stores */
 enum { L_GRID, L_BLOCK, N_LSTORE };
 static const char *LSTORE_NAMES[N_LSTORE] = {"grid", "block"};
@@ -886,7 +887,9 @@ static void timed_arg(Scanner *s, int64_t row, const char *ka, const char *kb, S
              break;
     case 11: if (key_is(ka, kb, "External id")) k = I_EXT; else if (key_is(ka, kb, "correlation")) k = I_CORR; break;
     case 13: if (key_is(ka, kb, "shared memory")) k = I_SHMEM; break;
-    case 15: if (key_is(ka, kb, "Sequence number")) k = I_SEQ; break;
+    case 15: if (key_is(ka, kb, "Sequence number")) k = I_SEQ;
+             else if (key_is(ka, kb, "Concrete Inputs") && route == R_CPU) { store_minified(s, T_CONCRETE, row, v); return; }
+             break;
     case 20: if (key_is(ka, kb, "registers per thread")) k = I_REGS; break;
     default: break;
     }

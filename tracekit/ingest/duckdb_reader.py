@@ -321,6 +321,7 @@ _ARGS_SPEC = {
     "Sequence number": "BIGINT",
     "Input Dims": "JSON",
     "Input type": "JSON",
+    "Concrete Inputs": "JSON",
 }
 _MEM_SPEC = {
     "Device Type": "BIGINT",
@@ -441,7 +442,8 @@ _TABLE_SQL: dict[str, str] = {
     "cpu_ops": f"""
       SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,
         a."External id" AS external_id, a."Sequence number" AS sequence_number,
-        a."Input Dims"::VARCHAR AS input_dims, a."Input type"::VARCHAR AS input_types
+        a."Input Dims"::VARCHAR AS input_dims, a."Input type"::VARCHAR AS input_types,
+        a."Concrete Inputs"::VARCHAR AS concrete_inputs
       FROM ev WHERE route = 'cpu_ops'""",
     "annotations": f"""
       SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,

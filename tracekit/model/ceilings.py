@@ -260,6 +260,26 @@ def datasheet(device_name: str) -> Ceiling | None:
     return None
 
 
+# L2 cache per GPU (bytes), from the same datasheets and the vendors' architecture whitepapers: a
+# kernel whose whole footprint fits in it can be served from it (tracekit.analysis.bound, the
+# L2-resident rule). AMD GPUs are absent: their Infinity Cache sits between L2 and HBM, so what
+# fits where is not one number. torch.cuda.get_device_properties().L2_cache_size on an H200: 60 MiB.
+_L2_MIB = {
+    "NVIDIA B200": 126, "NVIDIA GB200": 126, "NVIDIA H20": 60, "NVIDIA H200": 60, "NVIDIA H200 NVL": 60,
+    "NVIDIA H100 SXM": 50, "NVIDIA H100 PCIe": 50, "NVIDIA H100 NVL": 50, "NVIDIA A100-SXM4-80GB": 40,
+    "NVIDIA A100-SXM4-40GB": 40, "NVIDIA A100 80GB PCIe": 40, "NVIDIA A100-PCIE-40GB": 40, "NVIDIA A10": 6,
+    "NVIDIA A10G": 6, "NVIDIA L4": 48, "NVIDIA L40S": 96, "NVIDIA L40": 96, "Tesla T4": 4, "Tesla V100-SXM2": 6,
+    "Tesla V100-PCIE": 6, "NVIDIA GeForce RTX 4090": 72, "NVIDIA GeForce RTX 3090": 6,
+}
+
+
+def l2_bytes(device_name: str | None) -> float | None:
+    """The L2 cache size of a GPU (its datasheet entry's), or None where unknown."""
+    ds = datasheet(device_name) if device_name else None
+    mib = _L2_MIB.get(ds.gpu) if ds is not None else None
+    return float(mib) * 2**20 if mib else None
+
+
 # --- measured calibrations -------------------------------------------------
 
 

@@ -235,6 +235,9 @@ def main() -> int:
                 cell["run"] = str(run)
                 cells.append(cell)
                 print(f"{rid}: done at {time.monotonic() - t0:.0f} s", file=sys.stderr)
+                # after every cell: a process stopped by an outer time limit keeps the cells it finished
+                (out / "quant.json").write_text(json.dumps({"model": model, "cells": cells, "partial": True},
+                                                           indent=2, default=str))
     ncu: dict[str, Any] = {}
     if a.ncu and not a.cpu:
         for c in cells:

@@ -103,6 +103,13 @@ bound_quant)  # eager cells of every shape and compiled Qwen2.5-0.5B cells (trac
   TAIL=14 run quant_ncu 200 python3 scripts/gpu/quant.py "$W/quant_ncu" --ncu --quants int8,int4 --batches 1 --budget-s 190
   find "$W"/quant* -name 'trace.json.gz' -delete
   ;;
+quant_more)  # Nsight Compute on the int8 x int8 (_int_mm) and fp8 (_scaled_mm) GEMMs; int4 / int8 compiled
+  TAIL=14 run quant_ncu2 165 python3 scripts/gpu/quant.py "$W/quant_ncu2" --ncu --quants int8-dyn,fp8 --batches 1 \
+    --budget-s 155
+  TAIL=12 run quant_compiled 380 python3 scripts/gpu/quant.py "$W/quant_compiled" --modes compiled \
+    --quants int4,int8 --batches 1,16 --budget-s 370
+  find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;
 esac
 # Pack: everything small into one tarball (big traces left out), and the logs of the stages.

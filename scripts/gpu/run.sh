@@ -110,6 +110,10 @@ quant_more)  # Nsight Compute on the int8 x int8 (_int_mm) and fp8 (_scaled_mm) 
     --quants int4,int8 --batches 1,16 --budget-s 370
   find "$W"/quant* -name 'trace.json.gz' -delete
   ;;
+quant_fp8)  # Nsight Compute on fp8's _scaled_mm GEMMs only (a short call)
+  TAIL=12 run quant_ncu3 178 python3 scripts/gpu/quant.py "$W/quant_ncu3" --ncu --quants fp8 --batches 1 --budget-s 172
+  find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;
 esac
 # Pack: everything small into one tarball (big traces left out), and the logs of the stages.

@@ -463,12 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         return child(a.child, a.child_mode, a.out, a)
     if a.analyse_only:
         rows = analyse(a.out, a, a.modes.split(","))
-        for r in rows:
-            for d in (r.get("differ") or [])[:4]:
-                print(f"  differs {r['mode']} {r['shape']} b{r['batch']} {r['phase']}: {d['base']} x{d['n']} "
-                      f"{d['us']:.1f} us: model {d['model_bound']} (bw {_pct(d['model_bw_pct'])}, "
-                      f"flops {_pct(d['model_flops_pct'])} of peak), ncu {d['ncu_class']} "
-                      f"(dram {_pct(d['dram_pct'])}, tensor {_pct(d['tensor_pct'])})")
+        print_differences(rows, 4)
         print(summary(rows))
         return 0
     return parent(a)
@@ -523,16 +518,21 @@ def parent(a: argparse.Namespace) -> int:
     result = {"stages": stages, "cells": rows, "elapsed_s": round(time.perf_counter() - t0, 1),
               "dry_run": a.cpu, "thresholds": THRESHOLDS}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
-    for r in rows:
-        for d in (r.get("differ") or [])[:3]:
-            print(f"  differs {r['mode']} {r['shape']} b{r['batch']} {r['phase']}: {d['base']} x{d['n']} "
-                  f"{d['us']:.1f} us: model {d['model_bound']} (bw {_pct(d['model_bw_pct'])}, "
-                  f"flops {_pct(d['model_flops_pct'])} of peak), ncu {d['ncu_class']} "
-                  f"(dram {_pct(d['dram_pct'])}, tensor {_pct(d['tensor_pct'])})")
+    print_differences(rows, 3)
     print(f"total {result['elapsed_s']:.0f} s; stages: " + ", ".join(f"{s['stage']} {s['mode']} {s['s']:.0f} s"
                                                                     for s in stages))
     print(summary(rows))
     return 0
+
+
+def print_differences(rows: list[dict[str, Any]], most: int) -> None:
+    """The ``most`` largest differing kernel groups of each cell, with both sides' % of peak."""
+    for r in rows:
+        for d in (r.get("differ") or [])[:most]:
+            print(f"  differs {r['mode']} {r['shape']} b{r['batch']} {r['phase']}: {d['base']} x{d['n']} "
+                  f"{d['us']:.1f} us: model {d['model_bound']} (bw {_pct(d['model_bw_pct'])}, "
+                  f"flops {_pct(d['model_flops_pct'])} of peak), ncu {d['ncu_class']} "
+                  f"(dram {_pct(d['dram_pct'])}, tensor {_pct(d['tensor_pct'])})")
 
 
 def _pct(v: Any) -> str:

@@ -47,6 +47,9 @@ class Scale:
     p0: float = 0.0
     p1: float = 1.0
 
+    def __post_init__(self) -> None:
+        self.lo, self.hi = float(self.lo), float(self.hi)  # NumPy scalars would print as np.float64(...)
+
     def _t(self, v: float) -> float:
         return math.log10(v) if self.kind == "log" else v
 
@@ -157,7 +160,7 @@ class Axes:
         for i, (a, b, c, d) in enumerate(spans):
             px0, px1 = sorted((self.x(a), self.x(b)))
             py0, py1 = sorted((self.y(c), self.y(d)))
-            v = f' data-v="{values[i]!r}"' if values is not None else ""
+            v = f' data-v="{float(values[i])!r}"' if values is not None else ""
             out.append(f'<rect x="{num(px0)}" y="{num(py0)}" width="{num(px1 - px0)}" height="{num(py1 - py0)}"{v}/>')
         return f'<g fill="{colour}"{op}>{"".join(out)}</g>'
 

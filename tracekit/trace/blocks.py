@@ -172,7 +172,12 @@ def _tracks(ts: TrackSet, cols: list[np.ndarray], make: Any) -> tuple[np.ndarray
 
 def _select(col: ArgColumn, keep: np.ndarray) -> ArgColumn:
     return ArgColumn(col.key, col.present[keep], col.ints[keep] if col.ints is not None else None,
-                     col.codes[keep] if col.codes is not None else None, col.values)
+                     _code32(col.codes[keep]) if col.codes is not None else None, col.values)
+
+
+def _code32(codes: np.ndarray) -> np.ndarray:
+    """Codes into lists of distinct values as int32: a block holds several per row for its lifetime."""
+    return codes.astype(np.int32)
 
 
 def _arg(table: pa.Table, column: str, key: str, n: int) -> ArgColumn:
@@ -231,8 +236,8 @@ def gpu_block(ts: TrackSet, gpu: pa.Table | None, kernel_bound: pa.Table | None,
     track, keys = _tracks(ts, [dev_k, stream_k],
                           lambda u: Track(f"gpu/{u[0]}/{u[1]}", f"stream {u[1]}", f"GPU {u[0]}", u[0], u[1], "slice",
                                           u[1], 1000 + u[0]))
-    return TraceBlock(int(keep.sum()), keys, track, start[keep], dur[keep], names, name[keep], cats, cat[keep],
-                      cnames, cname[keep], [_select(a, keep) for a in args])
+    return TraceBlock(int(keep.sum()), keys, _code32(track), start[keep], dur[keep], names, _code32(name[keep]), cats,
+                      _code32(cat[keep]), cnames, _code32(cname[keep]), [_select(a, keep) for a in args])
 
 
 def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Window | None) -> TraceBlock | None:
@@ -271,8 +276,8 @@ def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Wi
     args.append(ArgColumn("Input Dims", truthy, codes=dims_codes, values=[json_or_text(v) for v in dims_values]))
     n_codes, n_values = _distinct(table, "name", n)
     name, names = _text(n_codes, n_values, str)
-    return TraceBlock(int(keep.sum()), keys, track, start[keep], dur[keep], names, name[keep], cats, cat[keep],
-                      [], np.full(int(keep.sum()), -1, dtype=np.int64), [_select(x, keep) for x in args])
+    return TraceBlock(int(keep.sum()), keys, _code32(track), start[keep], dur[keep], names, _code32(name[keep]), cats,
+                      _code32(cat[keep]), [], np.full(int(keep.sum()), -1, dtype=np.int32), [_select(x, keep) for x in args])
 
 
 def json_or_text(text: Any) -> Any:

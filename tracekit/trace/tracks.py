@@ -540,8 +540,8 @@ class BlockOrder:
         for i, b in enumerate(blocks):
             lut = np.array([ids.setdefault(k, len(ids)) for k in b.keys], dtype=np.int64)
             tracks.append(lut[b.track] if len(lut) else np.zeros(0, dtype=np.int64))
-            blk.append(np.full(b.n, i, dtype=np.int64))
-            local.append(np.arange(b.n, dtype=np.int64))
+            blk.append(np.full(b.n, i, dtype=np.int8 if len(blocks) < 128 else np.int64))
+            local.append(np.arange(b.n, dtype=np.int32 if b.n < 2**31 else np.int64))
         track = np.concatenate(tracks)
         ts = np.concatenate([b.ts for b in blocks])
         dur = np.concatenate([b.dur for b in blocks])

@@ -213,7 +213,7 @@ class Axes:
         parts.append(f'<clipPath id="{clip_id}"><rect x="{num(self.x0)}" y="{num(self.y0)}" width="{num(self.w)}" '
                      f'height="{num(self.h)}"/></clipPath>')
         xt = self.x.ticks(max(2, int(self.w // 80))) if self.xticks else []
-        yt = self.yticks if self.yticks is not None else self.y.ticks(max(3, int(self.h // 28)))
+        yt = self.yticks if self.yticks is not None else self.y.ticks(max(4, int(self.h // 22)))
         xt = [(v, s) for v, s in xt if self.x.lo - 1e-12 * abs(self.x.lo) <= v <= self.x.hi + 1e-12 * abs(self.x.hi)]
         yt = [(v, s) for v, s in yt if min(self.y.lo, self.y.hi) <= v <= max(self.y.lo, self.y.hi)]
         if self.grid:
@@ -258,7 +258,7 @@ class Axes:
         return "".join(parts)
 
     def ytick_width(self) -> float:
-        yt = self.yticks if self.yticks is not None else self.y.ticks(max(3, int(self.h // 28)))
+        yt = self.yticks if self.yticks is not None else self.y.ticks(max(4, int(self.h // 22)))
         return max((text_width(_plain(s), self.font) for _, s in yt), default=0.0)
 
     def legend_size(self) -> tuple[float, float]:

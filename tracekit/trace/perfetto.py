@@ -224,9 +224,10 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     c_ts = np.array([c.ts_ns for c in ts.counters], dtype=np.int64)
     n_s = m + nb
     t = np.concatenate([s_ts, s_ts + s_dur, c_ts])
-    kind = np.concatenate([np.ones(n_s, np.int64), np.where(s_dur > 0, 0, 1), np.full(nc, 2, np.int64)])
+    kind = np.concatenate([np.ones(n_s, np.int8), np.where(s_dur > 0, 0, 1).astype(np.int8), np.full(nc, 2, np.int8)])
     sub = np.concatenate([2 * seq, np.where(s_dur > 0, -2 * seq, 2 * seq + 1), np.zeros(nc, np.int64)])
-    ev_order = np.lexsort((np.arange(len(t)), sub, kind, t))
+    del seq, s_ts, s_dur, o_ts, o_dur
+    ev_order = np.lexsort((sub, kind, t))  # a stable sort: ties keep insertion order
     del kind, sub
 
     # Interned ids in order of first use: per begin packet its name, category, then its args' names.
@@ -276,7 +277,7 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     iid[by_first] = np.arange(1, len(by_first) + 1)
     interning = np.zeros(len(t), dtype=bool)  # output places whose packet interns something new
     interning[first[used] // slots] = True
-    del first, used, by_first
+    del first, used, by_first, pos, bpos
     interner.fixed = {k: int(iid[g]) for k, g in keys.items()}
 
     # What a block row's begin packet holds: encodings per code, per track.

@@ -538,8 +538,8 @@ class BlockOrder:
         ids: dict[str, int] = {}
         tracks, blk, local = [], [], []
         for i, b in enumerate(blocks):
-            lut = np.array([ids.setdefault(k, len(ids)) for k in b.keys], dtype=np.int64)
-            tracks.append(lut[b.track] if len(lut) else np.zeros(0, dtype=np.int64))
+            lut = np.array([ids.setdefault(k, len(ids)) for k in b.keys], dtype=np.int32)
+            tracks.append(lut[b.track] if len(lut) else np.zeros(0, dtype=np.int32))
             blk.append(np.full(b.n, i, dtype=np.int8 if len(blocks) < 128 else np.int64))
             local.append(np.arange(b.n, dtype=np.int32 if b.n < 2**31 else np.int64))
         track = np.concatenate(tracks)

@@ -519,7 +519,7 @@ def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
         yield bytes(E.data(merged)), len(rows)
 
 
-JSON_CHUNK = 1 << 13  # events per encoded piece of Chrome JSON (~3 MB of text)
+JSON_CHUNK = 1 << 12  # events per encoded piece of Chrome JSON (~1.5 MB of text)
 
 
 class BlockOrder:

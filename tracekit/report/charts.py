@@ -32,7 +32,7 @@ CYCLE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e37
 # What a performance engineer looks at first; anything else follows in table order.
 COUNTER_PRIORITY = ("gpu_util", "dram_bw_util", "sm_util", "tensor_util", "power", "sm_clock", "mem_used",
                     "sm_occupancy", "mem_util", "temperature")
-FONT = 10.0
+FONT = 13.0  # px: matplotlib's 10 pt at 96 dpi
 
 
 def _legend_below(ax: Axes) -> float:
@@ -51,7 +51,7 @@ def split_svg(phases: pd.DataFrame) -> str | None:
     if "idle_host_ns" not in ph or ph["idle_host_ns"].isna().all():  # a table from before the idle split
         ph["idle_host_ns"] = ph.get("idle_ns")
     left_w = max(text_width(s, FONT) for s in labels) + 16
-    width, plot_h = 900.0, max(70.0, 42.0 * n)
+    width, plot_h = 900.0, max(70.0, 52.0 * n)
     ax = Axes(left_w, 36, width - left_w - 20, plot_h, Scale("lin", 0.0, 100.0), Scale("lin", n - 0.5, -0.5),
               title="Where each phase's time went: compute / memory / latency-bound kernels, GPU idle by cause",
               xlabel="% of the phase's wall time", yticks=list(enumerate(labels)), legend_at="below", legend_cols=4)
@@ -89,7 +89,7 @@ def latency_svg(requests: pd.DataFrame) -> str | None:
     lo = min([0.0, *ttft, *ends])
     lo, hi = (lo, hi * 1.05 if hi > 0 else 1.0) if lo >= 0 else padded(lo, hi)
     left_w = max(text_width(s, FONT) for s in names) + 16
-    width, plot_h = 780.0, max(60.0, 30.0 * n)
+    width, plot_h = 780.0, max(60.0, 38.0 * n)
     ax = Axes(left_w, 36, width - left_w - 20, plot_h, Scale("lin", lo, hi), Scale("lin", n - 0.5, -0.5),
               title="Per-request latency", xlabel="ms", yticks=list(enumerate(names)), legend_at="below",
               legend_cols=2)
@@ -197,17 +197,17 @@ def counters_svg(counters: pd.DataFrame, steps: pd.DataFrame | None = None, max_
     shade = [((s0 - t0) / 1e6, (s1 - t0) / 1e6, KIND_COLORS.get(kind, OTHER_KIND)) for s0, s1, kind in spans]
     xs = [x for _, t, _ in series for x in t] + [x for a, b, _ in shade for x in (a, b)]
     xlo, xhi = padded(min(xs), max(xs))
-    left_w = max(text_width(lab, FONT - 2) for lab in labels) + 60
     width, panel_h, gap = 1056.0, 110.0, 14.0
-    axes = []
-    for i, (label, t, v) in enumerate(series):
-        ylo, yhi = padded(min(v), max(v))
-        ax = Axes(left_w, 36 + i * (panel_h + gap), width - left_w - 20, panel_h, Scale("lin", xlo, xhi),
-                  Scale("lin", ylo, yhi), ylabel=label, ylabel_horizontal=True, xticks=i == len(series) - 1)
+    axes = [Axes(0, 36 + i * (panel_h + gap), width, panel_h, Scale("lin", xlo, xhi), Scale("lin", *padded(min(v), max(v))),
+                 ylabel=label, ylabel_horizontal=True, xticks=i == len(series) - 1)
+            for i, (label, _, v) in enumerate(series)]
+    # the labels sit left of the widest tick labels, as a right-aligned column
+    left_w = max(text_width(lab, FONT - 2) for lab in labels) + max(ax.ytick_width() for ax in axes) + 30
+    for ax, (label, t, v) in zip(axes, series, strict=True):
+        ax.place(left_w, width - left_w - 20)
         if shade:
             ax.marks.append(ax.vspans(shade, 0.15))
         ax.series(label, ax.line(t, v, "#333333", 1.2, dots=2.0 if len(t) < 30 else 0.0))
-        axes.append(ax)
     axes[0].title = "Counters over time"
     axes[-1].xlabel = ("time since the first traced step (ms); shaded: steps (blue prefill, orange decode)"
                        if spans else "time since the first sample (ms)" + (
@@ -304,12 +304,12 @@ def roofline_svg(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
               xlabel="arithmetic intensity (FLOP/byte)", ylabel="achieved FLOP/s", grid=True,
               legend_at="lower right", font=FONT)
     for label, colour, gx, gy in groups:
-        ax.series(label, ax.dots(gx, gy, colour, 2.2, alpha=0.5))
+        ax.series(label, ax.dots(gx, gy, colour, 3.0, alpha=0.5))
         ax.legend.append((label, colour, "dot"))
     for i, (label, rx, ry) in enumerate(roofs):
         ax.series(label, ax.line(rx, ry, CYCLE[i % len(CYCLE)], 1.2))
         ax.legend.append((label, CYCLE[i % len(CYCLE)], "line"))
     note = f"ceiling: {ceiling.source}"[:160]
-    fig = Figure(width, height, [ax], [f'<text x="8" y="{num(height - 6)}" font-size="7" fill="#555555">'
+    fig = Figure(width, height, [ax], [f'<text x="8" y="{num(height - 6)}" font-size="9" fill="#555555">'
                                        f'{esc(note)}</text>'])
     return fig.svg("roofline")

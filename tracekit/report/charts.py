@@ -9,7 +9,8 @@ Each function returns the SVG text, or None when its table has no data (never an
   phase_roofline_svg   achieved FLOP/s against arithmetic intensity per phase, under the implied roofs
   roofline_svg         one dot per shape-modelled kernel against a Ceiling
 Series, values, labels, axis ranges (5% margins, log axes in decades) and colours are those of the
-PNG plots; the classes' colours are tracekit.report.plots' (one colour per class in every view).
+PNG plots, which take their colours and the counters' panels from here (one colour per class in
+every view).
 """
 
 from __future__ import annotations

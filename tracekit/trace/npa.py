@@ -17,6 +17,8 @@ BINARY = pa.binary()
 
 
 def _dtype(t: pa.DataType) -> np.dtype:
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
+        return np.dtype("<i8")  # their int64 counts
     if pa.types.is_signed_integer(t):
         return np.dtype(f"<i{t.bit_width // 8}")
     if pa.types.is_unsigned_integer(t):

@@ -1,7 +1,7 @@
 """The whole path on one trace, each stage a fresh process, beside HTA's load and gunzip, in one run.
 
     .venv/bin/python benchmarks/pipeline.py [--trace FILE] [--mb 84] [--repeat 3] [--no-hta]
-        [--scale 10,84,300,1000,2000] [--big-gb 2]
+        [--stages "export proto,report"] [--scale 10,84,300,1000,2000] [--big-gb 2]
 
 Stages, each in its own child process: tracekit ingest (trace -> run directory, the cache off),
 analyze (the run directory's passes, tables written), export --format proto and --format json, report
@@ -11,7 +11,8 @@ file. Each child imports what its stage imports, then times the stage call alone
 for tracekit and HTA alike) and reports its peak RSS (ru_maxrss: imports included) and its RSS after
 imports; the whole process's wall time is printed too. Medians of --repeat runs, the stages of one
 repeat run back to back. Ratios are against HTA at its best: the faster backend's time, the leaner
-backend's peak RSS.
+backend's peak RSS. --stages runs only the named stages (ingest always runs first: the others read
+its run directory; analyze runs before export and report when they are named).
 
 The trace: --trace FILE, else a generation trace of --mb MB built from the committed H200 recording
 (benchmarks/gentrace.py: its decode steps repeated). --scale runs ingest + analyze + export (proto)
@@ -160,16 +161,20 @@ def json_mb_events(path: Path) -> tuple[float, int]:
     return mb, int(info.get("counts", {}).get("events_read", 0))
 
 
-def run_once(path: Path, hta: bool, tmp: Path) -> dict[str, dict[str, float]]:
+def run_once(path: Path, hta: bool, tmp: Path, stages: set[str] | None = None) -> dict[str, dict[str, float]]:
     res: dict[str, dict[str, float]] = {"gunzip": {"s": gunzip(path)}}
     run = tmp / "run"
     for name, code in STAGES.items():
-        res[name] = child(code, str(path), str(run))
-    raw = tmp / "kineto.raw.json"  # as the profiler writes it: uncompressed
-    with open(raw, "wb") as fh:
-        subprocess.run(["gzip", "-dc", str(path)], check=True, stdout=fh)
-    res["record post-processing"] = child(RECORD_POST, str(raw), str(tmp))
-    raw.unlink()
+        needed = name == "ingest" or (name == "analyze" and bool(stages and stages & {"export proto", "export json",
+                                                                                       "report"}))
+        if stages is None or name in stages or needed:
+            res[name] = child(code, str(path), str(run))
+    if stages is None or "record post-processing" in stages:
+        raw = tmp / "kineto.raw.json"  # as the profiler writes it: uncompressed
+        with open(raw, "wb") as fh:
+            subprocess.run(["gzip", "-dc", str(path)], check=True, stdout=fh)
+        res["record post-processing"] = child(RECORD_POST, str(raw), str(tmp))
+        raw.unlink()
     if hta:
         d = tmp / "hta"
         d.mkdir()
@@ -208,15 +213,19 @@ def report(path: Path, med: dict[str, dict[str, float]], mb: float, events: int,
     leanest = min((k for k in med if k.startswith("HTA ")), key=lambda k: med[k]["mb"])
     print(f"\n  HTA at its best: {best_s:.2f} s ({fastest}), peak RSS {lean_mb:.0f} MB ({leanest}); "
           f"gzip -dc {med['gunzip']['s']:.2f} s")
-    ia = med["ingest"]["s"] + med["analyze"]["s"]
-    print(f"  ingest + analyze   {ia:6.2f} s  time / HTA {verdict(ia / best_s, 0.2)}")
+    if "analyze" in med:
+        ia = med["ingest"]["s"] + med["analyze"]["s"]
+        print(f"  ingest + analyze   {ia:6.2f} s  time / HTA {verdict(ia / best_s, 0.2)}")
     for name in ("export proto", "export json"):
-        print(f"  {name:18} {med[name]['s']:6.2f} s  time / HTA {verdict(med[name]['s'] / best_s, 0.2)}")
-    print(f"  {'report':18} {med['report']['s']:6.2f} s  time / HTA {verdict(med['report']['s'] / best_s, 0.1)}")
-    post = med["record post-processing"]["s"]
-    print(f"  record post-processing {post:.2f} s / ingest of the same trace {med['ingest']['s']:.2f} s = "
-          f"{verdict(post / med['ingest']['s'], 1.0)}")
-    for name in STAGES:
+        if name in med:
+            print(f"  {name:18} {med[name]['s']:6.2f} s  time / HTA {verdict(med[name]['s'] / best_s, 0.2)}")
+    if "report" in med:
+        print(f"  {'report':18} {med['report']['s']:6.2f} s  time / HTA {verdict(med['report']['s'] / best_s, 0.1)}")
+    if "record post-processing" in med:
+        post = med["record post-processing"]["s"]
+        print(f"  record post-processing {post:.2f} s / ingest of the same trace {med['ingest']['s']:.2f} s = "
+              f"{verdict(post / med['ingest']['s'], 1.0)}")
+    for name in (n for n in STAGES if n in med):
         r = med[name]
         print(f"  peak RSS {name:13} {r['mb']:5.0f} MB  / HTA {verdict(r['mb'] / lean_mb, 0.25)}; above imports "
               f"{r['mb'] - r['base']:4.0f} MB / HTA's {lean_above:.0f} MB = {(r['mb'] - r['base']) / lean_above:.3f}")
@@ -264,11 +273,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; medians are printed")
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--no-main", action="store_true", help="skip the stage table (only --scale / --big-gb)")
+    ap.add_argument("--stages", default="", help="comma-separated stages to run (default all): "
+                    + ", ".join([*STAGES, "record post-processing"]))
     ap.add_argument("--scale", default="", help="comma-separated sizes in MB for the per-event curve")
     ap.add_argument("--scale-repeat", type=int, default=1)
     ap.add_argument("--big-gb", type=float, default=0.0, help="check the 2 GB goal on a trace this big")
     a = ap.parse_args()
     hta = not a.no_hta
+    stages = {x.strip() for x in a.stages.split(",") if x.strip()} or None
+    unknown = (stages or set()) - {*STAGES, "record post-processing"}
+    if unknown:
+        ap.error(f"--stages: unknown {', '.join(sorted(unknown))}")
     try:
         import hta as _
     except ImportError:
@@ -284,7 +299,7 @@ def main() -> int:
         runs = []
         for _ in range(a.repeat):
             with tempfile.TemporaryDirectory() as tmp:
-                runs.append(run_once(path, hta, Path(tmp)))
+                runs.append(run_once(path, hta, Path(tmp), stages))
         report(path, medians(runs), mb, events, a.repeat)
     if a.scale:
         print("time and peak RSS per stage by trace size (generated traces, one request of many decode steps):")

@@ -14,7 +14,10 @@ compiled-graph trace of tests/fixtures/ncu.
 
 Digests are of decoded content, never of file bytes: tables as their schema (types, pandas dtypes)
 and every value; the Perfetto trace as its canonical protobuf serialisation; the Chrome trace as
-its text; paths of the temporary directory replaced by ``<tmp>``.
+its text; paths of the temporary directory replaced by ``<tmp>``. The HTML report is two digests:
+``report/html`` its text and tables (each chart's data URI replaced by a placeholder: the same
+before and after the charts were drawn as SVG), ``report/charts`` the charts themselves
+(tests/report/test_charts.py checks what they plot against the tables).
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ def _run_dir_digests(run_path: Path, tmp: Path) -> dict[str, str]:
     return out
 
 
+# A chart embedded in the HTML: its data URI. The page's text and tables are digested without them.
+_CHART = re.compile(r'src="data:image/[^"]*"')
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?")
 
 
@@ -160,7 +165,9 @@ def compute(name: str, tmp: Path) -> dict[str, str]:
         buf = io.StringIO()
         render_terminal(views, buf)
         digests["report/terminal"] = _sha(_norm(buf.getvalue(), tmp))
-        digests["report/html"] = _sha(_norm(build_html(views, title="tracekit report: " + views[0].run_id), tmp))
+        page = _norm(build_html(views, title="tracekit report: " + views[0].run_id), tmp)
+        digests["report/html"] = _sha(_CHART.sub('src="<chart>"', page))
+        digests["report/charts"] = _sha("\n".join(_CHART.findall(page)))
         if isinstance(result, MultirankResult):
             for rank in result.ranks:
                 rd = run.path / "ranks" / str(rank)

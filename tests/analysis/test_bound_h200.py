@@ -138,13 +138,13 @@ def test_kv_bytes_per_token_formula_and_allocator(timings: dict[str, Any]) -> No
 def test_html_report_draws_the_per_kernel_roofline(run: dict[str, Any]) -> None:
     import base64
 
-    from tracekit.report.html import kernel_roofline_png, run_section
+    from tracekit.report.html import kernel_roofline_svg, run_section
     from tracekit.report.view import RunView
 
     phases = run["phases"]
     with_kernels = RunView("h200", {}, {"phases": phases, "kernel_bound": run["kernel_bound"]})
-    png = kernel_roofline_png(with_kernels)
-    assert png is not None and png.startswith(b"\x89PNG")
-    assert base64.b64encode(png).decode("ascii") in run_section(with_kernels)
+    svg = kernel_roofline_svg(with_kernels)
+    assert svg is not None and svg.startswith("<svg")
+    assert base64.b64encode(svg.encode()).decode("ascii") in run_section(with_kernels)
     # without the table the report keeps its per-phase roofline
-    assert kernel_roofline_png(RunView("h200", {}, {"phases": phases})) is None
+    assert kernel_roofline_svg(RunView("h200", {}, {"phases": phases})) is None

@@ -57,7 +57,7 @@ def test_html_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture
     # self-contained: nothing fetched from anywhere
     assert not re.search(r"""(src|href)\s*=\s*["'](https?:)?//""", text)
     assert "<link" not in text and "@import" not in text
-    assert text.count('src="data:image/png;base64,') == 2 * PLOTS_PER_RUN
+    assert text.count('src="data:image/svg+xml;base64,') == 2 * PLOTS_PER_RUN
 
     # THEN Chromium decodes every plot (the page marks each decoded image with its size) ...
     dom = _run_chromium(tmp_path, html, "--virtual-time-budget=10000", "--dump-dom").stdout

@@ -11,6 +11,7 @@ of a few hundred steps keeps a long run viewable.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 from tracekit.errors import TraceFormatError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.store.rundir import RunDir
+from tracekit.trace.blocks import COLUMNS
 from tracekit.trace.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
 
 TRACE_TABLES = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "steps", "requests",
@@ -36,7 +38,7 @@ def _pair(text: str, opt: str, conv: type) -> tuple[float, float]:
     return lo, hi
 
 
-def _first_ts(tables: dict[str, pa.Table]) -> int | None:
+def _first_ts(tables: Mapping[str, pa.Table]) -> int | None:
     firsts = []
     for name, col in (("gpu_activity", "ts_ns"), ("cpu_ops", "ts_ns"), ("runtime", "ts_ns"), ("annotations", "ts_ns"),
                       ("steps", "cpu_start_ns"), ("requests", "start_ns"), ("counters", "ts_ns")):
@@ -48,7 +50,7 @@ def _first_ts(tables: dict[str, pa.Table]) -> int | None:
     return min(firsts) if firsts else None
 
 
-def resolve_window(tables: dict[str, pa.Table], window: str | None, window_ms: str | None) -> Window | None:
+def resolve_window(tables: Mapping[str, pa.Table], window: str | None, window_ms: str | None) -> Window | None:
     if window and window_ms:
         raise UsageError(f"--window {window} and --window-ms {window_ms} conflict: give one")
     if window:
@@ -67,19 +69,61 @@ def resolve_window(tables: dict[str, pa.Table], window: str | None, window_ms: s
     return None
 
 
-def load_tables(run: RunDir) -> dict[str, pa.Table]:
-    tables = {name: run.read_table(name) for name in TRACE_TABLES if run.has_table(name) and name != "kernel_bound"}
-    if run.has_table("kernel_bound"):  # only the class of each kernel: the table is as long as gpu_activity
+def load_tables(run: RunDir) -> RunTables:
+    """The run's tables the trace writers read (``TRACE_TABLES`` that the run has), read on lookup."""
+    return RunTables(run)
+
+
+class RunTables(Mapping[str, pa.Table]):
+    """A run's trace tables by name, each read from its Parquet file when looked up.
+
+    The small tables (steps, requests, counters, ...) are kept once read, whole and fitted to their
+    schema as ``RunDir.read_table`` reads them. The large ones (kernels, CPU ops, runtime calls,
+    annotations, kernel_bound: as long as the trace) are read with only the columns the trace's
+    blocks use (tracekit.trace.blocks.COLUMNS) and never kept, so a writer holds one at a time and
+    frees it once its block is built."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.names = [name for name in TRACE_TABLES if run.has_table(name)]
+        self.kept: dict[str, pa.Table] = {}
+
+    def __getitem__(self, name: str) -> pa.Table:
+        if name not in self.names:
+            raise KeyError(name)
+        if name in self.kept:
+            return self.kept[name]
+        if name not in COLUMNS:
+            self.kept[name] = self.run.read_table(name)
+            return self.kept[name]
+        return self._columns(name, COLUMNS[name])
+
+    def _columns(self, name: str, columns: tuple[str, ...]) -> pa.Table:
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(run.table_path("kernel_bound"))  # (pq.read_table imports pyarrow.dataset)
-        names = pf.schema_arrow.names
-        tables["kernel_bound"] = pf.read(columns=[c for c in ("bound", "source") if c in names])
-    return tables
+        pf = pq.ParquetFile(self.run.table_path(name))  # (pq.read_table imports pyarrow.dataset)
+        have = pf.schema_arrow
+        cols = [c for c in columns if c in have.names]
+        if name != "kernel_bound" and name in _schema.SCHEMAS and not all(
+                have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in _schema.schema(name)):
+            # not as tracekit writes it: read_table fits it to its schema (casts, absent columns null);
+            # kernel_bound's class columns are read as written
+            full = self.run.read_table(name)
+            return full.select([c for c in columns if c in full.column_names])
+        return pf.read(columns=cols)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 def export_run(
-    run: RunDir, fmt: str, out: Path, window: Window | None, tables: dict[str, pa.Table] | None = None
+    run: RunDir, fmt: str, out: Path, window: Window | None, tables: Mapping[str, pa.Table] | None = None
 ) -> tuple[TrackSet, dict[str, int]]:
     """Write the run's tracks to ``out`` as ``fmt`` ("proto" or "json"); returns the tracks and counts."""
     tables = load_tables(run) if tables is None else tables
@@ -97,7 +141,7 @@ def export_run(
     return ts, counts
 
 
-def export_from_trace(run: RunDir, out: Path, tables: dict[str, pa.Table]) -> tuple[TrackSet, dict[str, int]]:
+def export_from_trace(run: RunDir, out: Path, tables: Mapping[str, pa.Table]) -> tuple[TrackSet, dict[str, int]]:
     """Splice tracekit's tracks into the run's Kineto trace.json.gz (every original event kept) as ``out``."""
     import gzip
     import zlib

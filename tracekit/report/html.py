@@ -1,4 +1,5 @@
-"""The self-contained HTML reports: one file, inline CSS, plots as PNG data URIs.
+"""The self-contained HTML reports: one file, inline CSS, charts as SVG data URIs (the run report's,
+tracekit.report.charts) or PNG data URIs (the sweep's plots).
 
 Nothing is fetched when the file is opened (no CDN, no fonts, no scripts from elsewhere), so it can
 be mailed or attached to a ticket. Every section copes with its table being absent or empty: it says
@@ -14,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.model.ceilings import Ceiling
-from tracekit.report.memory_summary import memory_text
-from tracekit.report.plots import (
-    counters_png,
-    latency_png,
-    phase_roofline_png,
-    phase_timeline_png,
-    roofline_png,
-    split_png,
+from tracekit.report.charts import (
+    counters_svg,
+    latency_svg,
+    phase_roofline_svg,
+    phase_timeline_svg,
+    roofline_svg,
+    split_svg,
 )
+from tracekit.report.memory_summary import memory_text
 from tracekit.report.view import (
     NOT_RECORDED,
     RunView,
@@ -61,11 +62,11 @@ def _esc(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _img(png: bytes | None, alt: str) -> str:
-    if png is None:
+def _img(svg: str | None, alt: str) -> str:
+    if svg is None:
         return f'<p class="note">{_esc(alt)}: {NOT_RECORDED}</p>'
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img class="plot" alt="{_esc(alt)}" src="data:image/png;base64,{data}">'
+    data = base64.b64encode(svg.encode()).decode("ascii")
+    return f'<img class="plot" alt="{_esc(alt)}" src="data:image/svg+xml;base64,{data}">'
 
 
 def html_table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
@@ -92,8 +93,8 @@ def summary_html(run: RunView) -> str:
             f'<p class="ceiling">{_esc(ceiling.text())}</p><ul class="verdicts">{items}</ul>{helps}{mem}</div>')
 
 
-def kernel_roofline_png(run: RunView) -> bytes | None:
-    """tracekit.report.plots' roofline, one point per kernel, when the run has the bound pass's kernel_bound table.
+def kernel_roofline_svg(run: RunView) -> str | None:
+    """The roofline with one dot per kernel, when the run has the bound pass's kernel_bound table.
 
     Its ceiling is the one the bound pass used, as the phases table records it (name, dtype, peaks).
     """
@@ -104,7 +105,7 @@ def kernel_roofline_png(run: RunView) -> bytes | None:
     kind = "measured" if "(measured)" in name else "datasheet" if "(datasheet)" in name else "recorded"
     ceiling = Ceiling(gpu=name.split(" (")[0], peak_flops={c.dtype or "fp16": c.tflops * 1e12},
                       peak_bytes_per_s=c.tbps * 1e12, source=f"{name}, as the phases table records it", kind=kind)
-    return roofline_png(k, ceiling)
+    return roofline_svg(k, ceiling)
 
 
 def run_section(run: RunView) -> str:
@@ -117,16 +118,16 @@ def run_section(run: RunView) -> str:
     for line in (outside_line(run.df("phases")), warmup_line(run)):
         if line:
             parts.append(f'<p class="outside">{_esc(line)}</p>')
-    parts.append(_img(split_png(run.df("phases")), "time split per phase"))
+    parts.append(_img(split_svg(run.df("phases")), "time split per phase"))
     parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups)))
     for title, (headers, rows) in (("Each request's cost inside the batch", cost_rows(run.df("requests"))),
                                    ("Speculative decoding", assisted_rows(run.df("requests"), run.df("steps")))):
         if rows:
             parts.append(_section_table(title, headers, rows))
-    parts.append(_img(latency_png(run.df("requests")), "per-request latency"))
-    parts.append("<h3>Phase timeline</h3>" + _img(phase_timeline_png(run.df("steps")), "phase timeline"))
-    parts.append("<h3>Counters</h3>" + _img(counters_png(run.df("counters"), run.df("steps")), "counters over time"))
-    parts.append("<h3>Roofline</h3>" + _img(kernel_roofline_png(run) or phase_roofline_png(run.df("phases")), "roofline"))
+    parts.append(_img(latency_svg(run.df("requests")), "per-request latency"))
+    parts.append("<h3>Phase timeline</h3>" + _img(phase_timeline_svg(run.df("steps")), "phase timeline"))
+    parts.append("<h3>Counters</h3>" + _img(counters_svg(run.df("counters"), run.df("steps")), "counters over time"))
+    parts.append("<h3>Roofline</h3>" + _img(kernel_roofline_svg(run) or phase_roofline_svg(run.df("phases")), "roofline"))
     parts.append("<details><summary>run.json</summary>" + html_table(["field", "value"], meta_rows(m), "meta")
                  + "</details>")
     parts.append("</section>")

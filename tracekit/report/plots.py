@@ -1,7 +1,8 @@
-"""Every plot tracekit draws, with matplotlib's Agg backend (no display needed).
+"""Plots as PNGs, with matplotlib's Agg backend (no display needed).
 
 A plot function returns PNG bytes, or None when its table has no data (never an empty axis); the
-sweep's plots write their PNG file and return its path.
+sweep's plots write their PNG file and return its path. The HTML run report draws the same charts
+as SVG without matplotlib (tracekit.report.charts); these PNGs are for the API and notebooks.
 
 Run report:
   phase_timeline_png  steps over time, coloured by kind, with each step's GPU busy share
@@ -26,9 +27,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model.ceilings import Ceiling
+from tracekit.report.charts import KIND_COLORS, PHASE_COLOURS, SPLIT, counter_panels
 from tracekit.report.view import OUTSIDE, has_columns, implied_peak, run_phases, shown_phases
-
-_PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728", "mixed": "#2ca02c", "outside steps": "#7f7f7f"}
 
 
 def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None = None, max_points: int = 20000) -> bytes:
@@ -57,7 +57,7 @@ def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
         for ph in sorted(phase.unique()):
             m = (phase == ph).to_numpy()
             ax.scatter(k["intensity"][m], achieved[m], s=8, alpha=0.5, label=f"{ph} ({int(m.sum())})",
-                       color=_PHASE_COLOURS.get(ph))
+                       color=PHASE_COLOURS.get(ph))
         xs = [min(1e-2, float(k["intensity"].min()) / 2), max(1e4, float(k["intensity"].max()) * 2)]
     x = np.logspace(np.log10(xs[0]), np.log10(xs[1]), 200)
     bw = ceiling.peak_bytes_per_s
@@ -85,12 +85,6 @@ def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
 # --- run report ---
 
 
-KIND_COLORS = {"prefill": "#1f77b4", "decode": "#ff7f0e", "mixed": "#9467bd"}
-SPLIT = (("compute_bound_ns", "compute-bound", "#2ca02c"), ("memory_bound_ns", "memory-bound", "#d62728"),
-         ("latency_bound_ns", "latency-bound", "#ff7f0e"),
-         ("other_ns", "other", "#7f7f7f"), ("comm_ns", "comm", "#17becf"), ("memcpy_ns", "memcpy", "#bcbd22"),
-         ("idle_host_ns", "idle: host issuing", "#dddddd"), ("idle_wait_ns", "idle: waiting", "#c5b0d5"),
-         ("idle_profiler_ns", "idle: profiler", "#f7e1a0"))
 # The colour each class has in every view (the Perfetto bound tracks use the same names).
 CLASS_COLOURS = {label.split(":")[-1].strip().replace("-bound", ""): c for _, label, c in SPLIT}
 
@@ -202,39 +196,11 @@ def phase_roofline_png(phases: pd.DataFrame) -> bytes | None:
     return figure_png(fig)
 
 
-# What a performance engineer looks at first; anything else follows in table order.
-COUNTER_PRIORITY = ("gpu_util", "dram_bw_util", "sm_util", "tensor_util", "power", "sm_clock", "mem_used",
-                    "sm_occupancy", "mem_util", "temperature")
-
-
 def counters_png(counters: pd.DataFrame, steps: pd.DataFrame | None = None, max_panels: int = 6) -> bytes | None:
-    if not has_columns(counters, "ts_ns", "value", "metric"):
+    got = counter_panels(counters, steps, max_panels)
+    if got is None:
         return None
-    c = counters.dropna(subset=["ts_ns", "value"]).copy()
-    # Real tables dictionary-encode these columns (pandas categories): build the
-    # labels from plain Python strings rather than with Series arithmetic.
-    src = c["source"].astype(object).tolist() if "source" in c else [None] * len(c)
-    unit = c["unit"].astype(object).tolist() if "unit" in c else [None] * len(c)
-    dev = c["device"].astype(object).tolist() if "device" in c else [None] * len(c)
-    c["label"] = [
-        (f"GPU {int(d)} " if d is not None and not pd.isna(d) else "")
-        + (f"{s_}." if isinstance(s_, str) and s_ else "") + str(m) + (f" ({u})" if isinstance(u, str) and u else "")
-        for d, s_, m, u in zip(dev, src, c["metric"].astype(object).tolist(), unit, strict=True)
-    ]
-    # Constant series (clock limits, fp64 at 0) carry no information over time.
-    varying = c.groupby("label", sort=False)["value"].agg(lambda v: v.max() > v.min())
-    rank = {m: i for i, m in enumerate(COUNTER_PRIORITY)}
-    first = c.drop_duplicates("label").set_index("label")["metric"].astype(str)
-    labels = sorted(first.index, key=lambda lab: (not varying.get(lab, False), rank.get(first[lab], len(rank))))
-    labels = labels[:max_panels]
-    spans = _step_spans(steps)
-    aligned = bool(spans) and _overlaps(spans, int(c["ts_ns"].min()), int(c["ts_ns"].max()))
-    # Samples that never overlap a step are on another clock (e.g. a recorder's
-    # Kineto-relative ns against an ingest's epoch ns): plotting them on the
-    # steps' axis would put them a lifetime away, so they get their own axis.
-    if not aligned:
-        spans = []
-    t0 = min(s for s, _, _ in spans) if spans else c["ts_ns"].min()
+    c, labels, spans, t0 = got
     plt = _plt()
     fig, axes = plt.subplots(len(labels), 1, figsize=(11, 1.5 * len(labels) + 0.6), sharex=True, squeeze=False)
     shade = _step_shading(spans, t0)
@@ -276,23 +242,6 @@ def _step_shading(spans: list[tuple[int, int, str]], t0: float) -> Any:
         ax.update_datalim(limits, updatey=False)  # as axvspan: the spans widen the x limits only
 
     return shade
-
-
-def _overlaps(spans: list[tuple[int, int, str]], lo: int, hi: int) -> bool:
-    return min(a for a, _, _ in spans) <= hi and max(b for _, b, _ in spans) >= lo
-
-
-def _step_spans(steps: pd.DataFrame | None) -> list[tuple[int, int, str]]:
-    if steps is None or steps.empty:
-        return []
-    out = []
-    for r in steps.to_dict("records"):
-        for a, b in (("gpu_start_ns", "gpu_end_ns"), ("cpu_start_ns", "cpu_end_ns")):
-            s0, s1 = r.get(a), r.get(b)
-            if s0 is not None and s1 is not None and not pd.isna(s0) and not pd.isna(s1):
-                out.append((int(s0), int(s1), str(r.get("kind"))))
-                break
-    return out
 
 
 def latency_png(requests: pd.DataFrame) -> bytes | None:

@@ -17,6 +17,8 @@ from tracekit.store.rundir import RunDir
 
 NOT_RECORDED = "not recorded"
 TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory")  # kernel_bound: the per-kernel roofline
+# kernel_bound is as long as the trace's kernels: the report reads only what its roofline draws.
+COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase")}
 
 
 @dataclass
@@ -41,7 +43,7 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
     out, run.json ``analysis.warmup_requests``); ``warmup_requests`` N instead leaves out the first N
     requests and those the recorder marked (tracekit.analysis.warmup.rebase; nothing is rewritten)."""
     m = run.read_manifest()
-    tables = {t: run.read_df(t) for t in TABLES if run.has_table(t)}
+    tables = {t: read_df(run, t) for t in TABLES if run.has_table(t)}
     done = tuple(int(i) for i in ((m.get("analysis") or {}).get("warmup_requests") or []))
     if warmup_requests is None:
         return RunView(run.run_id, m, tables, done)
@@ -52,6 +54,25 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
     if "phases" in tables:
         tables["phases"] = rebase(tables["phases"], remove=set(want) - set(done), add=set(done) - set(want))
     return RunView(run.run_id, m, tables, want)
+
+
+def read_df(run: RunDir, name: str) -> pd.DataFrame:
+    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``, as read
+    from a table written to its schema (else from the table fitted to it)."""
+    columns = COLUMNS.get(name)
+    if columns is None:
+        return run.read_df(name)
+    import pyarrow.parquet as pq
+
+    from tracekit.model import schema
+
+    pf = pq.ParquetFile(run.table_path(name))  # (pq.read_table imports pyarrow.dataset)
+    have = pf.schema_arrow
+    if name in schema.SCHEMAS and not all(
+            have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in schema.schema(name)):
+        full = run.read_table(name)
+        return full.select([c for c in columns if c in full.column_names]).to_pandas()
+    return pf.read(columns=[c for c in columns if c in have.names]).to_pandas()
 
 
 def has_columns(df: pd.DataFrame, *cols: str) -> bool:

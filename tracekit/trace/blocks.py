@@ -11,6 +11,7 @@ same ``Slice`` objects, args dicts and all, that a row-by-row build gives; the w
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +19,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracekit.trace import npa
 from tracekit.trace.trackset import Slice, Track, TrackSet, Window
 
 GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 CPU_TABLES = (("cpu_ops", "cpu_op"), ("runtime", "cuda_runtime"), ("annotations", "user_annotation"))
+# The columns each block reads: a reader may leave the others out.
+COLUMNS = {
+    "gpu_activity": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "grid",
+                     "block", "bytes"),
+    "kernel_bound": ("bound", "source"),
+    **{name: ("ts_ns", "dur_ns", "name", "cat", "pid", "tid", "device", "stream", "external_id", "correlation",
+              "input_dims") for name, _ in CPU_TABLES},
+}
 
 
 @dataclass
@@ -76,9 +86,8 @@ def _ints(table: pa.Table, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     if name not in table.column_names:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     col = table.column(name)
-    present = pc.is_valid(col).to_numpy(zero_copy_only=False) if col.null_count else np.ones(n, dtype=bool)
-    vals = pc.fill_null(col, 0).to_numpy().astype(np.int64) if len(col) else np.zeros(0, dtype=np.int64)
-    return vals, present
+    present = npa.valid(col) if col.null_count else np.ones(n, dtype=bool)
+    return npa.values(col, 0), present
 
 
 def _distinct(table: pa.Table, name: str, n: int) -> tuple[np.ndarray, list[Any]]:
@@ -89,9 +98,7 @@ def _distinct(table: pa.Table, name: str, n: int) -> tuple[np.ndarray, list[Any]
     if pa.types.is_dictionary(col.type):
         col = col.unify_dictionaries() if col.num_chunks > 1 else col
         values = col.chunk(0).dictionary.to_pylist() if col.num_chunks else []
-        codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False) for c in col.chunks]) \
-            if col.num_chunks else np.zeros(0)
-        return codes.astype(np.int64), values
+        return npa.values(col, -1), values
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
         return _list_codes(col, n)
     if pa.types.is_floating(col.type) or not _hashable_type(col.type):
@@ -99,7 +106,7 @@ def _distinct(table: pa.Table, name: str, n: int) -> tuple[np.ndarray, list[Any]
         return np.arange(n, dtype=np.int64) - np.array([v is None for v in vals], dtype=np.int64) * (
             np.arange(n) + 1), vals
     enc = pc.dictionary_encode(col).combine_chunks()
-    return pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+    return npa.values(enc.indices, -1), enc.dictionary.to_pylist()
 
 
 def _hashable_type(t: pa.DataType) -> bool:
@@ -114,10 +121,10 @@ def _list_codes(col: pa.ChunkedArray, n: int) -> tuple[np.ndarray, list[Any]]:
         vals = col.to_pylist()
         return np.arange(n, dtype=np.int64) - np.array([v is None for v in vals], dtype=np.int64) * (
             np.arange(n) + 1), vals
-    text = pc.binary_join(pc.cast(col, pa.list_(pa.string())), ",")
+    text = pc.binary_join(pc.cast(col, pa.list_(pa.string())), npa.text(","))
     enc = pc.dictionary_encode(text).combine_chunks()
     values = [[int(x) for x in t.split(",")] if t else [] for t in enc.dictionary.to_pylist()]
-    return pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), values
+    return npa.values(enc.indices, -1), values
 
 
 def _text(codes: np.ndarray, values: list[Any], fn: Any) -> tuple[np.ndarray, list[str]]:
@@ -165,7 +172,12 @@ def _tracks(ts: TrackSet, cols: list[np.ndarray], make: Any) -> tuple[np.ndarray
 
 def _select(col: ArgColumn, keep: np.ndarray) -> ArgColumn:
     return ArgColumn(col.key, col.present[keep], col.ints[keep] if col.ints is not None else None,
-                     col.codes[keep] if col.codes is not None else None, col.values)
+                     _code32(col.codes[keep]) if col.codes is not None else None, col.values)
+
+
+def _code32(codes: np.ndarray) -> np.ndarray:
+    """Codes into lists of distinct values as int32: a block holds several per row for its lifetime."""
+    return codes.astype(np.int32)
 
 
 def _arg(table: pa.Table, column: str, key: str, n: int) -> ArgColumn:
@@ -224,8 +236,8 @@ def gpu_block(ts: TrackSet, gpu: pa.Table | None, kernel_bound: pa.Table | None,
     track, keys = _tracks(ts, [dev_k, stream_k],
                           lambda u: Track(f"gpu/{u[0]}/{u[1]}", f"stream {u[1]}", f"GPU {u[0]}", u[0], u[1], "slice",
                                           u[1], 1000 + u[0]))
-    return TraceBlock(int(keep.sum()), keys, track, start[keep], dur[keep], names, name[keep], cats, cat[keep],
-                      cnames, cname[keep], [_select(a, keep) for a in args])
+    return TraceBlock(int(keep.sum()), keys, _code32(track), start[keep], dur[keep], names, _code32(name[keep]), cats,
+                      _code32(cat[keep]), cnames, _code32(cname[keep]), [_select(a, keep) for a in args])
 
 
 def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Window | None) -> TraceBlock | None:
@@ -264,8 +276,8 @@ def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Wi
     args.append(ArgColumn("Input Dims", truthy, codes=dims_codes, values=[json_or_text(v) for v in dims_values]))
     n_codes, n_values = _distinct(table, "name", n)
     name, names = _text(n_codes, n_values, str)
-    return TraceBlock(int(keep.sum()), keys, track, start[keep], dur[keep], names, name[keep], cats, cat[keep],
-                      [], np.full(int(keep.sum()), -1, dtype=np.int64), [_select(x, keep) for x in args])
+    return TraceBlock(int(keep.sum()), keys, _code32(track), start[keep], dur[keep], names, _code32(name[keep]), cats,
+                      _code32(cat[keep]), [], np.full(int(keep.sum()), -1, dtype=np.int32), [_select(x, keep) for x in args])
 
 
 def json_or_text(text: Any) -> Any:
@@ -275,7 +287,7 @@ def json_or_text(text: Any) -> Any:
         return text
 
 
-def trace_blocks(ts: TrackSet, tables: dict[str, pa.Table], window: Window | None,
+def trace_blocks(ts: TrackSet, tables: Mapping[str, pa.Table], window: Window | None,
                  cname_of: dict[str, str]) -> list[TraceBlock]:
     """Every trace table's block, in the order their tracks and slices are added."""
     out = [gpu_block(ts, tables.get("gpu_activity"), tables.get("kernel_bound"), window, cname_of)]

@@ -15,12 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracekit.trace import npa
+
 BINARY = pa.binary()
+NULL = npa.scalar(None)
 
 
 def const(b: bytes) -> pa.Scalar:
     """A part that is the same in every row."""
-    return pa.scalar(b, BINARY)
+    return npa.scalar(b)
 
 
 def from_flat(data: np.ndarray, lens: np.ndarray) -> pa.BinaryArray:
@@ -53,7 +56,7 @@ def varints(values: np.ndarray, mask: np.ndarray | None = None) -> pa.BinaryArra
     keep = np.arange(width)[None, :] < nbytes[:, None]
     arr = from_flat(mat[keep], nbytes)
     if mask is not None and not mask.all():
-        arr = pc.if_else(pa.array(mask), arr, pa.scalar(None, BINARY))
+        arr = pc.if_else(npa.array(mask), arr, NULL)
     return arr
 
 
@@ -73,7 +76,7 @@ def varint(value: int) -> bytes:
 
 def decimals(values: np.ndarray) -> pa.BinaryArray:
     """Integers as decimal text (str(int))."""
-    return pc.cast(pc.cast(pa.array(np.asarray(values, dtype=np.int64)), pa.string()), BINARY)
+    return pc.cast(pc.cast(npa.array(np.asarray(values, dtype=np.int64)), pa.string()), BINARY)
 
 
 def micros(ns: np.ndarray) -> pa.BinaryArray:
@@ -81,21 +84,21 @@ def micros(ns: np.ndarray) -> pa.BinaryArray:
     ns = np.asarray(ns, dtype=np.int64)
     neg = ns < 0
     mag = np.abs(ns)
-    whole = pc.cast(pc.cast(pa.array(mag // 1000), pa.string()), BINARY)
-    frac = pc.cast(pc.utf8_lpad(pc.cast(pa.array(mag % 1000), pa.string()), 3, "0"), BINARY)
+    whole = pc.cast(pc.cast(npa.array(mag // 1000), pa.string()), BINARY)
+    frac = pc.cast(pc.utf8_lpad(pc.cast(npa.array(mag % 1000), pa.string()), 3, "0"), BINARY)
     parts: list[Any] = [whole, const(b"."), frac]
     if neg.any():
-        parts.insert(0, pc.if_else(pa.array(neg), const(b"-"), pa.scalar(None, BINARY)))
+        parts.insert(0, pc.if_else(npa.array(neg), const(b"-"), NULL))
     return join(parts)
 
 
 def lookup(table: Sequence[bytes], codes: np.ndarray) -> pa.BinaryArray:
     """``table[code]`` per row; null where the code is -1."""
     codes = np.asarray(codes)
-    values = pa.array(list(table), BINARY)
+    values = npa.binary(list(table))
     if len(values) == 0:
         return pa.nulls(len(codes), BINARY)
-    idx = pa.array(codes.astype(np.int32), mask=codes < 0)
+    idx = npa.array(codes.astype(np.int32), mask=codes < 0)
     return pc.take(values, idx)
 
 
@@ -110,12 +113,12 @@ def join(parts: Sequence[Any]) -> pa.BinaryArray:
 
 def mask(arr: pa.BinaryArray, present: np.ndarray) -> pa.BinaryArray:
     """``arr`` with null where ``present`` is False."""
-    return pc.if_else(pa.array(present), arr, pa.scalar(None, BINARY))
+    return pc.if_else(npa.array(present), arr, NULL)
 
 
 def lengths(arr: pa.BinaryArray) -> np.ndarray:
     """Byte length of each row (0 for null)."""
-    return pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return npa.values(pc.binary_length(arr))
 
 
 def data(arr: pa.BinaryArray) -> memoryview:

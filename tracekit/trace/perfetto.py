@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit.model import progress
+from tracekit.trace import npa
 from tracekit.trace.blocks import TraceBlock
 from tracekit.trace.tracks import BlockOrder, TrackSet, columnar, nested
 from tracekit.trace.trackset import Slice
@@ -223,9 +224,10 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     c_ts = np.array([c.ts_ns for c in ts.counters], dtype=np.int64)
     n_s = m + nb
     t = np.concatenate([s_ts, s_ts + s_dur, c_ts])
-    kind = np.concatenate([np.ones(n_s, np.int64), np.where(s_dur > 0, 0, 1), np.full(nc, 2, np.int64)])
+    kind = np.concatenate([np.ones(n_s, np.int8), np.where(s_dur > 0, 0, 1).astype(np.int8), np.full(nc, 2, np.int8)])
     sub = np.concatenate([2 * seq, np.where(s_dur > 0, -2 * seq, 2 * seq + 1), np.zeros(nc, np.int64)])
-    ev_order = np.lexsort((np.arange(len(t)), sub, kind, t))
+    del seq, s_ts, s_dur, o_ts, o_dur
+    ev_order = np.lexsort((sub, kind, t))  # a stable sort: ties keep insertion order
     del kind, sub
 
     # Interned ids in order of first use: per begin packet its name, category, then its args' names.
@@ -236,13 +238,23 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
 
     pos = np.empty(len(t), dtype=np.int64)
     pos[ev_order] = np.arange(len(t))  # event -> its place in the output
-    req_p, req_s, req_k = [], [], []
+    # A key's first use: the least (output place, slot) of the packets naming it, slot 0 the name,
+    # 1 the category, 2 + i the i-th arg; ids go to keys in that order, and the packets where a
+    # key is first used are the ones that write it into their interned data.
+    slots = 2 + max([len(s.args) for _, s, _ in own] + [len(b.args) for b in blocks] + [0])
+    never = np.iinfo(np.int64).max
+    first = np.full(0, never, dtype=np.int64)
+
+    def use(g: np.ndarray | int, at: np.ndarray | int) -> None:
+        nonlocal first
+        if len(keys) > len(first):
+            first = np.concatenate([first, np.full(len(keys) - len(first), never, dtype=np.int64)])
+        np.minimum.at(first, g, at)
+
     for i, (_, s, _) in enumerate(own):
         ks = [gid("event_names", s.name), gid("event_categories", s.cat)] + [
             gid("debug_annotation_names", str(k)) for k in s.args]
-        req_p.append(np.full(len(ks), pos[i]))
-        req_s.append(np.arange(len(ks)))
-        req_k.append(np.array(ks, dtype=np.int64))
+        use(np.array(ks, dtype=np.int64), int(pos[i]) * slots + np.arange(len(ks)))
     name_gid = [np.array([gid("event_names", x) for x in b.names], dtype=np.int64) for b in blocks]
     cat_gid = [np.array([gid("event_categories", x) for x in b.cats], dtype=np.int64) for b in blocks]
     arg_gid = [[gid("debug_annotation_names", a.key) for a in b.args] for b in blocks]
@@ -250,26 +262,22 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     for bi, b in enumerate(blocks):
         where = np.flatnonzero(order.block == bi)
         local = order.local[where]
-        p = bpos[where]
-        req_p += [p, p]
-        req_s += [np.zeros(len(p), np.int64), np.ones(len(p), np.int64)]
-        req_k += [name_gid[bi][b.name[local]], cat_gid[bi][b.cat[local]]]
+        p = bpos[where] * slots
+        use(name_gid[bi][b.name[local]], p)
+        use(cat_gid[bi][b.cat[local]], p + 1)
         for ai, a in enumerate(b.args):
             pres = a.present[local]
-            req_p.append(p[pres])
-            req_s.append(np.full(int(pres.sum()), 2 + ai, np.int64))
-            req_k.append(np.full(int(pres.sum()), arg_gid[bi][ai], np.int64))
-    P = np.concatenate(req_p) if req_p else np.zeros(0, np.int64)
-    S = np.concatenate(req_s) if req_s else np.zeros(0, np.int64)
-    K = np.concatenate(req_k) if req_k else np.zeros(0, np.int64)
-    del req_p, req_s, req_k
-    r = np.lexsort((S, P))
-    uniq, first = np.unique(K[r], return_index=True)
+            if pres.any():
+                use(arg_gid[bi][ai], int(p[pres].min()) + 2 + ai)
+        del where, local, p
+    use(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # every key has its entry
+    used = np.flatnonzero(first < never)
+    by_first = used[np.argsort(first[used], kind="stable")]
     iid = np.zeros(len(keys) + 1, dtype=np.int64)
-    iid[uniq[np.argsort(first, kind="stable")]] = np.arange(1, len(uniq) + 1)
+    iid[by_first] = np.arange(1, len(by_first) + 1)
     interning = np.zeros(len(t), dtype=bool)  # output places whose packet interns something new
-    interning[P[r][first]] = True
-    del P, S, K, r
+    interning[first[used] // slots] = True
+    del first, used, by_first, pos, bpos
     interner.fixed = {k: int(iid[g]) for k, g in keys.items()}
 
     # What a block row's begin packet holds: encodings per code, per track.
@@ -363,13 +371,13 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
                     row = e - m
                     key, s = order.keys[int(order.track[row])], _block_slice(blocks, order, row)
                 enc.append(_serialize(begin(int(t[e]), key, s)))
-            parts.append(pa.array(enc, E.BINARY))
+            parts.append(npa.binary(enc))
             srcs.append(np.flatnonzero(slow))
             n_slices += len(enc)
         src = np.concatenate(srcs)
         inverse = np.empty(len(src), dtype=np.int64)
         inverse[src] = np.arange(len(src))
-        merged = pa.concat_arrays(parts).take(pa.array(inverse)) if len(parts) > 1 else parts[0]
+        merged = pa.concat_arrays(parts).take(npa.array(inverse)) if len(parts) > 1 else parts[0]
         fh.write(E.data(merged))
     return {"slices": n_slices, "counters": n_counters}
 

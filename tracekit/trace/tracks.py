@@ -40,7 +40,7 @@ import gzip
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from tracekit.model import progress
 from tracekit.model.trackids import COUNTER_PID_BASE, MEMORY_PID, TRACEKIT_PID
+from tracekit.trace import npa
 from tracekit.trace.blocks import TraceBlock, json_or_text, trace_blocks
 from tracekit.trace.trackset import CounterPoint, Slice, Track, TrackSet, Window
 
@@ -174,7 +175,7 @@ def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
 
 
 def build_tracks(
-    tables: dict[str, pa.Table],
+    tables: Mapping[str, pa.Table],
     *,
     window: Window | None = None,
     include_trace: bool = True,
@@ -364,7 +365,7 @@ def _allocator_tracks(ts: TrackSet, memory: pa.Table | None, window: Window | No
         ts.counters.append(CounterPoint(key, t, float(r["total_allocated_bytes"])))
 
 
-def _trace_tracks(ts: TrackSet, tables: dict[str, pa.Table], window: Window | None) -> None:
+def _trace_tracks(ts: TrackSet, tables: Mapping[str, pa.Table], window: Window | None) -> None:
     """The trace's own events (kernels, CPU ops, runtime calls, annotations) as columnar blocks
     (tracekit.trace.blocks), their tracks added in the order their first rows come."""
     ts.blocks.extend(trace_blocks(ts, tables, window, BOUND_CNAME))
@@ -492,7 +493,7 @@ def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
     cnames = [[b',"cname":' + _dump(c).encode() for c in b.cnames] for b in blocks]
     args = [[(_dump(a.key) + ":").encode() for a in b.args] for b in blocks]
     values = [[[_dump(v).encode() for v in a.values] if a.ints is None else None for a in b.args] for b in blocks]
-    for rows in order.chunks():
+    for rows in order.chunks(JSON_CHUNK):
         progress.report("writing the Chrome trace", int(rows[0]), len(order))
         parts = []
         for bi, local, where in order.by_block(rows):
@@ -518,11 +519,14 @@ def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
         yield bytes(E.data(merged)), len(rows)
 
 
+JSON_CHUNK = 1 << 12  # events per encoded piece of Chrome JSON (~1.5 MB of text)
+
+
 class BlockOrder:
     """The blocks' rows in the writers' order: by track (first appearance), then start, then longer
     first, then position (``nested``'s order), with durations clamped to their parents'."""
 
-    CHUNK = 1 << 17
+    CHUNK = 1 << 15
 
     def __init__(self, blocks: list[TraceBlock], keys: list[str], block: np.ndarray, local: np.ndarray,
                  track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
@@ -534,10 +538,10 @@ class BlockOrder:
         ids: dict[str, int] = {}
         tracks, blk, local = [], [], []
         for i, b in enumerate(blocks):
-            lut = np.array([ids.setdefault(k, len(ids)) for k in b.keys], dtype=np.int64)
-            tracks.append(lut[b.track] if len(lut) else np.zeros(0, dtype=np.int64))
-            blk.append(np.full(b.n, i, dtype=np.int64))
-            local.append(np.arange(b.n, dtype=np.int64))
+            lut = np.array([ids.setdefault(k, len(ids)) for k in b.keys], dtype=np.int32)
+            tracks.append(lut[b.track] if len(lut) else np.zeros(0, dtype=np.int32))
+            blk.append(np.full(b.n, i, dtype=np.int8 if len(blocks) < 128 else np.int64))
+            local.append(np.arange(b.n, dtype=np.int32 if b.n < 2**31 else np.int64))
         track = np.concatenate(tracks)
         ts = np.concatenate([b.ts for b in blocks])
         dur = np.concatenate([b.dur for b in blocks])
@@ -570,7 +574,7 @@ class BlockOrder:
         src = np.concatenate([np.flatnonzero(blk == bi) for bi in np.unique(blk)])
         inverse = np.empty(len(src), dtype=np.int64)
         inverse[src] = np.arange(len(src))
-        return pa.concat_arrays(parts).take(pa.array(inverse))
+        return pa.concat_arrays(parts).take(npa.array(inverse))
 
 
 def nested_durations(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -593,22 +597,27 @@ def nested_durations(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.n
     inside = ts < prev
     if not inside.any():
         return out
-    tl, el, il = ts.tolist(), end.tolist(), inside.tolist()
-    for lo in np.flatnonzero(~inside).tolist():
-        if lo + 1 >= n or not il[lo + 1]:
-            continue
-        stack = [el[lo]]
-        i = lo + 1
-        while i < n and il[i]:
-            t = tl[i]
-            while stack and stack[-1] <= t:
-                stack.pop()
-            e = el[i]
-            if stack and e > stack[-1]:
-                e = stack[-1]
-            stack.append(e)
-            out[i] = e - t
-            i += 1
+    # Runs of slices inside an earlier one, each after the slice that opens it (never inside: the
+    # first slice of a track has no earlier one); only these go through the stack, a run at a time.
+    rows = np.flatnonzero(inside)
+    first = np.r_[True, rows[1:] != rows[:-1] + 1]
+    starts_in = rows[first]
+    ends_in = np.r_[rows[np.flatnonzero(first)[1:] - 1], rows[-1]] + 1
+    step = 1 << 13  # rows of a run as Python ints at a time: a run can be the whole trace
+    for a, b in zip(starts_in.tolist(), ends_in.tolist(), strict=True):
+        stack = [int(end[a - 1])]
+        for lo in range(a, b, step):
+            hi = min(lo + step, b)
+            tl, el = ts[lo:hi].tolist(), end[lo:hi].tolist()
+            clamped = []
+            for t, e in zip(tl, el, strict=True):
+                while stack and stack[-1] <= t:
+                    stack.pop()
+                if stack and e > stack[-1]:
+                    e = stack[-1]
+                stack.append(e)
+                clamped.append(e - t)
+            out[lo:hi] = clamped
     return out
 
 

@@ -96,14 +96,16 @@ def stage():
         (Path(sys.argv[2]) / "bench.html").write_text(build_html(views, title="bench"))
 """,
 }
-# record's work after the workload (collectors/session.py Recording._write): read the raw Kineto JSON
-# for tracekit's annotations, the clock sync, and write the merged trace.json.gz.
+# record's work after the workload (collectors/session.py Recording._write): find tracekit's
+# annotations in the raw Kineto JSON (a byte search for their names), the clock sync, and write the
+# merged trace.json.gz.
 RECORD_POST = """
 from pathlib import Path
+from tracekit.collectors.session import own_annotations
 from tracekit.trace import chrome
 def stage():
     raw = Path(sys.argv[1])
-    chrome.clock_offset(chrome.clock_syncs(chrome.find_annotations(raw)))
+    chrome.clock_offset(chrome.clock_syncs(own_annotations(raw)))
     chrome.merge(raw, Path(sys.argv[2]) / "merged.json.gz", [])
 """
 HTA = """

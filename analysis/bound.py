@@ -32,7 +32,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.columns import map_values, unique
+from tracekit.analysis.columns import factorize, map_values, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet
@@ -455,7 +455,7 @@ class KernelArrays:
         devices = kern["device"].fillna(-1).to_numpy() if "device" in kern else np.zeros(n)
         ts = kern["ts_ns"].to_numpy(dtype=np.int64)
         te = ts + kern["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
-        cls = kern["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
+        cls = _class_index(kern["bound"])
         model = kern["model"].to_numpy()
         return KernelArrays(
             n, devices, ts, te, cls, kern.get("issued_ns"),
@@ -543,6 +543,14 @@ def with_profiler(row: dict[str, Any], profiler_ns: int | None) -> dict[str, Any
 
 
 _CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY)}
+
+
+def _class_index(bound: pd.Series) -> np.ndarray:
+    """``bound.map(_CLASS_INDEX).fillna(OTHER's index)`` as int64, looked up once per distinct value."""
+    codes, uniq = factorize(bound)
+    other = _CLASS_INDEX[OTHER]
+    table = np.array([_CLASS_INDEX.get(u, other) for u in uniq] + [other], dtype=np.int64)
+    return table[np.where(codes < 0, len(uniq), codes)]
 
 
 def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarray | None = None,

@@ -130,9 +130,13 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     ss = np.asarray(starts, dtype=np.int64)
     order = np.argsort(ss, kind="stable")
     ss, iss = ss[order], as_issued(issued)[order]
+    syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
     for lo, hi in windows:
-        # gaps = [lo, hi) minus busy
-        b = busy[(busy[:, 1] > lo) & (busy[:, 0] < hi)] if busy.size else busy
+        # gaps = [lo, hi) minus busy. busy and syncs are disjoint and sorted (both ends ascend): the
+        # intervals meeting the window are one slice, found by bisection (a mask over all of them,
+        # per window, made the pass quadratic in the trace's length).
+        b = busy[np.searchsorted(busy[:, 1], lo, side="right"):max(0, np.searchsorted(busy[:, 0], hi, side="left"))]
+        near = syncs[np.searchsorted(syncs[:, 1], lo, side="right"):np.searchsorted(syncs[:, 0], hi, side="left")]
         edges_s = np.concatenate([[lo], np.clip(b[:, 1], lo, hi)]) if b.size else np.array([lo])
         edges_e = np.concatenate([np.clip(b[:, 0], lo, hi), [hi]]) if b.size else np.array([hi])
         keep = edges_e > edges_s
@@ -154,7 +158,7 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
             ok = has[~unknown]
             split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
         total += int((gb - split).sum())  # queued, not running
-        total += _overlap(ga, split, syncs)  # host blocked in a sync while nothing was queued
+        total += _overlap(ga, split, near)  # host blocked in a sync while nothing was queued
     return total
 
 

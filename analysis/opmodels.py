@@ -837,6 +837,9 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     if cpu_ops is None or len(cpu_ops) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     list_dtype = list_dtype or dominant_dtype(cpu_ops)
+    fast = _op_costs_by_code(cpu_ops, cols, assume_causal, list_dtype)
+    if fast is not None:
+        return fast
     df = cpu_ops[["op_id", "name", "input_dims", "input_types"]].copy()
     df["name"] = df["name"].astype(str)
     df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)]
@@ -854,3 +857,50 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
         costs, on=["name", "input_dims", "input_types"], how="inner"
     )
     return merged.rename(columns={"name": "op_name"})[cols].reset_index(drop=True)
+
+
+def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_dtype: str | None) -> Any:
+    """op_costs' frame, from each column's distinct values (``text_codes``) instead of its text per row
+    and a merge: the same rows in the same order (the merge kept the ops' order), the same values and
+    dtypes (the cost columns are taken from one frame of the distinct costs). None where no op is
+    modelled (op_costs builds the empty frame)."""
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analysis.columns import combine_codes, text_codes
+
+    n_code, n_text = text_codes(cpu_ops["name"])
+    wanted = np.array([isinstance(t, str) and (t.startswith("aten::") or t in _SERVING or t == STEP_ATTENTION)
+                       for t in n_text], dtype=bool)
+    rows = np.flatnonzero(wanted[n_code]) if len(n_code) else np.zeros(0, dtype=np.int64)
+    if not len(rows):
+        return None
+    d_code, d_text = text_codes(cpu_ops["input_dims"].iloc[rows])
+    t_code, t_text = text_codes(cpu_ops["input_types"].iloc[rows])
+    key = combine_codes(n_code[rows], d_code, t_code)
+    first = np.empty(int(key.max()) + 1, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+    found: dict[tuple[Any, Any, Any], int] = {}  # distinct text triple -> its row in ``costs``
+    costs_rows = []
+    of_key = np.full(len(first), -1, dtype=np.int64)
+    for k, r in enumerate(first.tolist()):
+        triple = (n_text[n_code[rows[r]]], d_text[d_code[r]], t_text[t_code[r]])
+        at = found.get(triple)
+        if at is None:
+            c = op_cost(*triple, assume_causal=assume_causal, list_dtype=list_dtype)
+            at = found[triple] = -1 if c is None else len(costs_rows)
+            if c is not None:
+                costs_rows.append((c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
+        of_key[k] = at
+    if not costs_rows:
+        return None
+    costs = pd.DataFrame(costs_rows, columns=["flops", "bytes", "op_class", "dtype", "tensor_core"])
+    at = of_key[key]
+    keep = at >= 0
+    sel, at = rows[keep], at[keep]
+    names = np.array(n_text, dtype=object)
+    op_id = cpu_ops["op_id"].iloc[rows].to_numpy()[keep]  # the dtype the ops the name test kept give
+    out = pd.DataFrame({"op_id": op_id, "op_name": names[n_code[sel]]})
+    for c in costs.columns:
+        out[c] = costs[c].take(at).reset_index(drop=True)
+    return out[cols]

@@ -251,6 +251,9 @@ def _as_text(values: Any) -> list[str | None]:
     shapes over thousands of launches) and str() of a NumPy array is slow: each distinct one once."""
     import numpy as np
 
+    fast = _array_texts(values)
+    if fast is not None:
+        return fast
     seen: dict[Any, str] = {}
     out: list[str | None] = []
     for v in values:
@@ -270,6 +273,42 @@ def _as_text(values: Any) -> list[str | None]:
             text = seen[key] = str(v)
         out.append(text)
     return out
+
+
+def _array_texts(values: Any) -> list[str | None] | None:
+    """_as_text's result where every value is None, NaN or a 1-D integer / bool array of one dtype and
+    length (a kernel's grid or block): the arrays stacked, each distinct row formatted once by NumPy
+    (rows told apart by their columns' codes, a hash per column, not a sort). None where the values
+    are anything else."""
+    import numpy as np
+
+    null = pd.isna(values)
+    rest = values[~null]
+    if not len(rest) or type(rest[0]) is not np.ndarray:
+        return None
+    dtype = rest[0].dtype
+    if not all(type(v) is np.ndarray and v.dtype == dtype for v in rest):
+        return None
+    if not all(v is None or type(v) is float for v in values[null]):  # pd.NA, NaT: _as_text writes their str()
+        return None
+    if dtype.kind not in "iub" or rest[0].ndim != 1 or not rest[0].shape[0]:
+        return None
+    try:
+        stacked = np.stack(list(rest))
+    except ValueError:  # arrays of different lengths
+        return None
+    key = np.zeros(len(stacked), dtype=np.int64)
+    for j in range(stacked.shape[1]):
+        codes, uniq = pd.factorize(stacked[:, j])
+        key, _ = pd.factorize(key * len(uniq) + codes)  # stays below rows²: no overflow
+    n_rows = int(key.max()) + 1
+    first = np.empty(n_rows, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # each row code's first row
+    texts = np.array([str(stacked[i]) for i in first.tolist()] + [None], dtype=object)
+    out = np.full(len(values), n_rows, dtype=np.int64)
+    out[~null] = key
+    result: list[str | None] = texts[out].tolist()
+    return result
 
 
 def analyse_trace_window(run: RunDir) -> dict[str, Any]:

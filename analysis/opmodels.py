@@ -881,7 +881,7 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
     first = np.empty(int(key.max()) + 1, dtype=np.int64)
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
     found: dict[tuple[Any, Any, Any], int] = {}  # distinct text triple -> its row in ``costs``
-    costs_rows = []
+    costs_rows: list[tuple[Any, ...]] = []
     of_key = np.full(len(first), -1, dtype=np.int64)
     for k, r in enumerate(first.tolist()):
         triple = (n_text[n_code[rows[r]]], d_text[d_code[r]], t_text[t_code[r]])
@@ -901,6 +901,6 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
     names = np.array(n_text, dtype=object)
     op_id = cpu_ops["op_id"].iloc[rows].to_numpy()[keep]  # the dtype the ops the name test kept give
     out = pd.DataFrame({"op_id": op_id, "op_name": names[n_code[sel]]})
-    for c in costs.columns:
-        out[c] = costs[c].take(at).reset_index(drop=True)
+    for col in costs.columns:
+        out[col] = costs[col].take(at).reset_index(drop=True)
     return out[cols]

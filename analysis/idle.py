@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.columns import matches
 from tracekit.analysis.intervals import EMPTY, union
 
 
@@ -81,9 +82,7 @@ def sync_intervals(runtime: pd.DataFrame | None) -> np.ndarray:
     """The host's blocking runtime calls as disjoint sorted [start, end) intervals."""
     if runtime is None or len(runtime) == 0 or "name" not in runtime:
         return EMPTY.copy()
-    names = runtime["name"].astype(str)
-    lut = {n: _is_blocking(n) for n in names.unique()}
-    rt = runtime[names.map(lut).to_numpy(dtype=bool)]
+    rt = runtime[matches(runtime["name"], _is_blocking)]
     if rt.empty:
         return EMPTY.copy()
     s = pd.to_numeric(rt["ts_ns"], errors="coerce")

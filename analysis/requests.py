@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.columns import is_in
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
 
 REQUEST_COLUMNS = [
@@ -177,7 +178,7 @@ def _busy_end(steps: pd.DataFrame, cpu_ops: Any) -> np.ndarray:
     ops = as_df(cpu_ops)
     mm_s = mm_e = np.empty(0, dtype=np.int64)
     if not ops.empty and "name" in ops:
-        mm = ops[ops["name"].astype(str).isin(MATMUL_OPS)].dropna(subset=["ts_ns"]).sort_values("ts_ns")
+        mm = ops[is_in(ops["name"], MATMUL_OPS)].dropna(subset=["ts_ns"]).sort_values("ts_ns")
         mm_s = mm["ts_ns"].to_numpy(dtype=np.int64)
         mm_e = mm_s + mm["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
     out = np.maximum(np.maximum(gpu, tok), start)

@@ -16,6 +16,7 @@ the whole file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -35,6 +36,7 @@ _HEAD_LIMIT = 256 << 20  # where the traceEvents key must start (the merge's lim
 _TAIL_LIMIT = 64 << 10  # the trailer after the array: a few keys
 _WINDOWS = (4 << 10, 64 << 10, 1 << 20)  # bytes decoded after a candidate start, widened on failure
 _BACK = 64 << 10  # how far before a hit its event may start
+_STRETCH = 16 << 20  # bytes searched between two releases of the mapped pages
 
 
 def read_named(path: str | Path, prefix: str) -> RawScan | None:
@@ -80,17 +82,33 @@ def _array_close(buf: Any, lo: int) -> int | None:
 
 def _events(buf: Any, needle: bytes, prefix: str, lo: int, hi: int) -> list[bytes] | None:
     """The text of each event between ``lo`` and ``hi`` named ``prefix...``, in file order; None
-    where a hit cannot be delimited."""
+    where a hit cannot be delimited. The map is searched a stretch at a time, each stretch's pages
+    given back after it (they stay in the page cache): the process's resident size does not grow
+    with the file."""
     found: dict[int, bytes] = {}
-    at = buf.find(needle, lo, hi)
-    while at >= 0:
-        span = _event_at(buf, at, prefix, lo)
-        if span is None:
-            return None
-        if span[1]:  # the hit is this event's name (not some other event's argument)
-            found[span[0]] = span[1]
-        at = buf.find(needle, at + len(needle), hi)
+    for start in range(lo, hi, _STRETCH):
+        end = min(hi, start + _STRETCH)
+        at = buf.find(needle, start, min(hi, end + len(needle) - 1))
+        while 0 <= at < end:
+            span = _event_at(buf, at, prefix, lo)
+            if span is None:
+                return None
+            if span[1]:  # the hit is this event's name (not some other event's argument)
+                found[span[0]] = span[1]
+            at = buf.find(needle, at + len(needle), min(hi, end + len(needle) - 1))
+        _release(buf, start, end)
     return [found[k] for k in sorted(found)]
+
+
+def _release(buf: Any, start: int, end: int) -> None:
+    """Drop the mapped pages of [start, end) from this process (a no-op where madvise is missing)."""
+    advise = getattr(buf, "madvise", None)
+    if advise is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    page = mmap.PAGESIZE
+    a = start - start % page
+    with contextlib.suppress(OSError, ValueError):
+        advise(mmap.MADV_DONTNEED, a, end - a)
 
 
 def _event_at(buf: Any, hit: int, prefix: str, lo: int) -> tuple[int, bytes] | None:

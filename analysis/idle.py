@@ -129,6 +129,8 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     ss = np.asarray(starts, dtype=np.int64)
     order = np.argsort(ss, kind="stable")
     ss, iss = ss[order], as_issued(issued)[order]
+    padded = np.append(iss, UNKNOWN)  # i1 below may be len(iss)
+    padded_unknown = padded == UNKNOWN
     syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
     for lo, hi in windows:
         # gaps = [lo, hi) minus busy. busy and syncs are disjoint and sorted (both ends ascend): the
@@ -151,9 +153,8 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
             # Per gap, the max issue time and whether any is unknown over iss[i0:i1] (disjoint, sorted
             # ranges: the gaps' ends ascend), by reduceat over the ranges' bounds.
             bounds = np.column_stack([i0[has], i1[has]]).ravel()
-            padded = np.append(iss, UNKNOWN)  # i1 may be len(iss)
             latest = np.maximum.reduceat(padded, bounds)[::2]
-            unknown = np.logical_or.reduceat(padded == UNKNOWN, bounds)[::2]
+            unknown = np.logical_or.reduceat(padded_unknown, bounds)[::2]
             ok = has[~unknown]
             split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
         total += int((gb - split).sum())  # queued, not running

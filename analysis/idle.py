@@ -134,8 +134,8 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
     for lo, hi in windows:
         # gaps = [lo, hi) minus busy. busy and syncs are disjoint and sorted (both ends ascend): the
-        # intervals meeting the window are one slice, found by bisection (a mask over all of them,
-        # per window, made the pass quadratic in the trace's length).
+        # intervals meeting the window are one slice, found by bisection (a mask over all of them
+        # per window would make the pass quadratic in the trace's length).
         b = busy[np.searchsorted(busy[:, 1], lo, side="right"):max(0, np.searchsorted(busy[:, 0], hi, side="left"))]
         near = syncs[np.searchsorted(syncs[:, 1], lo, side="right"):np.searchsorted(syncs[:, 0], hi, side="left")]
         edges_s = np.concatenate([[lo], np.clip(b[:, 1], lo, hi)]) if b.size else np.array([lo])

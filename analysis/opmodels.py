@@ -814,8 +814,9 @@ def dominant_dtype(cpu_ops: Any) -> str | None:
     """The most frequent floating dtype among the run's GEMM inputs (else all inputs): the model's dtype."""
     if cpu_ops is None or len(cpu_ops) == 0:
         return None
-    names = cpu_ops["name"].astype(str)
-    gemm = cpu_ops[names.isin(["aten::linear", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"])]
+    from tracekit.analysis.columns import is_in
+
+    gemm = cpu_ops[is_in(cpu_ops["name"], ["aten::linear", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"])]
     src = gemm if len(gemm) else cpu_ops
     counts: dict[str, int] = {}
     for text, n in src["input_types"].astype(str).value_counts().items():

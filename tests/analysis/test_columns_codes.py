@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from tracekit.analysis.columns import combine_codes, factorize, object_ids, text_codes
-from tracekit.analysis.idle import UNKNOWN, union, wait_ns
+from tracekit.analysis.idle import UNKNOWN, wait_ns
+from tracekit.analysis.intervals import union
 from tracekit.analysis.steps import as_df
 from tracekit.app.analyze import plain_frame
 

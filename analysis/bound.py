@@ -34,7 +34,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.columns import map_values, unique
+from tracekit.analysis.columns import factorize, map_values, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet, l2_bytes
@@ -478,7 +478,7 @@ class KernelArrays:
         devices = kern["device"].fillna(-1).to_numpy() if "device" in kern else np.zeros(n)
         ts = kern["ts_ns"].to_numpy(dtype=np.int64)
         te = ts + kern["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
-        cls = kern["bound"].map(_CLASS_INDEX).fillna(_CLASS_INDEX[OTHER]).to_numpy(dtype=np.int64)
+        cls = _class_index(kern["bound"])
         model = kern["model"].to_numpy()
         return KernelArrays(
             n, devices, ts, te, cls, kern.get("issued_ns"),
@@ -568,6 +568,14 @@ def with_profiler(row: dict[str, Any], profiler_ns: int | None) -> dict[str, Any
 _CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY)}
 
 
+def _class_index(bound: pd.Series) -> np.ndarray:
+    """``bound.map(_CLASS_INDEX).fillna(OTHER's index)`` as int64, looked up once per distinct value."""
+    codes, uniq = factorize(bound)
+    other = _CLASS_INDEX[OTHER]
+    table = np.array([_CLASS_INDEX.get(u, other) for u in uniq] + [other], dtype=np.int64)
+    return table[np.where(codes < 0, len(uniq), codes)]
+
+
 def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarray | None = None,
                     overheads: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per step: time_ns split into TIME_COLUMNS (they sum to time_ns × devices, exactly), FLOPs, bytes.
@@ -624,7 +632,7 @@ def attribute_phases(
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
     arrays = KernelArrays.of(k)
     by_step, outside = _rows_by_step(k)
-    dominant = k[[c for c in ("model", "kclass", "dtype", "flops") if c in k]]
+    dominant_of = _dominant_dtype_of(k[[c for c in ("model", "kclass", "dtype", "flops") if c in k]])
     groups: list[tuple[Any, str, pd.DataFrame]] = []
     for phase, g in w.groupby(w["kind"].astype(str), sort=False):
         groups.append((pd.NA, str(phase), g))
@@ -641,7 +649,7 @@ def attribute_phases(
             row = with_profiler(row, None if vals.isna().any() or not len(vals) else int(vals.sum()))
         if "tokens" in g:
             row["tokens"] = float(pd.to_numeric(g["tokens"], errors="coerce").sum())
-        row["ceiling_dtype"] = _dominant_dtype(dominant.iloc[idx])
+        row["ceiling_dtype"] = dominant_of(idx)
         rows.append(row)
     out = pd.DataFrame(rows)
     if len(out):
@@ -701,16 +709,25 @@ def _rows_of_steps(step_ids: pd.Series, by_step: dict[Any, np.ndarray], outside:
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _dominant_dtype(kern: pd.DataFrame) -> str:
-    """The dtype with the most tensor-core FLOPs (GEMM / attention) among a group's kernels; fp16 if none."""
-    if not len(kern) or "dtype" not in kern:
-        return "fp16"
-    k = kern[(kern["model"] == MODEL_SHAPE) & kern["kclass"].isin([kc.GEMM, kc.ATTENTION]) & kern["dtype"].notna()]
-    if not len(k):
-        k = kern[(kern["model"] == MODEL_SHAPE) & kern["dtype"].notna()]
-    if not len(k):
-        return "fp16"
-    return str(k.groupby("dtype")["flops"].sum().idxmax())
+def _dominant_dtype_of(kern: pd.DataFrame) -> Any:
+    """For the rows ``idx`` of ``kern`` (a group's kernels): the dtype with the most tensor-core FLOPs
+    (GEMM / attention) among its modelled kernels, else among all its modelled ones; fp16 if none. The
+    row tests are made once over all of ``kern``; a group's rows are then picked by position."""
+    if "dtype" not in kern:
+        return lambda idx: "fp16"
+    shaped = (kern["model"] == MODEL_SHAPE) & kern["dtype"].notna()
+    tensor = (shaped & kern["kclass"].isin([kc.GEMM, kc.ATTENTION])).to_numpy(dtype=bool)
+    shaped_a = shaped.to_numpy(dtype=bool)
+
+    def of(idx: np.ndarray) -> str:
+        sel = idx[tensor[idx]]
+        if not len(sel):
+            sel = idx[shaped_a[idx]]
+        if not len(sel):
+            return "fp16"
+        return str(kern.iloc[sel].groupby("dtype")["flops"].sum().idxmax())
+
+    return of
 
 
 def bound_tables(

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.columns import matches
 from tracekit.analysis.intervals import EMPTY, union
 
 
@@ -81,9 +82,7 @@ def sync_intervals(runtime: pd.DataFrame | None) -> np.ndarray:
     """The host's blocking runtime calls as disjoint sorted [start, end) intervals."""
     if runtime is None or len(runtime) == 0 or "name" not in runtime:
         return EMPTY.copy()
-    names = runtime["name"].astype(str)
-    lut = {n: _is_blocking(n) for n in names.unique()}
-    rt = runtime[names.map(lut).to_numpy(dtype=bool)]
+    rt = runtime[matches(runtime["name"], _is_blocking)]
     if rt.empty:
         return EMPTY.copy()
     s = pd.to_numeric(rt["ts_ns"], errors="coerce")
@@ -130,9 +129,15 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     ss = np.asarray(starts, dtype=np.int64)
     order = np.argsort(ss, kind="stable")
     ss, iss = ss[order], as_issued(issued)[order]
+    padded = np.append(iss, UNKNOWN)  # i1 below may be len(iss)
+    padded_unknown = padded == UNKNOWN
+    syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
     for lo, hi in windows:
-        # gaps = [lo, hi) minus busy
-        b = busy[(busy[:, 1] > lo) & (busy[:, 0] < hi)] if busy.size else busy
+        # gaps = [lo, hi) minus busy. busy and syncs are disjoint and sorted (both ends ascend): the
+        # intervals meeting the window are one slice, found by bisection (a mask over all of them
+        # per window would make the pass quadratic in the trace's length).
+        b = busy[np.searchsorted(busy[:, 1], lo, side="right"):max(0, np.searchsorted(busy[:, 0], hi, side="left"))]
+        near = syncs[np.searchsorted(syncs[:, 1], lo, side="right"):np.searchsorted(syncs[:, 0], hi, side="left")]
         edges_s = np.concatenate([[lo], np.clip(b[:, 1], lo, hi)]) if b.size else np.array([lo])
         edges_e = np.concatenate([np.clip(b[:, 0], lo, hi), [hi]]) if b.size else np.array([hi])
         keep = edges_e > edges_s
@@ -148,13 +153,12 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
             # Per gap, the max issue time and whether any is unknown over iss[i0:i1] (disjoint, sorted
             # ranges: the gaps' ends ascend), by reduceat over the ranges' bounds.
             bounds = np.column_stack([i0[has], i1[has]]).ravel()
-            padded = np.append(iss, UNKNOWN)  # i1 may be len(iss)
             latest = np.maximum.reduceat(padded, bounds)[::2]
-            unknown = np.logical_or.reduceat(padded == UNKNOWN, bounds)[::2]
+            unknown = np.logical_or.reduceat(padded_unknown, bounds)[::2]
             ok = has[~unknown]
             split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
         total += int((gb - split).sum())  # queued, not running
-        total += _overlap(ga, split, syncs)  # host blocked in a sync while nothing was queued
+        total += _overlap(ga, split, near)  # host blocked in a sync while nothing was queued
     return total
 
 

@@ -896,8 +896,9 @@ def dominant_dtype(cpu_ops: Any) -> str | None:
     """The most frequent floating dtype among the run's GEMM inputs (else all inputs): the model's dtype."""
     if cpu_ops is None or len(cpu_ops) == 0:
         return None
-    names = cpu_ops["name"].astype(str)
-    gemm = cpu_ops[names.isin(["aten::linear", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"])]
+    from tracekit.analysis.columns import is_in
+
+    gemm = cpu_ops[is_in(cpu_ops["name"], ["aten::linear", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"])]
     src = gemm if len(gemm) else cpu_ops
     counts: dict[str, int] = {}
     for text, n in src["input_types"].astype(str).value_counts().items():
@@ -919,6 +920,9 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     if cpu_ops is None or len(cpu_ops) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     list_dtype = list_dtype or dominant_dtype(cpu_ops)
+    fast = _op_costs_by_code(cpu_ops, cols, assume_causal, list_dtype)
+    if fast is not None:
+        return fast
     df = cpu_ops[["op_id", "name", "input_dims", "input_types"]].copy()
     df["concrete_inputs"] = cpu_ops.get("concrete_inputs")
     df["name"] = df["name"].astype(str)
@@ -939,3 +943,56 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     costs[key_cols] = costs[key_cols].astype(str)  # an empty frame's columns are float
     merged = keys.assign(op_id=df["op_id"].to_numpy()).merge(costs, on=key_cols, how="inner")
     return merged.rename(columns={"name": "op_name"})[cols].reset_index(drop=True)
+
+
+def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_dtype: str | None) -> Any:
+    """op_costs' frame, from each column's distinct values (``text_codes``) instead of its text per row
+    and a merge: the same rows in the same order (the merge kept the ops' order), the same values and
+    dtypes (the cost columns are taken from one frame of the distinct costs). None where no op is
+    modelled (op_costs builds the empty frame)."""
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analysis.columns import combine_codes, text_codes
+
+    n_code, n_text = text_codes(cpu_ops["name"])
+    triton = np.array([isinstance(t, str) and t.startswith("triton_") for t in n_text], dtype=bool)
+    wanted = triton | np.array([isinstance(t, str) and (t.startswith("aten::") or t in _SERVING or t == STEP_ATTENTION)
+                                for t in n_text], dtype=bool)
+    rows = np.flatnonzero(wanted[n_code]) if len(n_code) else np.zeros(0, dtype=np.int64)
+    if not len(rows):
+        return None
+    d_code, d_text = text_codes(cpu_ops["input_dims"].iloc[rows])
+    t_code, t_text = text_codes(cpu_ops["input_types"].iloc[rows])
+    # the scalars' values matter only to Inductor's kernels (code -1 elsewhere: one key per shape)
+    c_code, c_text = (text_codes(cpu_ops["concrete_inputs"].iloc[rows]) if "concrete_inputs" in cpu_ops
+                      else (np.full(len(rows), -1, dtype=np.int64), []))
+    c_code = np.where(triton[n_code[rows]], c_code, -1)
+    key = combine_codes(n_code[rows], d_code, t_code, c_code)
+    first = np.empty(int(key.max()) + 1, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+    found: dict[tuple[Any, Any, Any, Any], int] = {}  # distinct texts -> its row in ``costs``
+    costs_rows: list[tuple[Any, ...]] = []
+    of_key = np.full(len(first), -1, dtype=np.int64)
+    for k, r in enumerate(first.tolist()):
+        texts = (n_text[n_code[rows[r]]], d_text[d_code[r]], t_text[t_code[r]],
+                 c_text[c_code[r]] if c_code[r] >= 0 else None)
+        at = found.get(texts)
+        if at is None:
+            c = op_cost(*texts[:3], assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=texts[3])
+            at = found[texts] = -1 if c is None else len(costs_rows)
+            if c is not None:
+                costs_rows.append((c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
+        of_key[k] = at
+    if not costs_rows:
+        return None
+    costs = pd.DataFrame(costs_rows, columns=["flops", "bytes", "op_class", "dtype", "tensor_core"])
+    at = of_key[key]
+    keep = at >= 0
+    sel, at = rows[keep], at[keep]
+    names = np.array(n_text, dtype=object)
+    op_id = cpu_ops["op_id"].iloc[rows].to_numpy()[keep]  # the dtype the ops the name test kept give
+    out = pd.DataFrame({"op_id": op_id, "op_name": names[n_code[sel]]})
+    for col in costs.columns:
+        out[col] = costs[col].take(at).reset_index(drop=True)
+    return out[cols]

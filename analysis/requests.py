@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
 
 REQUEST_COLUMNS = [
@@ -78,14 +79,14 @@ def _after_profiler_stall(windows: list[tuple[int, int, str, str, Any]], cpu_ops
     oth = as_df(other_events)
     if not windows or oth.empty or "cat" not in oth:
         return windows
-    ov = oth[oth["cat"].astype(str) == "overhead"].dropna(subset=["ts_ns"])
+    ov = oth[matches(oth["cat"], "overhead".__eq__)].dropna(subset=["ts_ns"])
     if ov.empty:
         return windows
     ov_s = ov["ts_ns"].to_numpy(dtype=np.int64)
     ov_e = ov_s + ov["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
     ops = as_df(cpu_ops)
     if not ops.empty and "cat" in ops:
-        ops = ops[ops["cat"].astype(str) != "user_annotation"]
+        ops = ops[~matches(ops["cat"], "user_annotation".__eq__)]  # a missing cat is kept, as != kept it
     hs = np.sort(ops["ts_ns"].dropna().to_numpy(dtype=np.int64)) if not ops.empty else np.empty(0, dtype=np.int64)
     out = []
     for w in windows:
@@ -135,7 +136,7 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
     boundaries = sorted({int(p) for p in pre} | {s for s, *_ in chosen})
     ops = as_df(cpu_ops)
     if not ops.empty and "cat" in ops:
-        ops = ops[ops["cat"].astype(str) != "user_annotation"]
+        ops = ops[~matches(ops["cat"], "user_annotation".__eq__)]
     host_ts = [int(ops["ts_ns"].min())] if not ops.empty else []
     rt = as_df(runtime)
     if not rt.empty:
@@ -177,7 +178,7 @@ def _busy_end(steps: pd.DataFrame, cpu_ops: Any) -> np.ndarray:
     ops = as_df(cpu_ops)
     mm_s = mm_e = np.empty(0, dtype=np.int64)
     if not ops.empty and "name" in ops:
-        mm = ops[ops["name"].astype(str).isin(MATMUL_OPS)].dropna(subset=["ts_ns"]).sort_values("ts_ns")
+        mm = ops[is_in(ops["name"], MATMUL_OPS)].dropna(subset=["ts_ns"]).sort_values("ts_ns")
         mm_s = mm["ts_ns"].to_numpy(dtype=np.int64)
         mm_e = mm_s + mm["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
     out = np.maximum(np.maximum(gpu, tok), start)

@@ -7,8 +7,8 @@ Stages, each in its own child process: tracekit ingest (trace -> run directory, 
 analyze (the run directory's passes, tables written), export --format proto and --format json, report
 (terminal text and the HTML written); HTA's ``TraceAnalysis`` load with its JSON backend (its fastest
 here) and with IJSON_BATCH_AND_COMPRESS (its low-memory backend; needs ijson); ``gzip -dc`` of the
-file. Each child imports what its stage imports, then times the stage call alone (imports excluded,
-for tracekit and HTA alike) and reports its peak RSS (ru_maxrss: imports included) and its RSS after
+file. tracekit's modules are byte-compiled first, as an install has them. Each child imports what its
+stage imports, then times the stage call alone (imports excluded, for tracekit and HTA alike) and reports its peak RSS (ru_maxrss: imports included) and its RSS after
 imports; the whole process's wall time is printed too. Medians of --repeat runs, the stages of one
 repeat run back to back. Ratios are against HTA at its best: the faster backend's time, the leaner
 backend's peak RSS. --stages runs only the named stages (ingest always runs first: the others read
@@ -97,14 +97,16 @@ def stage():
         (Path(sys.argv[2]) / "bench.html").write_text(build_html(views, title="bench"))
 """,
 }
-# record's work after the workload (collectors/session.py Recording._write): read the raw Kineto JSON
-# for tracekit's annotations, the clock sync, and write the merged trace.json.gz.
+# record's work after the workload (collectors/session.py Recording._write): find tracekit's
+# annotations in the raw Kineto JSON (a byte search for their names), the clock sync, and write the
+# merged trace.json.gz.
 RECORD_POST = """
 from pathlib import Path
+from tracekit.collectors.session import own_annotations
 from tracekit.trace import chrome
 def stage():
     raw = Path(sys.argv[1])
-    chrome.clock_offset(chrome.clock_syncs(chrome.find_annotations(raw)))
+    chrome.clock_offset(chrome.clock_syncs(own_annotations(raw)))
     chrome.merge(raw, Path(sys.argv[2]) / "merged.json.gz", [])
 """
 HTA = """
@@ -119,6 +121,17 @@ def stage():
     TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
 """
 HTA_BACKENDS = ("JSON", "IJSON_BATCH_AND_COMPRESS")
+
+
+def compile_sources() -> None:
+    """Byte-compile tracekit's modules, as installing it does, so that no stage compiles them: a
+    checkout imported under PYTHONDONTWRITEBYTECODE=1 compiles every module it imports in every
+    process (HTA, installed, has its bytecode), and a lazily imported one inside the stage."""
+    import compileall
+
+    root = HERE.parent
+    for d in ("tracekit", "analysis", "collectors"):  # tracekit/analysis and /collectors are links to these
+        compileall.compile_dir(root / d, quiet=1)
 
 
 def child(code: str, *args: str) -> dict[str, float]:
@@ -288,8 +301,9 @@ def main() -> int:
         import hta as _
     except ImportError:
         hta = False
+    compile_sources()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}\n", flush=True)
+          f"{time.strftime('%Y-%m-%d %H:%M')}; tracekit byte-compiled first\n", flush=True)
     if not a.no_main:
         path = a.trace or generated(a.mb)
         mb, events = json_mb_events(path)

@@ -343,7 +343,7 @@ class Recording:
         raw = run.path / RAW_TRACE
         have_raw = raw.is_file() and raw.stat().st_size > 0
         raw_bytes = raw.stat().st_size if have_raw else 0
-        annotations = chrome_trace.find_annotations(raw) if have_raw else []  # one read of the trace
+        annotations = own_annotations(raw) if have_raw else []  # a byte search, not a read of every event
         syncs = chrome_trace.clock_syncs(annotations)
         t_scan = time.perf_counter()
         # Every step annotation is a sync pair too: its host start was read just before it opened.
@@ -536,6 +536,33 @@ def _both(first: Callable[[int], None], then: Callable[[int], None]) -> Callable
         then(step_id)
 
     return call
+
+
+_OWN = ("tracekit.clock_sync ", "tracekit.step ", "tracekit.request ")
+
+
+def own_annotations(raw: Path) -> list[chrome_trace.Annotation]:
+    """tracekit's own CPU-side annotations in the raw Kineto trace, as chrome_trace.find_annotations
+    gives them, read from those events alone (tracekit.ingest.named: a byte search for their names),
+    or by that full read where the search cannot stand in for it."""
+    from tracekit.ingest.framing import offset_ns
+    from tracekit.ingest.named import read_named
+
+    res = read_named(raw, "tracekit.")
+    if res is None:
+        return chrome_trace.find_annotations(raw)
+    t = res.tables.get("annotations")
+    if t is None or t.num_rows == 0:
+        return []
+    base = offset_ns(res.meta)
+    found: dict[tuple[str, int], chrome_trace.Annotation] = {}
+    cols = (t.column(c).to_pylist() for c in ("name", "cat", "ts_ns", "dur_ns"))
+    for name, cat, t0, d in zip(*cols, strict=True):
+        if not name or not name.startswith(_OWN) or cat == "gpu_user_annotation" or t0 is None:
+            continue
+        a = chrome_trace.Annotation(name, int(t0) - base, int(d or 0))
+        found[(a.name, a.ts_ns)] = a
+    return sorted(found.values(), key=lambda a: a.ts_ns)
 
 
 def record_track_events(steps: Any, requests: Any, counters: Any, step_memory: Any = None) -> list[dict[str, Any]]:

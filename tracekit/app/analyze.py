@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -196,7 +197,8 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
             table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
             out[name] = _schema.fill_rank(table, rank)
         else:  # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas
-            out[name] = pa.Table.from_pandas(plain_frame(df), preserve_index=False)
+            # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns
+            out[name] = pa.Table.from_pandas(plain_frame(df, tables.get("gpu_activity")), preserve_index=False)
     steps = result["steps"]
     info = {
         "passes": [p.name for p in DEFAULT_PASSES],
@@ -236,14 +238,66 @@ def mark_running(run: RunDir, key: str, info: dict[str, Any]) -> None:
                                  "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}})
 
 
-def plain_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Object columns of mixed Python values as strings, so Parquet accepts them."""
+def plain_frame(df: pd.DataFrame, source: pa.Table | None = None) -> pd.DataFrame:
+    """Object columns of mixed Python values as strings, so Parquet accepts them.
+
+    ``source``: a raw table whose list columns ``df`` carries as they are (the same array objects,
+    row for row, as the passes' frame of it holds): their text is made from its Arrow columns."""
     out = df.copy(deep=False)
     for c in out.columns:
         # infer_dtype (C) says "string" where every non-null value is a str, "empty" where all are null
         if out[c].dtype == object and pd.api.types.infer_dtype(out[c], skipna=True) not in ("string", "empty"):
-            out[c] = _as_text(out[c].to_numpy())
+            values = out[c].to_numpy()
+            text = _source_texts(values, source, c) if source is not None else None
+            out[c] = text if text is not None else _as_text(values)
     return out
+
+
+def _source_texts(values: Any, source: pa.Table, column: str) -> list[str | None] | None:
+    """_as_text(values) where ``values`` are the very objects of ``column`` in the passes' frame of
+    ``source`` (tracekit.analysis.steps.as_df), row for row: each distinct list of the Arrow column
+    formatted once, as NumPy formats the array it becomes. None otherwise."""
+    from tracekit.analysis.columns import object_ids
+    from tracekit.analysis.steps import as_df
+
+    if column not in source.column_names or not pa.types.is_list(source.schema.field(column).type):
+        return None
+    held = as_df(source)[column].to_numpy()
+    if len(held) != len(values) or not np.array_equal(object_ids(held), object_ids(values)):
+        return None
+    return _list_texts(source.column(column).combine_chunks())
+
+
+def _list_texts(arr: pa.ListArray) -> list[str | None] | None:
+    """str() of the NumPy array each list of an integer / bool list column converts to (None for a
+    null list), each distinct list once; None where the lists are not all one length > 0 without
+    null values (to_pandas makes float arrays of lists with nulls)."""
+    import pyarrow.compute as pc
+
+    from tracekit.analysis.columns import combine_codes
+
+    vt = arr.type.value_type
+    if not (pa.types.is_integer(vt) or pa.types.is_boolean(vt)):
+        return None
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    flat = arr.flatten()
+    if flat.null_count:
+        return None
+    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)[valid]
+    out = np.full(len(arr), None, dtype=object)
+    if not len(lens):
+        return out.tolist()
+    k = int(lens[0])
+    if k == 0 or (lens != k).any():
+        return None
+    m = flat.to_numpy(zero_copy_only=False).reshape(-1, k)
+    key = combine_codes(*(pd.factorize(m[:, j])[0] for j in range(k)))
+    first = np.empty(int(key.max()) + 1, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+    texts = np.array([str(m[i]) for i in first.tolist()], dtype=object)
+    out[valid] = texts[key]
+    result: list[str | None] = out.tolist()
+    return result
 
 
 def _as_text(values: Any) -> list[str | None]:
@@ -251,6 +305,9 @@ def _as_text(values: Any) -> list[str | None]:
     shapes over thousands of launches) and str() of a NumPy array is slow: each distinct one once."""
     import numpy as np
 
+    fast = _array_texts(values)
+    if fast is not None:
+        return fast
     seen: dict[Any, str] = {}
     out: list[str | None] = []
     for v in values:
@@ -270,6 +327,42 @@ def _as_text(values: Any) -> list[str | None]:
             text = seen[key] = str(v)
         out.append(text)
     return out
+
+
+def _array_texts(values: Any) -> list[str | None] | None:
+    """_as_text's result where every value is None, NaN or a 1-D integer / bool array of one dtype and
+    length (a kernel's grid or block): the arrays stacked, each distinct row formatted once by NumPy
+    (rows told apart by their columns' codes, a hash per column, not a sort). None where the values
+    are anything else."""
+    import numpy as np
+
+    null = pd.isna(values)
+    rest = values[~null]
+    if not len(rest) or type(rest[0]) is not np.ndarray:
+        return None
+    dtype = rest[0].dtype
+    if not all(type(v) is np.ndarray and v.dtype == dtype for v in rest):
+        return None
+    if not all(v is None or type(v) is float for v in values[null]):  # pd.NA, NaT: _as_text writes their str()
+        return None
+    if dtype.kind not in "iub" or rest[0].ndim != 1 or not rest[0].shape[0]:
+        return None
+    try:
+        stacked = np.stack(list(rest))
+    except ValueError:  # arrays of different lengths
+        return None
+    key = np.zeros(len(stacked), dtype=np.int64)
+    for j in range(stacked.shape[1]):
+        codes, uniq = pd.factorize(stacked[:, j])
+        key, _ = pd.factorize(key * len(uniq) + codes)  # stays below rows²: no overflow
+    n_rows = int(key.max()) + 1
+    first = np.empty(n_rows, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # each row code's first row
+    texts = np.array([str(stacked[i]) for i in first.tolist()] + [None], dtype=object)
+    out = np.full(len(values), n_rows, dtype=np.int64)
+    out[~null] = key
+    result: list[str | None] = texts[out].tolist()
+    return result
 
 
 def analyse_trace_window(run: RunDir) -> dict[str, Any]:

@@ -127,6 +127,24 @@ def test_extract_array_gives_exactly_the_events_or_a_prefix(tmp_path: Path, bloc
         assert cut is not None and got == events[: len(got)] and len(got) < len(events)
 
 
+@pytest.mark.parametrize("bare", [True, False])
+def test_a_cut_inside_nested_args_that_ends_in_a_bracket_is_a_truncated_prefix(tmp_path: Path, bare: bool) -> None:
+    from tracekit.ingest.duckdb_reader import extract_array
+
+    # GIVEN a trace cut right after a nested list of objects inside an event's args: the file ends in
+    # "]" and the text before it has "}, {" boundaries that parse from where they stand
+    events = [{"ph": "X", "name": "a", "ts": 1}, {"ph": "X", "name": "b", "ts": 2, "args": {"k": [{"x": 1}, {"y": 2}]}},
+              {"ph": "X", "name": "c", "ts": 3}]
+    doc = events if bare else {"traceEvents": events}
+    data = json.dumps(doc, indent=1).encode()
+    p = tmp_path / "t.json"
+    p.write_bytes(data[: data.index(b"]") + 1])
+    # WHEN the DuckDB reader's extraction reads it
+    ex = extract_array(p, tmp_path)
+    # THEN the complete events before the cut, marked truncated (never the cut text as a whole array)
+    assert json.loads(ex.array.read_bytes()) == events[:1] and ex.truncated is not None
+
+
 def test_inflate_is_the_same_with_isal_and_zlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

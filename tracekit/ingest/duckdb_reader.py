@@ -125,7 +125,8 @@ def extract_array(path: str | Path, dest_dir: str | Path, *, block: int = BLOCK_
     input can be read in place) and the rest of the trace as metadata."""
     p = Path(path)
     gz = is_gzip(p)
-    if not gz and bare_list_in_place(p):
+    if not gz and bare_list_in_place(p) and _valid_prefix(p.read_bytes().strip()[1:-1]):
+        # a cut list can end in "]" too (inside an event's args): in place only when it parses whole
         return Extracted(p, {}, p.stat().st_size, None)
     return _extract(p, Path(dest_dir), block)
 
@@ -138,19 +139,36 @@ def _body_end(body: Body, read: Any, body_len: int, *, whole: bool = True) -> in
     p = body.p
     if body.truncated is None:
         found = _search_end(read, body_len, body.block, lambda w, st: _array_end(w, st, body.bare))
-        if found is not None:
+        # The end found from a "}, {" near it is confirmed by a parse from the array's start (one may lie
+        # inside a string); with only the last piece (``whole=False``) DuckDB's parse of each piece is.
+        if found is not None and (not whole or _valid_prefix(read(0, int(found[0])))):
             body.meta.update(found[1])
             return int(found[0])
         if not whole:
             return None
         body.truncated = f"{p}: JSON ends early or is invalid after the last complete event"
     cut = _search_end(read, body_len, body.block, _last_boundary)
+    if cut is not None and not _valid_prefix(read(0, int(cut[0]))):
+        # the window's parse started after a "}, {" inside a string: only a parse from the array's
+        # start tells a real event boundary (rare: a truncated trace read by this fallback reader)
+        if not whole:
+            return None
+        sp = split_point(read(0, body_len))
+        cut = (sp[0], {}) if sp is not None else None
     if cut is None:
         if not whole:
             return None
         t = body.truncated
         raise TraceFormatError(t if body_len < body.block else f"{p}: invalid JSON in traceEvents ({t})")
     return int(cut[0])
+
+
+def _valid_prefix(events: bytes) -> bool:
+    """True if ``events`` (the array's text after its ``[``) is a complete list of events."""
+    try:
+        return isinstance(loads(b"[" + events + b"]"), list)
+    except orjson.JSONDecodeError:
+        return False
 
 
 def _extract(p: Path, tmp: Path, block: int) -> Extracted:
@@ -189,7 +207,7 @@ def extract_pieces(path: str | Path, tmp: Path, *, block: int = BLOCK_BYTES, pie
     """
     p = Path(path)
     piece = piece or PIECE_BYTES
-    if not is_gzip(p) and bare_list_in_place(p):
+    if not is_gzip(p) and bare_list_in_place(p) and _valid_prefix(p.read_bytes().strip()[1:-1]):
         return Extracted(p, {}, p.stat().st_size, None)
     body = Body(p, block)
     paths: list[Path] = []

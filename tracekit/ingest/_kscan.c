@@ -888,7 +888,12 @@ static void timed_arg(Scanner *s, int64_t row, const char *ka, const char *kb, S
     case 11: if (key_is(ka, kb, "External id")) k = I_EXT; else if (key_is(ka, kb, "correlation")) k = I_CORR; break;
     case 13: if (key_is(ka, kb, "shared memory")) k = I_SHMEM; break;
     case 15: if (key_is(ka, kb, "Sequence number")) k = I_SEQ;
-             else if (key_is(ka, kb, "Concrete Inputs") && route == R_CPU) { store_minified(s, T_CONCRETE, row, v); return; }
+             else if (key_is(ka, kb, "Concrete Inputs") && route == R_CPU) {
+                 /* kept only where some input has a value: most ops' list is all "" (tensors) */
+                 for (const char *p = v.a; p < v.b; p++)
+                     if (!strchr("[]\", \t\r\n", *p)) { store_minified(s, T_CONCRETE, row, v); break; }
+                 return;
+             }
              break;
     case 20: if (key_is(ka, kb, "registers per thread")) k = I_REGS; break;
     default: break;

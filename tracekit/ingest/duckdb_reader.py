@@ -461,7 +461,8 @@ _TABLE_SQL: dict[str, str] = {
       SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,
         a."External id" AS external_id, a."Sequence number" AS sequence_number,
         a."Input Dims"::VARCHAR AS input_dims, a."Input type"::VARCHAR AS input_types,
-        a."Concrete Inputs"::VARCHAR AS concrete_inputs
+        CASE WHEN regexp_matches(a."Concrete Inputs"::VARCHAR, '[^\\[\\]", ]')
+          THEN a."Concrete Inputs"::VARCHAR END AS concrete_inputs
       FROM ev WHERE route = 'cpu_ops'""",
     "annotations": f"""
       SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,

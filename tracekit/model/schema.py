@@ -62,8 +62,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("sequence_number", _i64),
         ("input_dims", pa.string()),  # JSON text, e.g. "[[2,22],[32000,2048]]"
         ("input_types", pa.string()),  # JSON text, e.g. '["c10::Half","long int"]'
-        # JSON text: the values of the scalar inputs ("" for tensors), e.g. '["","","512"]'; an inductor
-        # (Triton) kernel's op carries its element counts (xnumel, r0_numel) here
+        # JSON text: the values of the scalar inputs ("" for tensors), e.g. '["","","512"]', null where no
+        # input has a value; an inductor (Triton) kernel's op carries its element counts (xnumel, r0_numel)
         ("concrete_inputs", pa.string()),
         ("parent_id", _i64),  # op_id of the enclosing op on the same thread
         # True: an op of a graph-capture trace (it ran when the CUDA/HIP graph was captured, on that

@@ -40,30 +40,42 @@ def _legend_below(ax: Axes) -> float:
     return ax.legend_size()[1] + 10 if ax.legend and ax.legend_at == "below" else 0.0
 
 
-def split_svg(phases: pd.DataFrame) -> str | None:
+def split_shares(phases: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, str, list[float]]]] | None:
+    """The phase split bar's rows: (one label per phase with its total, [(column, label, colour, % of each
+    phase's wall time)] for each class with any time), or None without phase times. Shares, not ms: a
+    40 ms prefill next to an 800 ms decode would be a sliver in ms; the question is what each phase's
+    time went to."""
     ph = shown_phases(phases)
     if not has_columns(ph, "time_ns"):
         return None
-    # Shares, not ms: a 40 ms prefill next to an 800 ms decode would be a sliver
-    # in ms; the question is what each phase's time went to. Totals are labelled.
-    n = len(ph)
     labels = [f"{p}  ({t / 1e6:,.1f} ms)" for p, t in zip(ph["phase"].astype(str), ph["time_ns"], strict=True)]
     ph = ph.copy()
     if "idle_host_ns" not in ph or ph["idle_host_ns"].isna().all():  # a table from before the idle split
         ph["idle_host_ns"] = ph.get("idle_ns")
+    rows = []
+    for col, label, colour in SPLIT:
+        if col not in ph or ph[col] is None:
+            continue
+        vals = [100 * float(v) / float(t) if t else 0.0
+                for v, t in zip(pd.to_numeric(ph[col], errors="coerce").fillna(0), ph["time_ns"], strict=True)]
+        if any(vals):
+            rows.append((col, label, colour, vals))
+    return labels, rows
+
+
+def split_svg(phases: pd.DataFrame) -> str | None:
+    shares = split_shares(phases)
+    if shares is None:
+        return None
+    labels, rows = shares
+    n = len(labels)
     left_w = max(text_width(s, FONT) for s in labels) + 16
     width, plot_h = 900.0, max(70.0, 52.0 * n)
     ax = Axes(left_w, 36, width - left_w - 20, plot_h, Scale("lin", 0.0, 100.0), Scale("lin", n - 0.5, -0.5),
               title="Where each phase's time went: compute / memory / latency-bound kernels, GPU idle by cause",
               xlabel="% of the phase's wall time", yticks=list(enumerate(labels)), legend_at="below", legend_cols=4)
     left = [0.0] * n
-    for col, label, colour in SPLIT:
-        if col not in ph or ph[col] is None:
-            continue
-        vals = [100 * float(v) / float(t) if t else 0.0
-                for v, t in zip(pd.to_numeric(ph[col], errors="coerce").fillna(0), ph["time_ns"], strict=True)]
-        if not any(vals):
-            continue
+    for col, label, colour, vals in rows:
         body = ax.rects([(x0, x0 + v, y - 0.4, y + 0.4) for y, (x0, v) in enumerate(zip(left, vals, strict=True))],
                         colour, values=vals)
         ink = "#000000" if col.startswith("idle") or col in ("other_ns", "memcpy_ns") else "#ffffff"
@@ -102,15 +114,24 @@ def latency_svg(requests: pd.DataFrame) -> str | None:
     return Figure(width, 36 + plot_h + 2 * FONT + 24 + _legend_below(ax), [ax]).svg("latency")
 
 
-def phase_timeline_svg(steps: pd.DataFrame) -> str | None:
+def timeline_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, float, pd.Series] | None:
+    """The steps the phase timeline draws: (steps with their span in ``_s``/``_e``, ns: GPU where known,
+    else host; the first start; each step's kind), or None without spans."""
     if not (has_columns(steps, "gpu_start_ns", "gpu_end_ns") or has_columns(steps, "cpu_start_ns", "cpu_end_ns")):
         return None
     s = steps.copy()
     start = s["gpu_start_ns"].fillna(s.get("cpu_start_ns")) if "gpu_start_ns" in s else s["cpu_start_ns"]
     end = s["gpu_end_ns"].fillna(s.get("cpu_end_ns")) if "gpu_end_ns" in s else s["cpu_end_ns"]
     s = s.assign(_s=start, _e=end).dropna(subset=["_s", "_e"])
-    t0 = s["_s"].min()
     kinds = s["kind"].astype(str) if "kind" in s else pd.Series(["step"] * len(s), index=s.index)
+    return s, s["_s"].min(), kinds
+
+
+def phase_timeline_svg(steps: pd.DataFrame) -> str | None:
+    spans_of = timeline_steps(steps)
+    if spans_of is None:
+        return None
+    s, t0, kinds = spans_of
     groups = []
     for kind, grp in s.groupby(kinds):
         spans = [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(grp["_s"], grp["_e"], strict=True)]
@@ -218,13 +239,20 @@ def counters_svg(counters: pd.DataFrame, steps: pd.DataFrame | None = None, max_
     return Figure(width, height, axes).svg("counters")
 
 
-def phase_roofline_svg(phases: pd.DataFrame) -> str | None:
+def roofline_phases(phases: pd.DataFrame) -> pd.DataFrame | None:
+    """The run-level phases the phase roofline draws (FLOPs, bytes and time all > 0; not ``outside``),
+    or None where there is none."""
     ph = run_phases(phases)
     if not has_columns(ph, "flops", "bytes", "time_ns"):
         return None
     ph = ph[ph["phase"].astype(str) != OUTSIDE]  # time outside every step is no phase
     ph = ph[(ph["bytes"] > 0) & (ph["time_ns"] > 0) & (ph["flops"] > 0)]
-    if ph.empty:
+    return None if ph.empty else ph
+
+
+def phase_roofline_svg(phases: pd.DataFrame) -> str | None:
+    ph = roofline_phases(phases)
+    if ph is None:
         return None
     ai = (ph["flops"] / ph["bytes"]).astype(float).tolist()
     achieved = (ph["flops"] / (ph["time_ns"] / 1e9) / 1e12).astype(float).tolist()
@@ -258,16 +286,21 @@ def phase_roofline_svg(phases: pd.DataFrame) -> str | None:
     return Figure(width, height, [ax]).svg("phase-roofline")
 
 
+def roofline_kernels(kernels: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """The kernels a roofline plots: shape-modelled, with FLOPs, a duration and an intensity; a seeded
+    sample of ``max_points`` of them where there are more (a readable chart, a small file)."""
+    k = kernels
+    if len(k):
+        k = k[(k.get("model") == "shape") & (k["flops"] > 0) & (k["dur_ns"] > 0) & k["intensity"].notna()]
+    return k.sample(max_points, random_state=0) if len(k) > max_points else k
+
+
 def roofline_svg(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None = None, max_points: int = 20000) -> str:
     """A roofline with one dot per shape-modelled kernel, coloured by phase (all one series without a
     ``phase`` column), under the ceiling's roofs (one per distinct peak, fp8 to fp32).
 
     ``kernels``: bound.kernel_costs/with_steps output with ``intensity``, ``flops``, ``dur_ns``."""
-    k = kernels
-    if len(k):
-        k = k[(k.get("model") == "shape") & (k["flops"] > 0) & (k["dur_ns"] > 0) & k["intensity"].notna()]
-    if len(k) > max_points:  # keep the chart readable and the file small
-        k = k.sample(max_points, random_state=0)
+    k = roofline_kernels(kernels, max_points)
     xs: list[float] = [1e-2, 1e4]
     groups: list[tuple[str, str, list[float], list[float]]] = []
     if len(k):

@@ -27,8 +27,17 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model.ceilings import Ceiling
-from tracekit.report.charts import KIND_COLORS, PHASE_COLOURS, SPLIT, counter_panels
-from tracekit.report.view import OUTSIDE, has_columns, implied_peak, run_phases, shown_phases
+from tracekit.report.charts import (
+    KIND_COLORS,
+    PHASE_COLOURS,
+    SPLIT,
+    counter_panels,
+    roofline_kernels,
+    roofline_phases,
+    split_shares,
+    timeline_steps,
+)
+from tracekit.report.view import has_columns, implied_peak
 
 
 def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None = None, max_points: int = 20000) -> bytes:
@@ -43,11 +52,7 @@ def roofline_png(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
     fig = Figure(figsize=(8, 5.5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    k = kernels
-    if len(k):
-        k = k[(k.get("model") == "shape") & (k["flops"] > 0) & (k["dur_ns"] > 0) & k["intensity"].notna()]
-    if len(k) > max_points:  # keep the chart readable and the PNG small
-        k = k.sample(max_points, random_state=0)
+    k = roofline_kernels(kernels, max_points)
     xs: list[Any] = [1e-2, 1e4]
     if len(k):
         achieved = k["flops"] / (k["dur_ns"] * 1e-9)
@@ -106,16 +111,12 @@ def figure_png(fig: Any) -> bytes:
 
 
 def phase_timeline_png(steps: pd.DataFrame) -> bytes | None:
-    if not (has_columns(steps, "gpu_start_ns", "gpu_end_ns") or has_columns(steps, "cpu_start_ns", "cpu_end_ns")):
+    spans_of = timeline_steps(steps)
+    if spans_of is None:
         return None
-    s = steps.copy()
-    start = s["gpu_start_ns"].fillna(s.get("cpu_start_ns")) if "gpu_start_ns" in s else s["cpu_start_ns"]
-    end = s["gpu_end_ns"].fillna(s.get("cpu_end_ns")) if "gpu_end_ns" in s else s["cpu_end_ns"]
-    s = s.assign(_s=start, _e=end).dropna(subset=["_s", "_e"])
-    t0 = s["_s"].min()
+    s, t0, kinds = spans_of
     plt = _plt()
     fig, ax = plt.subplots(figsize=(11, 2.6))
-    kinds = s["kind"].astype(str) if "kind" in s else pd.Series(["step"] * len(s), index=s.index)
     for kind, grp in s.groupby(kinds):
         spans = [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(grp["_s"], grp["_e"], strict=True)]
         ax.broken_barh(spans, (1, 0.8), color=KIND_COLORS.get(str(kind), "#8c564b"), label=str(kind))
@@ -131,25 +132,14 @@ def phase_timeline_png(steps: pd.DataFrame) -> bytes | None:
 
 
 def split_png(phases: pd.DataFrame) -> bytes | None:
-    ph = shown_phases(phases)
-    if not has_columns(ph, "time_ns"):
+    shares = split_shares(phases)
+    if shares is None:
         return None
+    labels, rows = shares
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(ph)))
-    # Shares, not ms: a 40 ms prefill next to an 800 ms decode would be a sliver
-    # in ms; the question is what each phase's time went to. Totals are labelled.
-    left = [0.0] * len(ph)
-    labels = [f"{p}  ({t / 1e6:,.1f} ms)" for p, t in zip(ph["phase"].astype(str), ph["time_ns"], strict=True)]
-    ph = ph.copy()
-    if "idle_host_ns" not in ph or ph["idle_host_ns"].isna().all():  # a table from before the idle split
-        ph["idle_host_ns"] = ph.get("idle_ns")
-    for col, label, color in SPLIT:
-        if col not in ph or ph[col] is None:
-            continue
-        vals = [100 * float(v) / float(t) if t else 0.0
-                for v, t in zip(pd.to_numeric(ph[col], errors="coerce").fillna(0), ph["time_ns"], strict=True)]
-        if not any(vals):
-            continue
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(labels)))
+    left = [0.0] * len(labels)
+    for col, label, color, vals in rows:
         ax.barh(labels, vals, left=left, color=color, label=label)
         for y, (x0, v) in enumerate(zip(left, vals, strict=True)):
             if v >= 6:
@@ -160,18 +150,14 @@ def split_png(phases: pd.DataFrame) -> bytes | None:
     ax.set_xlabel("% of the phase's wall time")
     ax.invert_yaxis()
     if ax.get_legend_handles_labels()[0]:  # every class empty (no split recorded): no legend to draw
-        ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(ph) < 3 else -0.2))
+        ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(labels) < 3 else -0.2))
     ax.set_title("Where each phase's time went: compute / memory / latency-bound kernels, GPU idle by cause")
     return figure_png(fig)
 
 
 def phase_roofline_png(phases: pd.DataFrame) -> bytes | None:
-    ph = run_phases(phases)
-    if not has_columns(ph, "flops", "bytes", "time_ns"):
-        return None
-    ph = ph[ph["phase"].astype(str) != OUTSIDE]  # time outside every step is no phase
-    ph = ph[(ph["bytes"] > 0) & (ph["time_ns"] > 0) & (ph["flops"] > 0)]
-    if ph.empty:
+    ph = roofline_phases(phases)
+    if ph is None:
         return None
     ai = ph["flops"] / ph["bytes"]
     achieved = ph["flops"] / (ph["time_ns"] / 1e9) / 1e12

@@ -91,11 +91,11 @@ class BoundOptions:
     # Fixed GPU time of every kernel that the trace's kernel duration leaves out (launch, first wave's
     # start, drain) and Nsight Compute's gpu__time_duration includes; achieved rates are taken over
     # duration + this. On the H200: median 1.31 us (IQR 1.12-1.57) over 1,514 kernels, flat from 1 to
-    # 50 us kernels (docs/roofline.md, "The kernel's overhead").
+    # 50 us kernels (docs/roofline.md section 2, "Latency-bound").
     kernel_overhead_ns: float = 1300.0
     # An elementwise / reduction / copy kernel whose modelled bytes fit in the GPU's L2 cache reads
     # operands the previous kernels left there and writes into lines the allocator reuses: its DRAM
-    # traffic is a fraction of its bytes (4-40% on the H200), so it is latency-bound unless its FLOPs
+    # traffic is a fraction of its bytes (1-60% on the H200), so it is latency-bound unless its FLOPs
     # reach the threshold. False: rate every kernel's bytes against DRAM.
     l2_resident: bool = True
 

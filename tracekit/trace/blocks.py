@@ -147,6 +147,15 @@ def _clip(ts: np.ndarray, dur: np.ndarray, window: Window | None) -> tuple[np.nd
     return keep, s, e - s
 
 
+def _spans(table: pa.Table, n: int, window: Window | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kept, start, duration) of a table's slices: ``_clip`` of its ts_ns / dur_ns, rows without a
+    timestamp dropped."""
+    t, has_ts = _ints(table, "ts_ns", n)
+    d, _ = _ints(table, "dur_ns", n)
+    keep, start, dur = _clip(t, d, window)
+    return keep & has_ts, start, dur
+
+
 def _tracks(ts: TrackSet, cols: list[np.ndarray], make: Any) -> tuple[np.ndarray, list[str]]:
     """Track codes of rows identified by the tuple of ``cols`` (first appearance first); ``make(values)``
     gives the Track of one identity, added to ``ts`` in that order."""
@@ -201,10 +210,7 @@ def gpu_block(ts: TrackSet, gpu: pa.Table | None, kernel_bound: pa.Table | None,
     if gpu is None or gpu.num_rows == 0:
         return None
     n = gpu.num_rows
-    t, has_ts = _ints(gpu, "ts_ns", n)
-    d, _ = _ints(gpu, "dur_ns", n)
-    keep, start, dur = _clip(t, d, window)
-    keep &= has_ts
+    keep, start, dur = _spans(gpu, n, window)
     dev, _ = _ints(gpu, "device", n)
     stream, _ = _ints(gpu, "stream", n)
     args = [ArgColumn("device", np.ones(n, dtype=bool), ints=dev), ArgColumn("stream", np.ones(n, dtype=bool), ints=stream)]
@@ -246,10 +252,7 @@ def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Wi
     if table is None or table.num_rows == 0:
         return None
     n = table.num_rows
-    t, has_ts = _ints(table, "ts_ns", n)
-    d, _ = _ints(table, "dur_ns", n)
-    keep, start, dur = _clip(t, d, window)
-    keep &= has_ts
+    keep, start, dur = _spans(table, n, window)
     c_codes, c_values = _distinct(table, "cat", n)
     cat, cats = _text(c_codes, c_values, lambda v: str(v or cat_default))
     is_ann = (np.array([c == "gpu_user_annotation" for c in cats], dtype=bool)[cat] if cats

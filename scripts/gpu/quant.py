@@ -21,7 +21,7 @@ the same with --compile), then `tracekit analyze`, and reads back:
 
 A quantization the stack cannot run is a row with its one-line reason (e.g. torchao missing, fp8 on a
 GPU before sm_89). With --ncu (after the table, within the budget) it measures decode step 1 of each
-batch-1 run with Nsight Compute (`tracekit counters`, one-pass metrics, --clock-control none) and
+eager run of --ncu-batches (default 1) with Nsight Compute (`tracekit counters`, one-pass metrics, --clock-control none) and
 compares the GEMM kernels' modelled bytes with dram__bytes_read.sum + dram__bytes_write.sum.
 Writes OUT_DIR/quant.json and OUT_DIR/runs/<id>/; prints the summary table last.
 About 100-150 s on an H200 for the default 10 eager cells; a compiled cell adds its compilation (~25 s)
@@ -199,7 +199,8 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--cpu", action="store_true", help="dry run: tiny preset on CPU")
     ap.add_argument("--modes", default="eager", help="eager, compiled (static cache + CUDA graphs) or both")
-    ap.add_argument("--ncu", action="store_true", help="then Nsight Compute on decode step 1 of the batch-1 runs")
+    ap.add_argument("--ncu", action="store_true", help="then Nsight Compute on decode step 1 of the eager runs of --ncu-batches")
+    ap.add_argument("--ncu-batches", default="1", help="the batch sizes measured under --ncu (default 1)")
     ap.add_argument("--quants", default=",".join(QUANTS))
     ap.add_argument("--batches", default=None, help="default 1,16 (--cpu: 1,2)")
     ap.add_argument("--budget-s", type=float, default=230.0)
@@ -240,21 +241,22 @@ def main() -> int:
                                                            indent=2, default=str))
     ncu: dict[str, Any] = {}
     if a.ncu and not a.cpu:
+        ncu_batches = {int(b) for b in a.ncu_batches.split(",") if b}
         for c in cells:
             left = a.budget_s - (time.monotonic() - t0)
-            if c.get("error") or c["batch"] != 1 or c.get("mode") != "eager":
+            if c.get("error") or c["batch"] not in ncu_batches or c.get("mode") != "eager":
                 continue
             if left < 60:
-                ncu[c["quant"]] = {"error": "skipped: out of the time budget"}
+                ncu[f"{c['quant']} b{c['batch']}"] = {"error": "skipped: out of the time budget"}
                 continue
-            ncu[c["quant"]] = ncu_cell(Path(c["run"]), left - 10)
+            ncu[f"{c['quant']} b{c['batch']}"] = ncu_cell(Path(c["run"]), left - 10)
     result = {"model": model, "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "cells": cells,
               "ncu": ncu, "elapsed_s": round(time.monotonic() - t0, 1)}
     (out / "quant.json").write_text(json.dumps(result, indent=2, default=str))
     if ncu:
         print("\nNsight Compute, decode step 1, GEMM kernels (modelled bytes / DRAM bytes):")
         for q, n in ncu.items():
-            print(f"  {q:<9} " + (n["error"] if "error" in n else
+            print(f"  {q:<12} " + (n["error"] if "error" in n else
                   f"{n['gemm_kernels']} GEMMs, modelled {n['modelled_bytes'] / 1e6:,.1f} MB, DRAM "
                   f"{n['dram_bytes'] / 1e6:,.1f} MB, ratio {_fmt(n['ratio'], nd=3)}; whole step modelled "
                   f"{_fmt(n.get('step_modelled_bytes'), 1e6)} MB, DRAM {_fmt(n.get('step_dram_bytes'), 1e6)} MB"))

@@ -11,6 +11,10 @@
 #   tp        2-rank tensor parallel (needs 2 GPUs)
 #   quant     decode at fp16 / int8 / int8-dyn / int4 / fp8 with --memory, then Nsight Compute on the batch-1 GEMMs (<= 540 s)
 #   quant_compiled  the same comparison compiled (CUDA graphs) (<= 240 s)
+#   quant_dyn_ncu   Nsight Compute on dynamic int8's decode step at batch 1 (<= 560 s)
+#   quant_intmm     Nsight Compute on dynamic int8's decode step at batch 32 (M > 16: aten::_int_mm) (<= 400 s)
+#   intmm           torch._int_mm's modelled bytes vs Nsight Compute's DRAM bytes on contiguous operands (<= 200 s)
+#   quant_int8_compiled  compiled int8 weight-only at batch 1 and 16 (<= 560 s)
 #   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
 #               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
@@ -112,6 +116,24 @@ quant_more)  # Nsight Compute on the int8 x int8 (_int_mm) and fp8 (_scaled_mm) 
   ;;
 quant_fp8)  # Nsight Compute on fp8's _scaled_mm GEMMs only (a short call)
   TAIL=12 run quant_ncu3 178 python3 scripts/gpu/quant.py "$W/quant_ncu3" --ncu --quants fp8 --batches 1 --budget-s 172
+  find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
+quant_dyn_ncu)  # a call of its own: int8-dyn's decode step has ~3x the kernels of fp16 under ncu's replay
+  TAIL=16 run quant_ncu5 560 python3 scripts/gpu/quant.py "$W/quant_ncu5" --ncu --quants int8-dyn --batches 1 --budget-s 550
+  find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
+quant_intmm)  # torch runs int8 x int8 as _int_mm only for more than 16 rows: decode at batch 32
+  TAIL=16 run quant_ncu6 400 python3 scripts/gpu/quant.py "$W/quant_ncu6" --ncu --quants int8-dyn --batches 32 \
+    --ncu-batches 32 --budget-s 390
+  find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
+intmm)
+  TAIL=24 run intmm 200 python3 scripts/gpu/intmm.py "$W/intmm"
+  rm -rf "$W"/intmm/run; gzip -6 "$W"/intmm/intmm_trace.json
+  ;;
+quant_int8_compiled)  # a call of its own: compiling the int8 weight-only model takes minutes
+  TAIL=14 run quant_compiled8 560 python3 scripts/gpu/quant.py "$W/quant_compiled8" --modes compiled \
+    --quants int8 --batches 1,16 --budget-s 550
   find "$W"/quant* -name 'trace.json.gz' -delete
   ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;

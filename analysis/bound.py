@@ -819,8 +819,8 @@ def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     from tracekit.analysis.steps import as_df
 
     gpu, cpu, steps = as_df(t["gpu_activity"]), as_df(t["cpu_ops"]), as_df(t["steps"])
-    if gpu.empty or steps.empty:
-        return {}  # a CPU-only trace, or no steps: there is no GPU time to split
+    if gpu.empty:
+        return {}  # a CPU-only trace: there is no GPU time to split
     counters = as_df(t["ncu_counters"]) if t.get("ncu_counters") is not None else None
     counters = counters if counters is not None and len(counters) else None
     ceiling = pass_ceiling(t)

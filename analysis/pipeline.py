@@ -191,7 +191,7 @@ def _without_ceiling(t: Mapping[str, Any]) -> dict[str, Any]:
     same; a ceiling only decides the compute/memory classes, so compute_bound_ns, memory_bound_ns and
     other_ns stay null. Nothing if there is no GPU time to split."""
     gpu, cpu, steps = (_steps.as_df(t[k]) for k in ("gpu_activity", "cpu_ops", "steps"))
-    if gpu.empty or steps.empty:
+    if gpu.empty:
         return {}
     ks = _steps.as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
     phases = _steps.as_df(t["phases"]) if t.get("phases") is not None else None
@@ -210,8 +210,10 @@ def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[
     with the activities outside every step; the other columns from the phases pass."""
     after, kern = out.get("phases"), out.get("kernel_bound")
     before = t.get("phases")
-    if after is None or before is None or not len(after):
+    if before is None:
         return out
+    if after is None or not len(after):  # no steps: the outside row is the whole trace
+        after = _steps.as_df(before)
     mask = (after["phase"] == "outside").to_numpy()
     b = before[before["phase"] == "outside"]
     if not mask.any() or b.empty:
@@ -228,7 +230,7 @@ def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[
         k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
         row = _bound.attribute_windows(windows, k)
         for c in (*_bound.TIME_COLUMNS.values(), *_bound.IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
-            if c in after.columns:
+            if c in after.columns or not len(steps):  # no steps: the phases pass made no bound columns
                 after.loc[mask, c] = row[c]
     return {**out, "phases": after}
 

@@ -600,7 +600,7 @@ def detect(
     else:
         warnings.append(
             "no model steps found (no tracekit/vLLM/SGLang step annotations, no aten::embedding with "
-            "input shapes, no cudaGraphLaunch): only the GPU timeline is reported"
+            "input shapes, no cudaGraphLaunch): the whole trace is one outside row (GPU timeline, kernel classes)"
         )
 
     kernel_steps = assign_gpu(gpu, rt, cpu, steps)

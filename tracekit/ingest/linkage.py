@@ -110,7 +110,7 @@ def _first_match(keys: np.ndarray, valid: np.ndarray, queries: np.ndarray, qvali
 
 
 def link(tables: dict[str, pa.Table], file_index: int, counts: Any) -> dict[str, pa.Table]:
-    cpu = tables["cpu_ops"]
+    cpu = tables.pop("cpu_ops")  # out of the dict: the unsorted table is freed once its sorted copy exists
     # cpu_ops: sort by thread then time (outer before inner), assign op ids and parents.
     if cpu.num_rows:
         pid, tid = _np(cpu["pid"], -1), _np(cpu["tid"], -1)

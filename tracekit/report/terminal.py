@@ -37,7 +37,7 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     lines = []
     steps: pd.DataFrame = result["steps"]
     if steps.empty:
-        lines.append("steps: none found (GPU timeline only)")
+        lines.append("steps: none found (the whole trace is one outside row)")
     else:
         by = steps.groupby(["kind", "source"]).size().reset_index(name="n")
         parts = [f"{n} {k} ({s})" for k, s, n in zip(by["kind"], by["source"], by["n"], strict=True)]

@@ -207,7 +207,8 @@ def _energy_pass(t: Mapping[str, Any]) -> dict[str, Any]:
 def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[str, Any]:
     """The run-level ``outside`` row, which the bound pass cannot match to steps: its time
     classes by the same sweep, over the trace span outside every (captured) step window,
-    with the activities outside every step; the other columns from the phases pass."""
+    with the activities outside every step; the other columns from the phases pass. A trace
+    with no steps is all outside: the row covers the whole trace."""
     after, kern = out.get("phases"), out.get("kernel_bound")
     before = t.get("phases")
     if before is None:

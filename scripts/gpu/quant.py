@@ -21,8 +21,9 @@ the same with --compile), then `tracekit analyze`, and reads back:
 
 A quantization the stack cannot run is a row with its one-line reason (e.g. torchao missing, fp8 on a
 GPU before sm_89). With --ncu (after the table, within the budget) it measures decode step 1 of each
-eager run of --ncu-batches (default 1) with Nsight Compute (`tracekit counters`, one-pass metrics, --clock-control none) and
-compares the GEMM kernels' modelled bytes with dram__bytes_read.sum + dram__bytes_write.sum.
+eager run of --ncu-batches (default 1) with Nsight Compute (`tracekit counters`, one-pass metrics,
+--clock-control none) and compares the GEMM kernels' modelled bytes with dram__bytes_read.sum +
+dram__bytes_write.sum.
 Writes OUT_DIR/quant.json and OUT_DIR/runs/<id>/; prints the summary table last.
 About 100-150 s on an H200 for the default 10 eager cells; a compiled cell adds its compilation (~25 s)
 and an --ncu cell a second run of the workload under Nsight Compute (~45 s): give them calls of their own

@@ -55,3 +55,26 @@ def test_the_outside_row_splits_the_whole_trace(analysed: dict[str, pd.DataFrame
     assert int(o["idle_ns"]) == int(o["time_ns"]) - busy
     by_class = k.groupby("bound")["dur_ns"].sum()
     assert int(o["latency_bound_ns"]) == int(by_class.get("latency", 0))
+
+
+def test_an_mi250_trace_gets_its_gcds_ceiling(corpus_dir: Path, tmp_path: Path) -> None:
+    """The corpus's ROCm 6.2 MI250 trace names its GPU only "AMD Radeon Graphics": the GPU is identified
+    from deviceProperties as one MI250 GCD, whose datasheet ceiling splits the whole trace by class."""
+    import json
+
+    from tracekit.app.analyze import analyse_run
+    from tracekit.ingest import ingest
+
+    run = ingest([corpus_dir / "hta" / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"], tmp_path / "r",
+                 force=True, use_cache=False, jobs=1)
+    r = analyse_run(run)
+    assert r["ceiling"].gpu == "AMD Instinct MI250 (1 GCD)"
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["analysis"]["ceiling"]["gpu"] == r["ceiling"].gpu
+    o = pd.read_parquet(tmp_path / "r" / "tables" / "phases.parquet").set_index("phase").loc["outside"]
+    split = [o[c] for c in ("compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns")]
+    assert all(pd.notna(v) for v in split)
+    # busy time is the kernels' split plus the copies (this trace has no collectives)
+    assert sum(int(v) for v in split) + int(o["memcpy_ns"]) == int(o["gpu_busy_ns"]) > 0
+    k = pd.read_parquet(tmp_path / "r" / "tables" / "kernel_bound.parquet")
+    kern = k[k["bound"].ne("memcpy") | k["bound"].isna()]
+    assert len(kern) == 14 and kern["bound"].isin(["compute", "memory", "latency"]).all()

@@ -55,7 +55,19 @@ def test_identify_from_real_device_properties(corpus_dir: Path) -> None:
     mi250 = _props(corpus_dir / "hta" / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     assert GENERIC_NAMES.match(mi250["name"])
     name, note = identify(mi250)
-    assert name == "AMD Instinct MI250 (1 GCD)" and "MI210" in note and datasheet(name) is None
+    assert name == "AMD Instinct MI250 (1 GCD)" and "MI210" in note
+    gcd = datasheet(name)  # one GCD: half the module's 362.1 TFLOP/s fp16 and 3.2768 TB/s
+    assert gcd is not None and gcd.flops("fp16") == pytest.approx(181.05e12)
+    assert gcd.peak_bytes_per_s == pytest.approx(1.6384e12) and gcd.flops("tf32") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [("AMD Instinct MI250X", "AMD Instinct MI250X (1 GCD)"), ("AMD Instinct MI250X/MI250", "AMD Instinct MI250X (1 GCD)"),
+     ("AMD Instinct MI250", "AMD Instinct MI250 (1 GCD)"), ("AMD Instinct MI210", "AMD Instinct MI210")],
+)
+def test_cdna2_names(name: str, gpu: str) -> None:
+    assert datasheet(name).gpu == gpu  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

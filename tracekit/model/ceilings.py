@@ -128,6 +128,9 @@ def _c(
 
 _MI300X_DS = ("AMD Instinct MI300X data sheet (amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
               "amd-instinct-mi300x-data-sheet.pdf), dense figures as printed (sparsity listed separately)")
+_MI200_DS = ("AMD Instinct MI200 series data sheets (amd.com/en/products/accelerators/instinct/mi200.html), "
+             "peak figures as printed; an MI250X / MI250 module is two GCDs that the runtime shows as two "
+             "GPUs, so its entries are one GCD: half the module's rates and bandwidth")
 _GB200_DS = ("NVIDIA GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72/), rack figures / 72 GPUs, "
              "dense = sparse / 2")
 _HOPPER_DS = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), dense = sparse / 2"
@@ -164,6 +167,19 @@ DATASHEET: dict[str, Ceiling] = {
                   "the AMD CDNA 4 architecture whitepaper, dense",
            date="2025-06", aliases=("MI355X",),
            notes="288 GB HBM3E, 256 CUs; no TF32 matrix rate on CDNA 4 (tf32 falls back to nothing: use fp32)"),
+        _c("AMD Instinct MI250X (1 GCD)", bw_tbps=1.6384, fp64=23.95, fp32=23.95, fp16=191.5, bf16=191.5,
+           int8=191.5, source=_MI200_DS + ", MI250X column (module: 47.9 TF fp32/fp64 vector, 383 TF fp16, "
+                                          "3.2768 TB/s)", date="2021-11",
+           aliases=("AMD Instinct MI250X", "MI250X", "AMD Instinct MI250X/MI250"),
+           notes="64 GB HBM2e, 110 CUs per GCD; fp32/fp64 are the vector rates (packed FP32); no tf32 or fp8"),
+        _c("AMD Instinct MI250 (1 GCD)", bw_tbps=1.6384, fp64=22.65, fp32=22.65, fp16=181.05, bf16=181.05,
+           int8=181.05, source=_MI200_DS + ", MI250 column (module: 45.3 TF fp32/fp64 vector, 362.1 TF fp16, "
+                                           "3.2768 TB/s)", date="2021-11",
+           aliases=("AMD Instinct MI250", "MI250"),
+           notes="64 GB HBM2e, 104 CUs per GCD; fp32/fp64 are the vector rates (packed FP32); no tf32 or fp8"),
+        _c("AMD Instinct MI210", bw_tbps=1.6384, fp64=22.6, fp32=22.6, fp16=181.0, bf16=181.0, int8=181.0,
+           source=_MI200_DS + ", MI210 column (one GCD)", date="2022-03", aliases=("MI210",),
+           notes="64 GB HBM2e, 104 CUs; the same GCD and clock as one MI250 GCD; no tf32 or fp8"),
         _c("NVIDIA H200", bw_tbps=4.8, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, int8=1979,
            source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), H200 SXM, dense = sparse / 2",
            date="2024-11", aliases=("NVIDIA H200 SXM", "NVIDIA H200 141GB HBM3e")),
@@ -225,6 +241,9 @@ _PATTERNS: list[tuple[str, str]] = [
     (r"\bMI300X\b", "AMD Instinct MI300X"),
     (r"\bMI325X\b", "AMD Instinct MI325X"),
     (r"\bMI355X\b", "AMD Instinct MI355X"),
+    (r"\bMI250X\b", "AMD Instinct MI250X (1 GCD)"),
+    (r"\bMI250\b", "AMD Instinct MI250 (1 GCD)"),
+    (r"\bMI210\b", "AMD Instinct MI210"),
     (r"\bH200\b.*\bNVL\b", "NVIDIA H200 NVL"),
     (r"\bH200\b", "NVIDIA H200"),
     (r"\bH100\b.*\bNVL\b", "NVIDIA H100 NVL"),
@@ -346,9 +365,9 @@ def identify(props: Mapping[str, Any]) -> tuple[str | None, str]:
             return None, "an MI300X/MI325X CPX partition (38 CUs): no datasheet ceiling; calibrate"
         if (maj, mnr) == (9, 0) and _near(gib, 64):
             if sms == 110:
-                return "AMD Instinct MI250X (1 GCD)", "no datasheet ceiling in tracekit; calibrate"
+                return "AMD Instinct MI250X (1 GCD)", ""
             if sms == 104:
-                return "AMD Instinct MI250 (1 GCD)", "or MI210; no datasheet ceiling in tracekit; calibrate"
+                return "AMD Instinct MI250 (1 GCD)", "or MI210: identical properties and peaks"
         return None, f"an AMD GPU (gfx{maj}{mnr}, {sms} CUs, {gib:.0f} GiB) tracekit has no ceiling for"
     if ws == 32:
         key = (maj, mnr, sms)

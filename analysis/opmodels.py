@@ -86,6 +86,7 @@ class _Tensor:
     shape: tuple[int, ...]
     itemsize: int
     dtype: str
+    strides: tuple[int, ...] | None = None  # the trace's Input Strides, where it kept them (an expanded view)
 
     @property
     def numel(self) -> int:
@@ -93,7 +94,19 @@ class _Tensor:
 
     @property
     def nbytes(self) -> int:
+        """The logical size: what writing a tensor of this shape moves."""
         return self.numel * self.itemsize
+
+    @property
+    def read_bytes(self) -> int:
+        """What reading this input moves: its distinct elements. An expanded view (stride 0) repeats
+        the same elements, and an overlapping one (a window) spans fewer than its numel; else nbytes."""
+        st = self.strides
+        if st is None or len(st) != len(self.shape) or not self.shape or min(self.shape) <= 0:
+            return self.nbytes
+        distinct = math.prod(n for n, x in zip(self.shape, st, strict=True) if x != 0)
+        span = 1 + sum((n - 1) * abs(x) for n, x in zip(self.shape, st, strict=True))
+        return min(distinct, span, self.numel) * self.itemsize
 
 
 def _parse(text: Any) -> list[Any]:
@@ -112,11 +125,13 @@ def _is_shape(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, int) for x in v)
 
 
-def _tensors(dims: list[Any], types: list[Any], list_dtype: str | None = None) -> list[_Tensor | None]:
+def _tensors(dims: list[Any], types: list[Any], list_dtype: str | None = None,
+             strides: list[Any] | None = None) -> list[_Tensor | None]:
     """One entry per op input: a tensor (shape + dtype) or None for scalars / absent optionals.
 
     A TensorList input (cat, stack) is expanded in place into its tensors, all
-    with the dtype of the first typed tensor of the op.
+    with the dtype of the first typed tensor of the op. ``strides``: the op's Input Strides (a list per
+    input, as dims), where the trace has them: a tensor's strides are kept where they fit its shape.
     """
     # The profiler records no dtype for a TensorList: the first typed input's, else the caller's guess.
     default = next((t for t in types if isinstance(t, str) and t in DTYPE_BYTES), list_dtype or "float")
@@ -124,7 +139,9 @@ def _tensors(dims: list[Any], types: list[Any], list_dtype: str | None = None) -
     for i, d in enumerate(dims):
         t = types[i] if i < len(types) and isinstance(types[i], str) else ""
         if _is_shape(d) and t in DTYPE_BYTES and d:
-            out.append(_Tensor(tuple(d), DTYPE_BYTES[t], t))
+            st = strides[i] if strides is not None and i < len(strides) else None
+            kept = tuple(st) if isinstance(st, list) and _is_shape(st) and len(st) == len(d) else None
+            out.append(_Tensor(tuple(d), DTYPE_BYTES[t], t, kept))
         elif _is_shape(d) and t in DTYPE_BYTES:  # 0-d tensor
             out.append(_Tensor((), DTYPE_BYTES[t], t))
         elif isinstance(d, list) and d and all(_is_shape(x) for x in d) and (t in ("TensorList", "GenericList", "")):
@@ -156,14 +173,14 @@ def _key(t: _Tensor) -> str:
 def _gemm(m: int, k: int, n: int, batch: int, a: _Tensor, b: _Tensor, extra_bytes: int = 0) -> OpCost:
     flops = 2.0 * batch * m * k * n
     out_bytes = batch * m * n * a.itemsize
-    return OpCost(flops, float(a.nbytes + b.nbytes + out_bytes + extra_bytes), GEMM, _key(a), True)
+    return OpCost(flops, float(a.read_bytes + b.read_bytes + out_bytes + extra_bytes), GEMM, _key(a), True)
 
 
 def _mm(ts: list[_Tensor | None], a_i: int = 0) -> OpCost | None:
     a, b = _get(ts, a_i), _get(ts, a_i + 1)
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
         return None
-    extra = sum(t.nbytes for i, t in enumerate(ts) if t is not None and i < a_i)  # addmm's bias
+    extra = sum(t.read_bytes for i, t in enumerate(ts) if t is not None and i < a_i)  # addmm's bias
     return _gemm(a.shape[0], a.shape[1], b.shape[1], 1, a, b, extra)
 
 
@@ -171,7 +188,7 @@ def _bmm(ts: list[_Tensor | None], a_i: int = 0) -> OpCost | None:
     a, b = _get(ts, a_i), _get(ts, a_i + 1)
     if a is None or b is None or len(a.shape) != 3 or len(b.shape) != 3:
         return None
-    extra = sum(t.nbytes for i, t in enumerate(ts) if t is not None and i < a_i)  # baddbmm's self
+    extra = sum(t.read_bytes for i, t in enumerate(ts) if t is not None and i < a_i)  # baddbmm's self
     return _gemm(a.shape[1], a.shape[2], b.shape[2], a.shape[0], a, b, extra)
 
 
@@ -181,7 +198,7 @@ def _linear(ts: list[_Tensor | None]) -> OpCost | None:
         return None
     bias = _get(ts, 2)
     m = math.prod(x.shape[:-1]) if len(x.shape) > 1 else 1
-    return _gemm(m, x.shape[-1], w.shape[0], 1, x, w, bias.nbytes if bias else 0)
+    return _gemm(m, x.shape[-1], w.shape[0], 1, x, w, bias.read_bytes if bias else 0)
 
 
 def _matmul(ts: list[_Tensor | None]) -> OpCost | None:
@@ -229,8 +246,9 @@ def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool) -> Op
     flops = 2.0 * b * h * pairs * (d + dv)  # QK^T and PV
     out_bytes = b * h * lq * dv * q.itemsize
     mask = _get(ts, 3)
-    mask_bytes = mask.nbytes if mask is not None else 0
-    return OpCost(flops, float(q.nbytes + k.nbytes + v.nbytes + out_bytes + mask_bytes), ATTENTION, _key(q), True)
+    mask_bytes = mask.read_bytes if mask is not None else 0
+    read = q.read_bytes + k.read_bytes + v.read_bytes
+    return OpCost(flops, float(read + out_bytes + mask_bytes), ATTENTION, _key(q), True)
 
 
 # --- memory-bound ops --------------------------------------------------------
@@ -243,7 +261,7 @@ def _elementwise(flops_per_elem: float, op_class: str = ELEMENTWISE, write: bool
             return None
         first = tensors[0]
         out_numel = math.prod(_broadcast([t.shape for t in tensors])) if any(t.shape for t in tensors) else 1
-        read = sum(t.nbytes for t in tensors)
+        read = sum(t.read_bytes for t in tensors)
         written = out_numel * first.itemsize if write else 0
         return OpCost(flops_per_elem * out_numel, float(read + written), op_class, _key(first), False)
 
@@ -255,7 +273,7 @@ def _reduction(flops_per_elem: float) -> Callable[..., OpCost | None]:
         x = _get(ts, 0)
         if x is None:
             return None
-        return OpCost(flops_per_elem * x.numel, float(x.nbytes), REDUCTION, _key(x), False)
+        return OpCost(flops_per_elem * x.numel, float(x.read_bytes), REDUCTION, _key(x), False)
 
     return model
 
@@ -267,8 +285,8 @@ def _norm(flops_per_elem: float) -> Callable[..., OpCost | None]:
         x = _get(ts, 0)
         if x is None:
             return None
-        params = sum(t.nbytes for t in ts[1:] if t is not None)
-        return OpCost(flops_per_elem * x.numel, float(2 * x.nbytes + params), REDUCTION, _key(x), False)
+        params = sum(t.read_bytes for t in ts[1:] if t is not None)
+        return OpCost(flops_per_elem * x.numel, float(x.read_bytes + x.nbytes + params), REDUCTION, _key(x), False)
 
     return model
 
@@ -287,7 +305,7 @@ def _rms(x: _Tensor, c: int, w: _Tensor | None, out_itemsize: int, extra_flops: 
          extra_bytes: float = 0.0) -> OpCost:
     rows = x.numel / c if c else 0
     flops = rows * (2 * c + 2) + 2 * x.numel + extra_flops
-    nbytes = x.nbytes + x.numel * out_itemsize + (w.nbytes if w is not None else 0) + extra_bytes
+    nbytes = x.read_bytes + x.numel * out_itemsize + (w.read_bytes if w is not None else 0) + extra_bytes
     return OpCost(float(flops), float(nbytes), REDUCTION, _key(x), False)
 
 
@@ -295,7 +313,7 @@ def _softmax(ts: list[_Tensor | None]) -> OpCost | None:
     x = _get(ts, 0)
     if x is None:
         return None
-    return OpCost(5.0 * x.numel, float(2 * x.nbytes), REDUCTION, _key(x), False)
+    return OpCost(5.0 * x.numel, float(x.read_bytes + x.nbytes), REDUCTION, _key(x), False)
 
 
 def _copy(ts: list[_Tensor | None]) -> OpCost | None:
@@ -303,16 +321,16 @@ def _copy(ts: list[_Tensor | None]) -> OpCost | None:
     if not tensors:
         return None
     if len(tensors) >= 2:  # copy_(dst, src): write dst, read src (dtypes may differ)
-        return OpCost(0.0, float(tensors[0].nbytes + tensors[1].nbytes), COPY, _key(tensors[1]), False)
+        return OpCost(0.0, float(tensors[0].nbytes + tensors[1].read_bytes), COPY, _key(tensors[1]), False)
     x = tensors[0]  # _to_copy / clone / contiguous: read x, write a tensor of its size
-    return OpCost(0.0, float(2 * x.nbytes), COPY, _key(x), False)
+    return OpCost(0.0, float(x.read_bytes + x.nbytes), COPY, _key(x), False)
 
 
 def _cat(ts: list[_Tensor | None]) -> OpCost | None:
     tensors = [t for t in ts if t is not None]
     if not tensors:
         return None
-    return OpCost(0.0, float(2 * sum(t.nbytes for t in tensors)), COPY, _key(tensors[0]), False)
+    return OpCost(0.0, float(sum(t.read_bytes + t.nbytes for t in tensors)), COPY, _key(tensors[0]), False)
 
 
 def _fill(ts: list[_Tensor | None]) -> OpCost | None:
@@ -327,7 +345,7 @@ def _embedding(ts: list[_Tensor | None]) -> OpCost | None:
     if w is None or idx is None or len(w.shape) != 2:
         return None
     rows = idx.numel
-    return OpCost(0.0, float(idx.nbytes + 2 * rows * w.shape[1] * w.itemsize), COPY, _key(w), False)
+    return OpCost(0.0, float(idx.read_bytes + 2 * rows * w.shape[1] * w.itemsize), COPY, _key(w), False)
 
 
 def _index(ts: list[_Tensor | None]) -> OpCost | None:
@@ -337,10 +355,10 @@ def _index(ts: list[_Tensor | None]) -> OpCost | None:
     if x is None:
         return None
     if idx is None or not x.shape:
-        return OpCost(0.0, float(2 * x.nbytes), COPY, _key(x), False)
+        return OpCost(0.0, float(x.read_bytes + x.nbytes), COPY, _key(x), False)
     row = math.prod(x.shape[1:]) if len(x.shape) > 1 else 1
     out = min(idx.numel * row, x.numel)
-    return OpCost(0.0, float(idx.nbytes + 2 * out * x.itemsize), COPY, _key(x), False)
+    return OpCost(0.0, float(idx.read_bytes + 2 * out * x.itemsize), COPY, _key(x), False)
 
 
 def _gather(ts: list[_Tensor | None]) -> OpCost | None:
@@ -351,8 +369,8 @@ def _gather(ts: list[_Tensor | None]) -> OpCost | None:
     if x is None:
         return None
     if idx is None:
-        return OpCost(0.0, float(2 * x.nbytes), COPY, _key(x), False)
-    return OpCost(0.0, float(idx.nbytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
+        return OpCost(0.0, float(x.read_bytes + x.nbytes), COPY, _key(x), False)
+    return OpCost(0.0, float(idx.read_bytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
 
 
 def _index_copy(ts: list[_Tensor | None]) -> OpCost | None:
@@ -361,7 +379,8 @@ def _index_copy(ts: list[_Tensor | None]) -> OpCost | None:
     x, idx, src = _get(ts, 0), _get(ts, 2), _get(ts, 3)
     if x is None or src is None:
         return None
-    return OpCost(0.0, float((idx.nbytes if idx else 0) + src.nbytes + src.numel * x.itemsize), COPY, _key(x), False)
+    return OpCost(0.0, float((idx.read_bytes if idx else 0) + src.read_bytes + src.numel * x.itemsize), COPY, _key(x),
+                  False)
 
 
 def _scatter(ts: list[_Tensor | None]) -> OpCost | None:
@@ -372,7 +391,7 @@ def _scatter(ts: list[_Tensor | None]) -> OpCost | None:
         return None
     src = _get(ts, 3)
     n = min(idx.numel, x.numel)
-    return OpCost(0.0, float(idx.nbytes + n * x.itemsize + (n * src.itemsize if src else 0)), COPY, _key(x), False)
+    return OpCost(0.0, float(idx.read_bytes + n * x.itemsize + (n * src.itemsize if src else 0)), COPY, _key(x), False)
 
 
 # --- Inductor's Triton kernels ------------------------------------------------------------------
@@ -859,14 +878,16 @@ def is_modelled(name: str) -> bool:
 
 def op_cost(
     name: str, input_dims: Any, input_types: Any, *, assume_causal: bool = True, list_dtype: str | None = None,
-    concrete_inputs: Any = None,
+    concrete_inputs: Any = None, input_strides: Any = None,
 ) -> OpCost | None:
     """FLOPs and bytes of one op, or None where no model applies (unknown op or shapes missing).
 
     ``input_dims`` / ``input_types``: the JSON text of the cpu_ops columns (or already parsed lists).
     ``list_dtype``: the input_types text to assume for TensorList inputs (cat, stack), whose
     dtype the profiler does not record; None -> float. ``concrete_inputs``: the scalars' values
-    (JSON text), which Inductor's kernels need (``inductor_kernel``).
+    (JSON text), which Inductor's kernels need (``inductor_kernel``). ``input_strides``: the inputs'
+    strides (JSON text, cpu_ops' column; null where dense): an expanded input is read once per
+    distinct element (``_Tensor.read_bytes``).
     """
     if not isinstance(name, str):
         return None
@@ -874,15 +895,16 @@ def op_cost(
         return inductor_kernel(name, input_dims, input_types, concrete_inputs)
     if name == STEP_ATTENTION:
         return _step_attention(_parse(input_dims), _parse(input_types))
+    strides = _parse(input_strides) or None
     if name in _SERVING:
         try:
-            return _SERVING[name](_tensors(_parse(input_dims), _parse(input_types), list_dtype))
+            return _SERVING[name](_tensors(_parse(input_dims), _parse(input_types), list_dtype, strides))
         except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError):
             return None
     if not name.startswith("aten::"):
         return None
     n = base_name(name)
-    ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype)
+    ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype, strides)
     try:
         if n in _ATTN:
             return _attention(ts, _ATTN[n], assume_causal)
@@ -925,20 +947,22 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
         return fast
     df = cpu_ops[["op_id", "name", "input_dims", "input_types"]].copy()
     df["concrete_inputs"] = cpu_ops.get("concrete_inputs")
+    df["input_strides"] = cpu_ops.get("input_strides")
     df["name"] = df["name"].astype(str)
     triton = df["name"].str.startswith("triton_")
     df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)
             | triton]
     # the scalars' values matter only to Inductor's kernels: elsewhere they would split the cache
     df.loc[~triton[df.index], "concrete_inputs"] = None
-    key_cols = ["name", "input_dims", "input_types", "concrete_inputs"]
+    key_cols = ["name", "input_dims", "input_types", "concrete_inputs", "input_strides"]
     keys = df[key_cols].astype(str)
     uniq = keys.drop_duplicates()
     rows = []
-    for name, dims, types, concrete in uniq.itertuples(index=False):
-        c = op_cost(name, dims, types, assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=concrete)
+    for name, dims, types, concrete, strides in uniq.itertuples(index=False):
+        c = op_cost(name, dims, types, assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=concrete,
+                    input_strides=strides)
         if c is not None:
-            rows.append((name, dims, types, concrete, c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
+            rows.append((name, dims, types, concrete, strides, c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
     costs = pd.DataFrame(rows, columns=[*key_cols, "flops", "bytes", "op_class", "dtype", "tensor_core"])
     costs[key_cols] = costs[key_cols].astype(str)  # an empty frame's columns are float
     merged = keys.assign(op_id=df["op_id"].to_numpy()).merge(costs, on=key_cols, how="inner")
@@ -968,18 +992,21 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
     c_code, c_text = (text_codes(cpu_ops["concrete_inputs"].iloc[rows]) if "concrete_inputs" in cpu_ops
                       else (np.full(len(rows), -1, dtype=np.int64), []))
     c_code = np.where(triton[n_code[rows]], c_code, -1)
-    key = combine_codes(n_code[rows], d_code, t_code, c_code)
+    s_code, s_text = (text_codes(cpu_ops["input_strides"].iloc[rows]) if "input_strides" in cpu_ops
+                      else (np.full(len(rows), -1, dtype=np.int64), []))
+    key = combine_codes(n_code[rows], d_code, t_code, c_code, s_code)
     first = np.empty(int(key.max()) + 1, dtype=np.int64)
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
-    found: dict[tuple[Any, Any, Any, Any], int] = {}  # distinct texts -> its row in ``costs``
+    found: dict[tuple[Any, ...], int] = {}  # distinct texts -> its row in ``costs``
     costs_rows: list[tuple[Any, ...]] = []
     of_key = np.full(len(first), -1, dtype=np.int64)
     for k, r in enumerate(first.tolist()):
         texts = (n_text[n_code[rows[r]]], d_text[d_code[r]], t_text[t_code[r]],
-                 c_text[c_code[r]] if c_code[r] >= 0 else None)
+                 c_text[c_code[r]] if c_code[r] >= 0 else None, s_text[s_code[r]] if s_code[r] >= 0 else None)
         at = found.get(texts)
         if at is None:
-            c = op_cost(*texts[:3], assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=texts[3])
+            c = op_cost(*texts[:3], assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=texts[3],
+                        input_strides=texts[4])
             at = found[texts] = -1 if c is None else len(costs_rows)
             if c is not None:
                 costs_rows.append((c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))

@@ -119,3 +119,33 @@ def test_gather_reads_one_element_per_index_not_the_whole_source() -> None:
     # index_select of rows still moves whole rows: 4 rows of 2048 fp16
     s = cost("aten::index_select", [[32000, 2048], [], [4]], [H, "Scalar", L])
     assert s.bytes == 4 * 8 + 2 * 4 * 2048 * 2
+
+
+def test_an_expanded_input_is_read_once_per_distinct_element() -> None:
+    # gather(self [32000, 2048] fp16, 0, index [1000, 2048] long with strides [1, 0], out): the index is
+    # 1,000 ids expanded along the row; dense it would count 16.4 MB
+    dims = [[32000, 2048], [], [1000, 2048], [], [1000, 2048]]
+    types = ["c10::Half", "Scalar", "long int", "Scalar", "c10::Half"]
+    dense = op_cost("aten::gather", dims, types)
+    strided = op_cost("aten::gather", dims, types, input_strides=[[2048, 1], [], [1, 0], [], [2048, 1]])
+    assert dense is not None and strided is not None
+    assert dense.bytes == 1000 * 2048 * 8 + 2 * 1000 * 2048 * 2
+    assert strided.bytes == 1000 * 8 + 2 * 1000 * 2048 * 2
+    # clone of a KV tensor expanded over 4 query heads per KV head: read once, written in full
+    kv = [[1, 8, 4, 128, 64]]
+    c = op_cost("aten::clone", kv, ["c10::BFloat16"], input_strides=[[65536, 8192, 0, 64, 1]])
+    assert c is not None and c.bytes == (8 * 128 * 64 + 8 * 4 * 128 * 64) * 2
+    # strides that do not fit the dims (or none) change nothing; an overlapping window reads its span
+    assert op_cost("aten::clone", kv, ["c10::BFloat16"], input_strides=[[1, 0]]) == op_cost(
+        "aten::clone", kv, ["c10::BFloat16"])
+    win = op_cost("aten::clone", [[7, 4]], ["float"], input_strides=[[1, 1]])  # unfold(0, 4, 1) of 10 floats
+    assert win is not None and win.bytes == (10 + 28) * 4
+
+
+def test_op_costs_keys_on_strides() -> None:
+    base = {"name": "aten::gather", "input_dims": json.dumps([[32000, 2048], [], [1000, 2048], [], [1000, 2048]]),
+            "input_types": json.dumps(["c10::Half", "Scalar", "long int", "Scalar", "c10::Half"])}
+    df = pd.DataFrame([{**base, "op_id": 1, "input_strides": None},
+                       {**base, "op_id": 2, "input_strides": "[[2048,1],[],[1,0],[],[2048,1]]"}])
+    got = op_costs(df).set_index("op_id")["bytes"]
+    assert got[1] == 1000 * 2048 * 8 + 2 * 1000 * 2048 * 2 and got[2] == 1000 * 8 + 2 * 1000 * 2048 * 2

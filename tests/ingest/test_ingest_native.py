@@ -75,6 +75,21 @@ def test_concrete_inputs_are_read_for_cpu_ops(reader: str, monkeypatch: pytest.M
     assert not rows["concrete_inputs"].isin(['[""]', '["",""]', "[]"]).any()
 
 
+@pytest.mark.parametrize("reader", ["native", "duckdb"])
+def test_input_strides_kept_only_for_expanded_inputs(reader: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    strides = {"dense": [[2048, 1], []], "expanded": [[2048, 1], [], [1, 0]], "tens": [[10, 1], [100, 10]],
+               "text": ["0", [20, 1]], "nested": [[[0]], [3, 1]], "spaced": [[1, 0]], "absent": None}
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::{k}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "args": {"Input Dims": [[4, 4]], **({"Input Strides": v} if v is not None else {})}}
+              for i, (k, v) in enumerate(strides.items())]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))  # ", " separators: the zero follows a space
+    rows = _read(path, reader, monkeypatch).tables["cpu_ops"].to_pandas().set_index("name")["input_strides"]
+    kept = {k.split("::")[1]: v for k, v in rows.items() if isinstance(v, str)}
+    assert kept == {"expanded": "[[2048,1],[],[1,0]]", "nested": "[[[0]],[3,1]]", "spaced": "[[1,0]]"}
+
+
 # Strings that look like event boundaries, escapes and non-ASCII text.
 _tricky = st.sampled_from(["}, {", "},{", '"}, {"', "[{", "}]", "\\", '"ts": 1', "é", "\u2028", "😀", "\x01", "[memory]"])
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=10) | _tricky

@@ -101,9 +101,9 @@ static const char *ISTORE_NAMES[N_ISTORE] = {
     "Sequence number", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
     "flow id", "counter without values"};
 /* text stores */
-enum { T_INDIMS, T_INTYPES, T_CONCRETE, T_OTHER_ARGS, T_PID, T_TID, N_TSTORE };
-static const char *TSTORE_NAMES[N_TSTORE] = {"Input Dims", "Input type", "Concrete Inputs", "other args", "pid text",
-                                             "tid text"};
+enum { T_INDIMS, T_INTYPES, T_CONCRETE, T_INSTRIDES, T_OTHER_ARGS, T_PID, T_TID, N_TSTORE };
+static const char *TSTORE_NAMES[N_TSTORE] = {"Input Dims", "Input type", "Concrete Inputs", "Input Strides",
+                                             "other args", "pid text", "tid text"};
 /* list stores */
 enum { L_GRID, L_BLOCK, N_LSTORE };
 static const char *LSTORE_NAMES[N_LSTORE] = {"grid", "block"};
@@ -870,6 +870,16 @@ static void list_member(Scanner *s, int k, int64_t row, Span v) {
     put(s, &l->vals, tmp, (size_t)n * 4);
 }
 
+/* Whether a JSON value holds the number 0 (a token "0": JSON numbers have no leading zeros). */
+static int has_zero_number(Span v) {
+    for (const char *p = v.a; p && p < v.b; p++) {
+        if (*p != '0') continue;
+        char before = p > v.a ? p[-1] : '[', after = p + 1 < v.b ? p[1] : ']';
+        if (strchr("[, \t\r\n", before) && strchr("], \t\r\n", after)) return 1;
+    }
+    return 0;
+}
+
 static void timed_arg(Scanner *s, int64_t row, const char *ka, const char *kb, Span v, void *ctx) {
     int route = *(int *)ctx;
     int64_t x;
@@ -886,7 +896,13 @@ static void timed_arg(Scanner *s, int64_t row, const char *ka, const char *kb, S
              if (key_is(ka, kb, "Input type") && route == R_CPU) { store_minified(s, T_INTYPES, row, v); return; }
              break;
     case 11: if (key_is(ka, kb, "External id")) k = I_EXT; else if (key_is(ka, kb, "correlation")) k = I_CORR; break;
-    case 13: if (key_is(ka, kb, "shared memory")) k = I_SHMEM; break;
+    case 13: if (key_is(ka, kb, "shared memory")) k = I_SHMEM;
+             else if (key_is(ka, kb, "Input Strides") && route == R_CPU) {
+                 /* kept only where some input is an expanded view (a 0 stride): a dense input's dims say it all */
+                 if (has_zero_number(v)) store_minified(s, T_INSTRIDES, row, v);
+                 return;
+             }
+             break;
     case 15: if (key_is(ka, kb, "Sequence number")) k = I_SEQ;
              else if (key_is(ka, kb, "Concrete Inputs") && route == R_CPU) {
                  /* kept only where some input has a value: most ops' list is all "" (tensors) */

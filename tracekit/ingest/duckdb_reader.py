@@ -340,6 +340,7 @@ _ARGS_SPEC = {
     "Input Dims": "JSON",
     "Input type": "JSON",
     "Concrete Inputs": "JSON",
+    "Input Strides": "JSON",
 }
 _MEM_SPEC = {
     "Device Type": "BIGINT",
@@ -462,7 +463,9 @@ _TABLE_SQL: dict[str, str] = {
         a."External id" AS external_id, a."Sequence number" AS sequence_number,
         a."Input Dims"::VARCHAR AS input_dims, a."Input type"::VARCHAR AS input_types,
         CASE WHEN regexp_matches(a."Concrete Inputs"::VARCHAR, '[^\\[\\]", ]')
-          THEN a."Concrete Inputs"::VARCHAR END AS concrete_inputs
+          THEN a."Concrete Inputs"::VARCHAR END AS concrete_inputs,
+        CASE WHEN regexp_matches(a."Input Strides"::VARCHAR, '(^|[\\[,\\s])0([\\],\\s]|$)')
+          THEN a."Input Strides"::VARCHAR END AS input_strides
       FROM ev WHERE route = 'cpu_ops'""",
     "annotations": f"""
       SELECT ts_ns, {_dur()} AS dur_ns, name, cat, pid_i AS pid, tid_i AS tid,

@@ -496,7 +496,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
             "pid": _int_array(*t.pid_tid("pid")), "tid": _int_array(*t.pid_tid("tid")),
             "external_id": t.int_col("External id"), "sequence_number": t.int_col("Sequence number"),
             "input_dims": t.text("Input Dims"), "input_types": t.text("Input type"),
-            "concrete_inputs": t.text("Concrete Inputs"),
+            "concrete_inputs": t.text("Concrete Inputs"), "input_strides": t.text("Input Strides"),
         })
         keep = t.in_range()
         out["cpu_ops"] = tab if keep is None else tab.filter(A.from_numpy(keep))

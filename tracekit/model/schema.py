@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tracekit.errors import SchemaError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _dict = pa.dictionary(pa.int32(), pa.string())
 _i64 = pa.int64()
@@ -65,6 +65,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # JSON text: the values of the scalar inputs ("" for tensors), e.g. '["","","512"]', null where no
         # input has a value; an inductor (Triton) kernel's op carries its element counts (xnumel, r0_numel)
         ("concrete_inputs", pa.string()),
+        # JSON text: the inputs' strides ([] for scalars), kept only where some input is an expanded view
+        # (a 0 stride, e.g. '[[1,0],[2048,1]]'); null elsewhere, where the dims are dense
+        ("input_strides", pa.string()),
         ("parent_id", _i64),  # op_id of the enclosing op on the same thread
         # True: an op of a graph-capture trace (it ran when the CUDA/HIP graph was captured, on that
         # trace's clock); it lends its shapes to the kernels the graph replays (tracekit.ingest.capture)

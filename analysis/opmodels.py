@@ -933,8 +933,8 @@ def dominant_dtype(cpu_ops: Any) -> str | None:
 def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None = None) -> Any:
     """Per-op costs of a cpu_ops DataFrame: op_id, op_name, flops, bytes, op_class, dtype, tensor_core.
 
-    Rows without a model are absent. Each distinct (name, input_dims, input_types)
-    is modelled once: a decode run repeats the same few hundred shapes thousands of times.
+    Rows without a model are absent. Each distinct (name, input_dims, input_types, input_strides) is
+    modelled once: a decode run repeats the same few hundred shapes thousands of times.
     """
     import pandas as pd
 

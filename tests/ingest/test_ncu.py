@@ -76,7 +76,7 @@ def test_bad_counters_files_are_one_clear_error(tmp_path) -> None:  # type: igno
         ncu.read_csv(tmp_path / "missing.csv")
     junk = tmp_path / "junk.csv"
     junk.write_text("a,b,c\n1,2,3\n")
-    with pytest.raises(ncu.CountersFormatError, match="raw-page CSV"):
+    with pytest.raises(ncu.CountersFormatError, match="not an Nsight Compute CSV"):
         ncu.read_csv(junk)
     head = (NCU / "tiny_forward_mangled.csv").read_text().splitlines()[:2]
     empty = tmp_path / "empty.csv"
@@ -94,6 +94,40 @@ def test_bad_counters_files_are_one_clear_error(tmp_path) -> None:  # type: igno
         csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
     with pytest.raises(ncu.CountersFormatError, match="n/a for every kernel"):
         ncu.read_csv(na, required=(ncu.TENSOR_PCT,))
+
+
+def test_the_details_page_reads_as_the_raw_page() -> None:
+    """pages_h200_*: one ncu report of a fp16 GEMM, an add and a softmax inside a tracekit NVTX step,
+    exported as the raw page, as the details page (ncu's default CSV: one row per kernel and metric,
+    named as its sections show them, with rule rows) and, for a report of three metrics by id, as the
+    details page again (each value in its own unit: Kbyte, Mbyte, us). scripts/gpu/ncu_details.sh."""
+    raw = ncu.read_csv(NCU / "pages_h200_raw.csv").to_pandas()
+    details = ncu.read_csv(NCU / "pages_h200_details.csv").to_pandas()
+    assert list(details["ncu_id"]) == list(raw["ncu_id"]) == [2, 3, 4] and list(details["step_id"]) == [0, 0, 0]
+    assert list(details["name"]) == list(raw["name"])
+    # the details page prints three significant digits in its own units (32.32 us, 8.19 us)
+    assert details["ncu_dur_ns"].to_numpy() == pytest.approx(raw["ncu_dur_ns"].to_numpy(), rel=2e-3)
+    for c in ("dram_pct", "sm_pct", "memory_pct", "waves"):
+        assert details[c].to_numpy() == pytest.approx(raw[c].to_numpy(), abs=0.006), c
+    # the same counter classes: the GEMM compute-bound (SM 76%), the add (memory 43%) and the softmax
+    # (SM 46%) under the 60% line
+    from tracekit.analysis.counters import counter_classes
+    assert list(counter_classes(details)) == list(counter_classes(raw)) == ["compute", "latency", "latency"]
+    by_id = ncu.read_csv(NCU / "pages_h200_details_metrics.csv").to_pandas()
+    assert list(by_id["ncu_dur_ns"]) == [33310.0, 8510.0, 53540.0]  # us, scaled
+    assert list(by_id["dram_bytes"]) == [16.80e6, 16.78e6, 8.44e6]  # Mbyte reads + 0 byte writes
+
+
+def test_a_csv_without_any_counter_tracekit_reads_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rows = list(csv.reader((NCU / "pages_h200_details.csv").open()))
+    h = rows[0]
+    name = h.index("Metric Name")
+    kept = [h] + [r for r in rows[1:] if len(r) > name and r[name] in ("", "Elapsed Cycles", "SM Frequency")]
+    other = tmp_path / "other.csv"
+    with other.open("w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(kept)
+    with pytest.raises(ncu.CountersFormatError, match="none of the metrics tracekit reads"):
+        ncu.read_csv(other)
 
 
 def test_demangle_leaves_plain_names() -> None:

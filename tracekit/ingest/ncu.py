@@ -4,7 +4,10 @@ The one reader of Nsight Compute output. The file is what
 
     ncu -i REPORT.ncu-rep --csv --page raw --print-units base --print-kernel-base mangled [--metrics ...]
 
-writes: a header row, a units row, then one row per profiled kernel in launch order. Columns are
+writes: a header row, a units row, then one row per profiled kernel in launch order; or the details
+page (``--csv`` alone, or ``--page details``: one row per kernel and metric, as its sections name them),
+which is read as the raw page of the metrics it shows (Speed Of Light's duration, DRAM, memory and SM
+throughput; metrics requested by id). Columns are
 read by name, never by position (``--nvtx`` inserts two). Numbers may carry thousands separators;
 units are scaled to ns and bytes whatever ``--print-units`` said; ``n/a`` is null, and a metric that
 is n/a for every kernel is an error (ncu exits 0 on an unknown metric). Mangled C++ names are
@@ -63,6 +66,13 @@ STEP_PATTERN = re.compile(r"tracekit\.step id=(\d+)")
 _TIME = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 _BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 _ID_COLUMNS = ("ID", "Kernel Name")
+# The details page (``ncu --csv`` without ``--page raw``) has one row per kernel and metric, named as its
+# sections show them: those tracekit reads, by (name, unit kind); a metric requested by id keeps its id.
+_DETAILS = {("Duration", "time"): DURATION, ("DRAM Throughput", "%"): DRAM_PCT_SOL,
+            ("Memory Throughput", "%"): MEMORY_PCT, ("Compute (SM) Throughput", "%"): SM_PCT,
+            ("Waves Per SM", ""): WAVES}
+_DETAIL_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value", "Rule Name", "Rule Type",
+                   "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 
 
 class CountersFormatError(TraceFormatError):
@@ -156,9 +166,11 @@ def _rows(text: str) -> tuple[list[str], list[str], list[list[str]]]:
     # ncu may print ==PROF== / ==WARNING== lines before the table when stdout was captured whole
     start = next((i for i, r in enumerate(rows) if all(c in r for c in _ID_COLUMNS)), None)
     if start is None:
-        raise CountersFormatError("not an Nsight Compute raw-page CSV (no \"ID\" and \"Kernel Name\" columns): "
+        raise CountersFormatError("not an Nsight Compute CSV (no \"ID\" and \"Kernel Name\" columns): "
                                   "export with ncu -i REPORT --csv --page raw --print-units base")
     header = rows[start]
+    if all(c in header for c in ("Metric Name", "Metric Value")):
+        return _details_as_raw(header, rows[start + 1:])
     body = [r for r in rows[start + 1:] if len(r) == len(header)]
     units: list[str] = [""] * len(header)
     if body and body[0][header.index("ID")] == "":
@@ -166,9 +178,33 @@ def _rows(text: str) -> tuple[list[str], list[str], list[list[str]]]:
     return header, units, body
 
 
+def _details_as_raw(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[str], list[list[str]]]:
+    """The details page's rows (one per kernel and metric, each value in its own unit; rule rows and
+    their extra columns beside) as the raw page's: one row per kernel (ID, in the order they come), a
+    column per metric tracekit reads (``_DETAILS``, or a metric id as named) in base units."""
+    ids = [i for i, h in enumerate(header) if h not in _DETAIL_COLUMNS]
+    name_i, unit_i, value_i = (header.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value"))
+    id_i = header.index("ID")
+    metrics: set[str] = set()
+    kernels: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for r in rows:
+        if len(r) <= value_i or not r[id_i].strip() or not r[name_i].strip():
+            continue  # a rule's row, or a broken one
+        name, unit = r[name_i].strip(), r[unit_i].strip()
+        kind = "time" if unit in _TIME else ("%" if unit == "%" else "")
+        metric = name if "__" in name else _DETAILS.get((name, kind))
+        k = kernels.setdefault(r[id_i], ([r[i] for i in ids], {}))
+        if metric is not None and metric not in k[1]:  # the first section that shows it (Speed Of Light)
+            metrics.add(metric)
+            k[1][metric] = repr(_number(r[value_i]) * _scale(unit))
+    names = sorted(metrics)
+    return ([header[i] for i in ids] + names, [""] * (len(ids) + len(names)),
+            [cols + [vals.get(m, "n/a") for m in names] for cols, vals in kernels.values()])
+
+
 def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN,
              required: Iterable[str] = ()) -> pa.Table:
-    """An Nsight Compute raw-page CSV (a path or its text) as an ``ncu_counters`` table.
+    """An Nsight Compute CSV, raw or details page (a path or its text), as an ``ncu_counters`` table.
 
     ``required``: metrics that must be present and not n/a for every kernel: a missing column, or
     one n/a everywhere, raises CountersFormatError naming them. ``step_pattern``: the regex whose
@@ -187,6 +223,10 @@ def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN
         raise CountersFormatError("the counters file has no kernels (ncu profiled nothing: "
                                   "was the step window reached?)")
     col = {name: i for i, name in enumerate(header)}
+    if not any(m in col for m in _READ):
+        raise CountersFormatError("the counters file has none of the metrics tracekit reads (duration, DRAM "
+                                  "bytes or throughput, SM or tensor throughput): see docs/roofline.md, "
+                                  "\"Measured counters\"")
     missing = [m for m in required if m not in col]
     if missing:
         raise CountersFormatError(f"metrics not in the counters file: {', '.join(missing)}")
@@ -243,6 +283,10 @@ def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN
         "ncu_flops": flops,
         "waves": metric(WAVES),
     })
+
+
+_READ = (DURATION, DRAM_READ, DRAM_WRITE, DRAM_PCT, DRAM_PCT_SOL, TENSOR_PCT, TENSOR_PCT_ALT, SM_PCT, MEMORY_PCT,
+         WAVES, *FP32_OPS, *FP16_OPS)
 
 
 def _flops(metric: Any) -> list[float]:

@@ -352,7 +352,7 @@ def _from_model_ops(
         for t, b, q, n in zip(emb["ts_ns"].to_numpy(), emb["batch"], emb["q_len"], emb["tokens"].to_numpy(),
                               strict=True)
     ]
-    marks += [["G", int(t), int(t) + int(d or 0), None, 1, None]
+    marks += [["G", int(t), int(t) + (0 if pd.isna(d) else int(d)), None, 1, None]
               for t, d in zip(graphs["ts_ns"], graphs["dur_ns"], strict=True)]
     if not marks:
         return []

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from faultlib import cli, events, one_line, trace_doc, write_trace
+from faultlib import cli, events, manifest, one_line, trace_doc, write_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -30,3 +31,21 @@ def test_a_graph_launch_without_a_duration_is_a_step(tmp_path: Path) -> None:
     one_line(r, ok=(0,))
     steps = pq.read_table(tmp_path / "run" / "tables" / "steps.parquet").to_pandas()
     assert len(steps) >= 1
+
+
+def test_kernels_without_durations_leave_the_phase_numbers_finite(tmp_path: Path) -> None:
+    # Negative durations are read as null; a shape-modelled op whose kernels all lack one used to get
+    # 1/0 of its FLOPs (inf in phases), and the HTML report's roofline then failed on a log scale.
+    doc = _fixture("ncu/compiled_qwen2.5-0.5b_b1.json.gz")
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and isinstance(e.get("dur"), int | float):
+            e["dur"] = -abs(e["dur"]) - 1
+    src = write_trace(tmp_path / "neg.json", doc)
+    run = tmp_path / "run"
+    one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    assert any("negative dur" in w for w in manifest(run)["warnings"])
+    phases = pq.read_table(run / "tables" / "phases.parquet").to_pandas()
+    for col in ("flops", "bytes", "achieved_tflops", "achieved_tbps"):
+        vals = phases[col].dropna().astype(float)
+        assert all(math.isfinite(v) for v in vals), (col, vals.tolist())
+    one_line(cli(["report", "--html", tmp_path / "r.html", run]), ok=(0,))

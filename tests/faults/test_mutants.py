@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.parquet as pq
 from faultlib import cli, events, manifest, one_line, trace_doc, write_trace
 
@@ -49,3 +50,16 @@ def test_kernels_without_durations_leave_the_phase_numbers_finite(tmp_path: Path
         vals = phases[col].dropna().astype(float)
         assert all(math.isfinite(v) for v in vals), (col, vals.tolist())
     one_line(cli(["report", "--html", tmp_path / "r.html", run]), ok=(0,))
+
+
+def test_the_phase_roofline_skips_phases_with_non_finite_numbers() -> None:
+    from tracekit.report.charts import phase_roofline_svg, roofline_phases
+
+    inf = float("inf")
+    phases = pd.DataFrame({"request_id": [None, None], "phase": ["prefill", "decode"], "time_ns": [10, 10],
+                           "flops": [inf, 1e9], "bytes": [inf, 1e6], "achieved_tflops": [inf, 1.0],
+                           "pct_peak_flops": [inf, 1.0], "achieved_tbps": [inf, 1.0], "pct_peak_bandwidth": [inf, 1.0]})
+    ph = roofline_phases(phases)
+    assert ph is not None and ph["phase"].tolist() == ["decode"]
+    assert phase_roofline_svg(phases)
+    assert roofline_phases(phases.iloc[:1]) is None

@@ -63,3 +63,16 @@ def test_the_phase_roofline_skips_phases_with_non_finite_numbers() -> None:
     assert ph is not None and ph["phase"].tolist() == ["decode"]
     assert phase_roofline_svg(phases)
     assert roofline_phases(phases.iloc[:1]) is None
+
+
+def test_metadata_nested_just_below_the_reader_limit_is_skipped(tmp_path: Path) -> None:
+    # orjson reads 990 levels; run.json (written with Python's json) could not hold them.
+    doc = _fixture("cpu/batch2.json.gz")
+    data = json.dumps(doc).encode()
+    data = data[:-1] + b', "deep": ' + b"[" * 990 + b"]" * 990 + b"}"
+    src = write_trace(tmp_path / "deep.json", data)
+    run = tmp_path / "run"
+    one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    m = manifest(run)
+    assert "deep" not in m["trace_meta"] and "schemaVersion" in m["trace_meta"]
+    assert any("deep" in w and "skipped" in w for w in m["warnings"])

@@ -76,3 +76,19 @@ def test_metadata_nested_just_below_the_reader_limit_is_skipped(tmp_path: Path) 
     m = manifest(run)
     assert "deep" not in m["trace_meta"] and "schemaVersion" in m["trace_meta"]
     assert any("deep" in w and "skipped" in w for w in m["warnings"])
+
+
+def test_negative_timestamps_are_one_line_for_a_protobuf_export(tmp_path: Path) -> None:
+    doc = _fixture("cpu/batch2.json.gz")
+    doc.pop("baseTimeNanoseconds", None)
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("ts"), int | float):
+            e["ts"] = -e["ts"]
+    src = write_trace(tmp_path / "neg.json", doc)
+    run = tmp_path / "run"
+    one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    r = cli(["export", "-q", run])
+    one_line(r, ok=(1,))
+    assert "before 0" in r.err
+    assert not list(run.glob("*.pftrace*"))
+    one_line(cli(["export", "-q", "--format", "json", run]), ok=(0,))

@@ -591,7 +591,10 @@ def detect(
         rows = _from_model_ops(cpu, rt, request_fences(ann), d2h, warnings)
     steps = pd.DataFrame(rows, columns=STEP_COLUMNS)
     if not steps.empty:
-        if steps["step_id"].isna().any():
+        reused = int(steps["step_id"].dropna().duplicated().sum())
+        if reused:
+            warnings.append(f"{reused} step annotations reuse another's step id: steps numbered in time order instead")
+        if reused or steps["step_id"].isna().any():
             steps = steps.sort_values("cpu_start_ns", kind="stable").reset_index(drop=True)
             steps["step_id"] = np.arange(len(steps))
         steps = _check_overlaps(steps, warnings)

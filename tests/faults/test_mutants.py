@@ -92,3 +92,18 @@ def test_negative_timestamps_are_one_line_for_a_protobuf_export(tmp_path: Path) 
     assert "before 0" in r.err
     assert not list(run.glob("*.pftrace*"))
     one_line(cli(["export", "-q", "--format", "json", run]), ok=(0,))
+
+
+def test_step_annotations_that_reuse_an_id_are_numbered_in_time_order(tmp_path: Path) -> None:
+    # Two traces of one recorder pasted together, or a recorder restarted: the same step id twice.
+    doc = _fixture("ncu/compiled_qwen2.5-0.5b_b1.json.gz")
+    ev = doc["traceEvents"]
+    step = next(e for e in ev if str(e.get("name", "")).startswith("tracekit.step id="))
+    last = max(e["ts"] + e.get("dur", 0) for e in ev if isinstance(e.get("ts"), int | float))
+    ev.append({**step, "ts": last + 10, "dur": 5})
+    src = write_trace(tmp_path / "dup.json", doc)
+    run = tmp_path / "run"
+    one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    steps = pq.read_table(run / "tables" / "steps.parquet").to_pandas()
+    assert steps["step_id"].is_unique
+    assert any("reuse another's step id" in w for w in manifest(run)["warnings"])

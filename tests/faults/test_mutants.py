@@ -107,3 +107,15 @@ def test_step_annotations_that_reuse_an_id_are_numbered_in_time_order(tmp_path: 
     steps = pq.read_table(run / "tables" / "steps.parquet").to_pandas()
     assert steps["step_id"].is_unique
     assert any("reuse another's step id" in w for w in manifest(run)["warnings"])
+
+
+def test_window_ms_out_of_any_range_is_one_line_or_clamped(tmp_path: Path, good_template: Path) -> None:
+    for text in ("nan:1", "0:inf", "-inf:0"):
+        r = cli(["export", "-q", "--window-ms", text, "--out", tmp_path / "w.pftrace", good_template])
+        one_line(r, ok=(2,))
+        assert "expected A:B" in r.err
+    for i, text in enumerate(("0:1e308", "1e20:1e21", "-1e300:1e300", "-1e308:-1e307")):
+        for fmt, suffix in (("proto", "pftrace"), ("json", "json.gz")):
+            out = tmp_path / f"w{i}.{suffix}"
+            one_line(cli(["export", "-q", "--format", fmt, "--window-ms", text, "--out", out, good_template]), ok=(0,))
+            assert out.is_file()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
-from faultlib import cli, events, manifest, one_line, trace_doc, write_trace
+from faultlib import cli, copy_run, events, manifest, one_line, snapshot, trace_doc, write_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -119,3 +119,21 @@ def test_window_ms_out_of_any_range_is_one_line_or_clamped(tmp_path: Path, good_
             out = tmp_path / f"w{i}.{suffix}"
             one_line(cli(["export", "-q", "--format", fmt, "--window-ms", text, "--out", out, good_template]), ok=(0,))
             assert out.is_file()
+
+
+def test_an_output_file_never_lands_on_a_file_of_a_run(tmp_path: Path, good_template: Path) -> None:
+    run = copy_run(good_template, tmp_path / "run")
+    before = snapshot(run)
+    for target in (run / "run.json", run / "tables" / "steps.parquet", run / "tables" / "new.csv",
+                   run / "tables" / ".." / "run.json", run / "trace.json.gz"):
+        verbs = [["report", "--html", target, good_template],
+                 ["query", "--runs", good_template, "--format", "csv", "--out", target, "select 1"],
+                 ["export", "-q", "--force", "--out", target, good_template]]
+        if target.suffix in (".csv", ".parquet"):
+            verbs.append(["diff", "--out", target, good_template, good_template])
+        for argv in verbs:
+            r = cli(argv)
+            one_line(r, ok=(2,))
+            assert "a file of the run directory" in r.err, argv
+    assert snapshot(run) == before
+    one_line(cli(["report", "--html", run / "report.html", run]), ok=(0,))

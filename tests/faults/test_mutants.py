@@ -137,3 +137,27 @@ def test_an_output_file_never_lands_on_a_file_of_a_run(tmp_path: Path, good_temp
             assert "a file of the run directory" in r.err, argv
     assert snapshot(run) == before
     one_line(cli(["report", "--html", run / "report.html", run]), ok=(0,))
+
+
+def test_a_ceiling_file_with_a_field_of_the_wrong_kind_is_one_line(tmp_path: Path, good_template: Path) -> None:
+    good = json.loads((FIXTURES / "gpu" / "h200_ceiling.json").read_text())
+    run = copy_run(good_template, tmp_path / "run")
+    before = snapshot(run)
+    bad: list[Any] = [[good], "x", {k: v for k, v in good.items() if k != "gpu"}]
+    for key, value in [("peak_bytes_per_s", None), ("peak_bytes_per_s", []), ("peak_bytes_per_s", 0),
+                       ("peak_bytes_per_s", -1.0), ("peak_bytes_per_s", True), ("peak_flops", None),
+                       ("peak_flops", [["fp16", 1e15]]), ("peak_flops", {"fp16": -1}), ("gpu", None),
+                       ("aliases", 5)]:
+        bad.append({**good, key: value})
+    for i, doc in enumerate(bad):
+        path = tmp_path / f"ceiling{i}.json"
+        path.write_text(json.dumps(doc))
+        r = cli(["analyze", "-q", run, "--ceiling", path])
+        one_line(r, ok=(2,))
+        assert "cannot read ceiling file" in r.err, (doc, r.err)
+    for value in ("NaN", "Infinity"):
+        path = tmp_path / "nonfinite.json"
+        path.write_text(json.dumps(good).replace('"peak_bytes_per_s": 4043555248723.8716', f'"peak_bytes_per_s": {value}'))
+        one_line(cli(["analyze", "-q", run, "--ceiling", path]), ok=(2,))
+    assert snapshot(run) == before
+    one_line(cli(["analyze", "-q", run, "--ceiling", FIXTURES / "gpu" / "h200_ceiling.json"]), ok=(0,))

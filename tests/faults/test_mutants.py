@@ -161,3 +161,15 @@ def test_a_ceiling_file_with_a_field_of_the_wrong_kind_is_one_line(tmp_path: Pat
         one_line(cli(["analyze", "-q", run, "--ceiling", path]), ok=(2,))
     assert snapshot(run) == before
     one_line(cli(["analyze", "-q", run, "--ceiling", FIXTURES / "gpu" / "h200_ceiling.json"]), ok=(0,))
+
+
+def test_pids_and_tids_outside_int32_export_as_protobuf(tmp_path: Path) -> None:
+    doc = _fixture("cpu/batch2.json.gz")
+    for i, e in enumerate(doc["traceEvents"]):
+        if e.get("cat") == "cpu_op":
+            e["pid"], e["tid"] = (-(10**18), 2**40 + 3) if i % 2 else (2**33, -(2**31) - 5)
+    src = write_trace(tmp_path / "pids.json", doc)
+    run = tmp_path / "run"
+    one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    one_line(cli(["export", "-q", "--out", tmp_path / "t.pftrace", run]), ok=(0,))
+    assert (tmp_path / "t.pftrace").stat().st_size > 0

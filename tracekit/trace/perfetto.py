@@ -73,9 +73,9 @@ def _check_time(t_ns: int) -> None:
 
 
 def _int32(pid: int) -> int:
-    """A pid or tid as the descriptors' int32: values from 2**31 up (tracekit's counter processes of a
-    trace tracekit wrote, read back) wrap as a C cast would; a bigger value is an error."""
-    return pid - 2**32 if 2**31 <= pid < 2**32 else pid
+    """A pid or tid as the descriptors' int32: values outside it (from 2**31 up: tracekit's counter
+    processes of a trace tracekit wrote, read back; any a foreign trace holds) wrap as a C cast would."""
+    return (pid + 2**31) % 2**32 - 2**31
 
 
 def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: _Interner) -> None:

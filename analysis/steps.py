@@ -593,7 +593,10 @@ def detect(
     if not steps.empty:
         reused = int(steps["step_id"].dropna().duplicated().sum())
         if reused:
-            warnings.append(f"{reused} step annotations reuse another's step id: steps numbered in time order instead")
+            ranks = as_df(annotations)["rank"].nunique() if "rank" in as_df(annotations) else 0
+            warnings.append(f"{reused} step annotations reuse another's step id: steps numbered in time order instead"
+                            + (f" (the run holds {ranks} ranks' traces; steps are found across them, not per rank)"
+                               if ranks > 1 else ""))
         if reused or steps["step_id"].isna().any():
             steps = steps.sort_values("cpu_start_ns", kind="stable").reset_index(drop=True)
             steps["step_id"] = np.arange(len(steps))

@@ -173,3 +173,13 @@ def test_pids_and_tids_outside_int32_export_as_protobuf(tmp_path: Path) -> None:
     one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
     one_line(cli(["export", "-q", "--out", tmp_path / "t.pftrace", run]), ok=(0,))
     assert (tmp_path / "t.pftrace").stat().st_size > 0
+
+
+def test_two_ranks_ingested_into_one_run_analyse(tmp_path: Path) -> None:
+    # Each rank's recorder numbers its steps from the same id: one run of both used to fail in pandas.
+    ranks = [FIXTURES / "tp_h200" / "ranks" / r / "trace.json.gz" for r in ("0", "1")]
+    run = tmp_path / "run"
+    one_line(cli(["ingest", "-q", *ranks, "--out", run, "--engine", "serial"]), ok=(0,))
+    one_line(cli(["analyze", "-q", run]), ok=(0,))
+    assert any("2 ranks' traces" in w for w in manifest(run)["warnings"])
+    assert pq.read_table(run / "tables" / "steps.parquet").to_pandas()["step_id"].is_unique

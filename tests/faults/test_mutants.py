@@ -8,12 +8,13 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
-from faultlib import cli, copy_run, events, manifest, one_line, snapshot, trace_doc, write_trace
+from faultlib import cli, cli_proc, copy_run, events, manifest, one_line, snapshot, trace_doc, write_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -183,3 +184,16 @@ def test_two_ranks_ingested_into_one_run_analyse(tmp_path: Path) -> None:
     one_line(cli(["analyze", "-q", run]), ok=(0,))
     assert any("2 ranks' traces" in w for w in manifest(run)["warnings"])
     assert pq.read_table(run / "tables" / "steps.parquet").to_pandas()["step_id"].is_unique
+
+
+def test_a_pipe_given_as_a_trace_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    os.mkfifo(folder / "rank0.json")
+    for argv in (["ingest", "-q", fifo, "--out", tmp_path / "a"], ["analyze", "-q", fifo, "--out", tmp_path / "b"],
+                 ["ingest", "-q", folder, "--out", tmp_path / "c"]):
+        r = cli_proc(argv, cwd=tmp_path, timeout=60)  # opening a pipe for reading blocks until a writer comes
+        one_line(r, ok=(2,))
+    assert not any((tmp_path / n).exists() for n in "abc")

@@ -39,6 +39,7 @@ import pandas as pd
 
 from tracekit.analysis import timeline
 from tracekit.analysis.columns import is_in, matches
+from tracekit.analysis.opmodels import is_shape
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
     looks_like_engine_step,
@@ -274,6 +275,8 @@ def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
         if not d or len(d) < 2 or not isinstance(d[0], list) or not isinstance(d[1], list):
             continue
         idx = d[1]
+        if not is_shape(idx) or not is_shape(d[0]):
+            continue  # dims no tensor has (negative, not integers, beyond any size)
         b: int | None
         q: int | None
         if len(idx) == 2:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from faultlib import cli, cli_proc, copy_run, events, manifest, one_line, snapshot, trace_doc, write_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -197,3 +198,26 @@ def test_a_pipe_given_as_a_trace_is_one_line_not_a_hang(tmp_path: Path) -> None:
         r = cli_proc(argv, cwd=tmp_path, timeout=60)  # opening a pipe for reading blocks until a writer comes
         one_line(r, ok=(2,))
     assert not any((tmp_path / n).exists() for n in "abc")
+
+
+@pytest.mark.parametrize("dims", ["nested", "text", "negative", "beyond_int64", "too_many_elements"])
+def test_input_dims_no_tensor_has_are_no_shape(tmp_path: Path, dims: str) -> None:
+    # The embedding lookup's dims decide steps and every op's dims its FLOPs and bytes: dims that are
+    # not a tensor's failed in int() or gave negative FLOPs and bytes.
+    doc = _fixture("ncu/compiled_qwen2.5-0.5b_b1.json.gz")
+    for e in doc["traceEvents"]:
+        a = e.get("args")
+        if e.get("cat") == "cpu_op" and isinstance(a, dict) and isinstance(a.get("Input Dims"), list):
+            d = a["Input Dims"]
+            a["Input Dims"] = {
+                "nested": [[[1, 2]], [[3]]], "text": [["a", "b"], ["c"]],
+                "negative": [[-x for x in s] if isinstance(s, list) and all(isinstance(x, int) for x in s) else s for s in d],
+                "beyond_int64": [[2**64 + 1, 2], [2, 2**64 + 1]], "too_many_elements": [[2**31 + 1, 2**31 + 1]] * 2,
+            }[dims]
+    src = write_trace(tmp_path / "dims.json", doc)
+    run = tmp_path / "run"
+    one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    kb = pq.read_table(run / "tables" / "kernel_bound.parquet").to_pandas()
+    assert not (kb["flops"] < 0).any() and not (kb["bytes"] < 0).any()
+    phases = pq.read_table(run / "tables" / "phases.parquet").to_pandas()
+    assert (phases["pct_peak_flops"].dropna() <= 100).all()

@@ -221,3 +221,22 @@ def test_input_dims_no_tensor_has_are_no_shape(tmp_path: Path, dims: str) -> Non
     assert not (kb["flops"] < 0).any() and not (kb["bytes"] < 0).any()
     phases = pq.read_table(run / "tables" / "phases.parquet").to_pandas()
     assert (phases["pct_peak_flops"].dropna() <= 100).all()
+
+
+@pytest.mark.parametrize("name", [
+    "tracekit.step id={n} request=1 kind=prefill batch={n} q_len={n} kv_len={n}",
+    "execute_context_1({n})_generation_1(1)",
+    "step[DECODE bs={n} toks={n}]",
+])
+def test_step_names_with_numbers_past_any_count_are_no_steps(tmp_path: Path, name: str) -> None:
+    # Parsed as Python ints, they overflowed the int64 step columns (OverflowError).
+    doc = _fixture("ncu/compiled_qwen2.5-0.5b_b1.json.gz")
+    for n in (10**23, 2**62):
+        ev = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("tracekit.step")]
+        steps = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("tracekit.step")]
+        ev += [{**e, "name": name.format(n=n)} for e in steps]
+        src = write_trace(tmp_path / f"n{n}.json", {**doc, "traceEvents": ev})
+        run = tmp_path / f"run{n}"
+        one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+        if not name.startswith("tracekit."):
+            assert any("match no known format" in w for w in manifest(run)["warnings"])

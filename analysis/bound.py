@@ -242,7 +242,7 @@ def kernel_costs(
             mop[k["kclass"].eq(kc.REDUCTION) & k["name"].astype(str).str.contains(kc.SPLITK_REDUCE, regex=True)] = np.nan
             has = mop.notna()
             mo = mop[has].astype("int64")
-            dur = k.loc[has, "dur_ns"].astype(float).clip(lower=0)
+            dur = k.loc[has, "dur_ns"].astype(float).fillna(0.0).clip(lower=0)  # no duration: no share
             # Each replay of a CUDA/HIP graph runs its captured ops' kernels once: split per replay.
             group = [mo.to_numpy(), kc.graph_replay(k.loc[has])]
             tot = dur.groupby(group).transform("sum")

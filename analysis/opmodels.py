@@ -121,8 +121,13 @@ def _parse(text: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
-def _is_shape(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, int) for x in v)
+MAX_NUMEL = 2**48  # more elements than any tensor holds (256 TiB at a byte each): such dims are no shape
+
+
+def is_shape(v: Any) -> bool:
+    """Dims a tensor can have: ints >= 0 (not bools) whose product is at most ``MAX_NUMEL``."""
+    return (isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+            and math.prod(v) <= MAX_NUMEL)
 
 
 def _tensors(dims: list[Any], types: list[Any], list_dtype: str | None = None,
@@ -138,13 +143,14 @@ def _tensors(dims: list[Any], types: list[Any], list_dtype: str | None = None,
     out: list[_Tensor | None] = []
     for i, d in enumerate(dims):
         t = types[i] if i < len(types) and isinstance(types[i], str) else ""
-        if _is_shape(d) and t in DTYPE_BYTES and d:
+        if is_shape(d) and t in DTYPE_BYTES and d:
             st = strides[i] if strides is not None and i < len(strides) else None
-            kept = tuple(st) if isinstance(st, list) and _is_shape(st) and len(st) == len(d) else None
+            kept = tuple(st) if isinstance(st, list) and len(st) == len(d) and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in st) else None
             out.append(_Tensor(tuple(d), DTYPE_BYTES[t], t, kept))
-        elif _is_shape(d) and t in DTYPE_BYTES:  # 0-d tensor
+        elif is_shape(d) and t in DTYPE_BYTES:  # 0-d tensor
             out.append(_Tensor((), DTYPE_BYTES[t], t))
-        elif isinstance(d, list) and d and all(_is_shape(x) for x in d) and (t in ("TensorList", "GenericList", "")):
+        elif isinstance(d, list) and d and all(is_shape(x) for x in d) and (t in ("TensorList", "GenericList", "")):
             for x in d:
                 out.append(_Tensor(tuple(x), DTYPE_BYTES[default], default))
         else:
@@ -431,7 +437,7 @@ def inductor_kernel(name: str, input_dims: Any, input_types: Any, concrete_input
             except ValueError:
                 scalars = []  # a non-integer scalar: the counts are the integers after it
             continue
-        if _is_shape(d) and t in DTYPE_BYTES:
+        if is_shape(d) and t in DTYPE_BYTES:
             buffers.append(_Tensor(tuple(d), DTYPE_BYTES[t], t))
     if not buffers or not scalars or min(scalars) < 0:
         return None

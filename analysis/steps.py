@@ -39,6 +39,7 @@ import pandas as pd
 
 from tracekit.analysis import timeline
 from tracekit.analysis.columns import is_in, matches
+from tracekit.analysis.opmodels import is_shape
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
     looks_like_engine_step,
@@ -274,6 +275,8 @@ def _embeddings(cpu_ops: pd.DataFrame) -> pd.DataFrame:
         if not d or len(d) < 2 or not isinstance(d[0], list) or not isinstance(d[1], list):
             continue
         idx = d[1]
+        if not is_shape(idx) or not is_shape(d[0]):
+            continue  # dims no tensor has (negative, not integers, beyond any size)
         b: int | None
         q: int | None
         if len(idx) == 2:
@@ -352,7 +355,7 @@ def _from_model_ops(
         for t, b, q, n in zip(emb["ts_ns"].to_numpy(), emb["batch"], emb["q_len"], emb["tokens"].to_numpy(),
                               strict=True)
     ]
-    marks += [["G", int(t), int(t) + int(d or 0), None, 1, None]
+    marks += [["G", int(t), int(t) + (0 if pd.isna(d) else int(d)), None, 1, None]
               for t, d in zip(graphs["ts_ns"], graphs["dur_ns"], strict=True)]
     if not marks:
         return []
@@ -591,7 +594,13 @@ def detect(
         rows = _from_model_ops(cpu, rt, request_fences(ann), d2h, warnings)
     steps = pd.DataFrame(rows, columns=STEP_COLUMNS)
     if not steps.empty:
-        if steps["step_id"].isna().any():
+        reused = int(steps["step_id"].dropna().duplicated().sum())
+        if reused:
+            ranks = as_df(annotations)["rank"].nunique() if "rank" in as_df(annotations) else 0
+            warnings.append(f"{reused} step annotations reuse another's step id: steps numbered in time order instead"
+                            + (f" (the run holds {ranks} ranks' traces; steps are found across them, not per rank)"
+                               if ranks > 1 else ""))
+        if reused or steps["step_id"].isna().any():
             steps = steps.sort_values("cpu_start_ns", kind="stable").reset_index(drop=True)
             steps["step_id"] = np.arange(len(steps))
         steps = _check_overlaps(steps, warnings)

@@ -69,7 +69,8 @@ def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[s
                 ingest_into(work, captures)
         return run
     if not target.is_file():
-        raise UsageError(f"{target}: no such file or run directory")
+        raise UsageError(f"{target}: " + ("not a regular file or run directory" if target.exists()
+                                          else "no such file or run directory"))
     dest = out if out is not None else target.parent / f"{trace_stem(target)}.tracekit"
     run_dir: RunDir = ingest([target], dest, force=force, captures=captures)
     return run_dir

@@ -11,6 +11,7 @@ of a few hundred steps keeps a long run viewable.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -31,6 +32,8 @@ def _pair(text: str, opt: str, conv: type) -> tuple[float, float]:
     try:
         a, b = text.split(":")
         lo, hi = conv(a), conv(b)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(text)
     except ValueError:
         raise UsageError(f"{opt} {text!r}: expected A:B, e.g. {opt} {'3:10' if conv is int else '0:250.5'}") from None
     if hi < lo:
@@ -65,8 +68,15 @@ def resolve_window(tables: Mapping[str, pa.Table], window: str | None, window_ms
         t0 = _first_ts(tables)
         if t0 is None:
             raise UsageError("--window-ms: the run has no timed events")
-        return Window(t0 + int(a_ms * 1e6), t0 + int(b_ms * 1e6))
+        return Window(_ns_after(t0, a_ms), _ns_after(t0, b_ms))
     return None
+
+
+def _ns_after(t0: int, ms: float) -> int:
+    """``t0`` plus ``ms`` milliseconds in ns, held to int64 (a time past its ends is at the end)."""
+    lim = 2**63 - 1
+    off = ms * 1e6
+    return int(max(-lim - 1, min(lim, t0 + int(max(-2.0**64, min(2.0**64, off))))))
 
 
 def load_tables(run: RunDir) -> RunTables:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tracekit.errors import UsageError, visible
-from tracekit.store.rundir import RunDir, atomic_path
+from tracekit.store.rundir import RunDir, atomic_path, check_output
 
 
 @click.command("diff")
@@ -23,6 +23,8 @@ def command(run_a: Path, run_b: Path, out: Path | None) -> None:
 
     if out is not None and out.suffix not in (".parquet", ".csv"):
         raise UsageError(f"--out {out}: use a .parquet or .csv file name")
+    if out is not None:
+        check_output(out, "--out")
     a, b = RunDir.open(run_a), RunDir.open(run_b)
     for r in (a, b) if a.path != b.path else (a,):
         for what in r.unfinished():

@@ -8,7 +8,7 @@ import click
 
 from tracekit.app.export import export_from_trace, export_run, load_tables, resolve_window
 from tracekit.errors import UsageError, visible
-from tracekit.store.rundir import RunDir
+from tracekit.store.rundir import RunDir, check_output
 
 
 @click.command("export")
@@ -35,6 +35,7 @@ def command(
     if out is None:
         tag = f".steps-{window.replace(':', '-')}" if window else (f".ms-{window_ms.replace(':', '-')}" if window_ms else "")
         out = run.path / (f"trace.tracekit{tag}.pftrace" if fmt == "proto" else f"trace.tracekit{tag}.json.gz")
+    check_output(out, "--out")
     if out.exists() and not force:
         raise UsageError(f"{visible(out)} exists; pass --force to overwrite it")
     if from_trace:

@@ -35,6 +35,10 @@ def _table_output(result: Any, out: Any) -> None:
               help="Write the result here (required for parquet).")
 def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
     """SQL over every run's tables; each table is a view with a run_id column."""
+    if out is not None:
+        from tracekit.store.rundir import check_output
+
+        check_output(out, "--out")
     notes: list[str] = []
     try:
         result = run_query(sql, runs_dir, notes)

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from tracekit.errors import visible
-from tracekit.store.rundir import RunDir, atomic_open
+from tracekit.store.rundir import RunDir, atomic_open, check_output
 
 
 @click.command("report")
@@ -29,6 +29,8 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
     from tracekit.report.terminal import render_terminal
     from tracekit.report.view import load_view
 
+    if html_path is not None and not no_html:
+        check_output(html_path, "--html")
     dirs = [RunDir.open(p) for p in runs]
     for d in dirs:
         for what in d.unfinished():

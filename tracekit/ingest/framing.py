@@ -212,6 +212,7 @@ class Chunk:
 # --------------------------------------------------------------------------- outside the array
 META_LIMIT = 64 << 20  # bytes of JSON kept from outside the events array (header and trailer together)
 _DEEP = 1000  # nesting orjson refuses (its limit is 1024): such a value is skipped, not an error
+_KEEP_DEEP = 64  # deeper values are skipped too: run.json keeps the metadata and Python's json writes it recursively
 _BOM = b"\xef\xbb\xbf"
 _WS_RE = re.compile(rb"[ \t\n\r]*")
 _WS_ANY = re.compile(rb"[ \t\n\r]+")
@@ -459,7 +460,7 @@ class Outside:
             raise TraceFormatError(f"{self.path}: JSON ends early or is invalid after the traceEvents array")
 
     def meta(self) -> dict[str, Any]:
-        """The kept keys and values; a value nested deeper than orjson reads is skipped with a note,
+        """The kept keys and values; a value nested deeper than ``_KEEP_DEEP`` is skipped with a note,
         any other unreadable value is invalid JSON (TraceFormatError)."""
         out: dict[str, Any] = {}
         for key, value, depth in self.pairs:
@@ -472,6 +473,9 @@ class Outside:
                     continue
                 where = "after the traceEvents array" if self.trailer else "before traceEvents"
                 raise TraceFormatError(f"{self.path}: invalid JSON {where}") from None
+            if depth > _KEEP_DEEP:
+                self.notes.append(f"trace metadata {visible(_key_text(key))} skipped: nested {depth} deep")
+                continue
             out[k] = v
         return out
 

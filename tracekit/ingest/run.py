@@ -38,12 +38,14 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
         if p.is_dir():
             # A folder of traces: its graph-capture traces are captures, not traces of their own.
             found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz"))
-                           and not _capture.is_capture_file(q))
+                           and not _capture.is_capture_file(q) and q.is_file())
             if not found:
                 raise UsageError(f"{visible(p)}: no .json or .json.gz traces in this directory")
             out.extend(found)
-        elif p.exists():
+        elif p.is_file():
             out.append(p)
+        elif p.exists():  # a pipe or device: opening one blocks, and a trace is read more than once
+            raise UsageError(f"{visible(p)}: not a regular file")
         else:
             raise UsageError(f"{visible(p)}: no such file")
     if not out:

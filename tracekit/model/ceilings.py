@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -81,16 +82,43 @@ class Ceiling:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
+        """The ceiling ``to_dict`` wrote. ValueError (saying which field) unless ``gpu`` is a name,
+        ``peak_bytes_per_s`` a finite rate above 0, ``peak_flops`` an object of finite rates (0 or
+        null: no such rate) and ``aliases`` a list of names."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"not a JSON object but {type(d).__name__}")
+        missing = [k for k in ("gpu", "peak_flops", "peak_bytes_per_s") if k not in d]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)}")
+        if not isinstance(d["gpu"], str) or not d["gpu"]:
+            raise ValueError(f"gpu {d['gpu']!r} is not a GPU name")
+        bw = _rate(d["peak_bytes_per_s"], "peak_bytes_per_s")
+        if not bw:
+            raise ValueError("peak_bytes_per_s must be above 0")
+        if not isinstance(d["peak_flops"], Mapping):
+            raise ValueError("peak_flops is not an object of dtype -> FLOP/s")
+        aliases = d.get("aliases", ())
+        if not isinstance(aliases, list | tuple) or not all(isinstance(a, str) for a in aliases):
+            raise ValueError("aliases is not a list of names")
         return cls(
-            gpu=str(d["gpu"]),
-            peak_flops={str(k): float(v) for k, v in dict(d["peak_flops"]).items() if v},
-            peak_bytes_per_s=float(d["peak_bytes_per_s"]),
+            gpu=d["gpu"],
+            peak_flops={str(k): r for k, v in d["peak_flops"].items() if (r := _rate(v, f"peak_flops.{k}"))},
+            peak_bytes_per_s=bw,
             source=str(d.get("source", "")),
             kind=str(d.get("kind", "datasheet")),
             date=str(d.get("date", "")),
             notes=str(d.get("notes", "")),
-            aliases=tuple(d.get("aliases", ())),
+            aliases=tuple(aliases),
         )
+
+
+def _rate(v: Any, what: str) -> float:
+    """A peak rate read from a file: a finite number >= 0 (null reads as 0), else ValueError."""
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{what} {v!r} is not a rate (a finite number >= 0)")
+    return float(v)
 
 
 # A dtype a GPU lacks falls back to the rate its kernels really run at: bf16 on

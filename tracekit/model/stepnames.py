@@ -169,6 +169,17 @@ def format_request(label: RequestLabel) -> str:
     )
 
 
+_LIMIT = 2**31  # a count or id past this is no step's: the label is not one (products stay inside int64)
+
+
+def _int(text: str) -> int:
+    """``int(text)``; ValueError beyond +-``_LIMIT``."""
+    v = int(text)
+    if not -_LIMIT <= v <= _LIMIT:
+        raise ValueError(f"{v} is out of range")
+    return v
+
+
 def _fields(text: str) -> dict[str, str]:
     return dict(_KV.findall(text))
 
@@ -179,7 +190,7 @@ def _seqs(text: str) -> tuple[SeqLabel, ...] | None:
         m = _SEQ.match(part)
         if m is None:
             return None
-        out.append(SeqLabel(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))))
+        out.append(SeqLabel(_int(m.group(1)), m.group(2), _int(m.group(3)), _int(m.group(4))))
     return tuple(out)
 
 
@@ -193,16 +204,16 @@ def parse_step(name: str) -> StepLabel | None:
             seqs = _seqs(f["seqs"])
             if not seqs:
                 return None
-            return batch_label(int(f["id"]), list(seqs))
+            return batch_label(_int(f["id"]), list(seqs))
         return StepLabel(
-            step_id=int(f["id"]),
-            request_id=int(f["request"]),
+            step_id=_int(f["id"]),
+            request_id=_int(f["request"]),
             kind=f["kind"],
-            batch=int(f["batch"]),
-            q_len=int(f["q_len"]),
-            kv_len=int(f["kv_len"]),
-            round=int(f["round"]) if "round" in f else None,
-            proposed=int(f["proposed"]) if "proposed" in f else None,
+            batch=_int(f["batch"]),
+            q_len=_int(f["q_len"]),
+            kv_len=_int(f["kv_len"]),
+            round=_int(f["round"]) if "round" in f else None,
+            proposed=_int(f["proposed"]) if "proposed" in f else None,
         )
     except (KeyError, ValueError):
         return None
@@ -214,11 +225,11 @@ def parse_accept(name: str) -> AcceptLabel | None:
     f = _fields(name)
     try:
         return AcceptLabel(
-            request_id=int(f["request"]),
-            round=int(f["round"]),
-            proposed=int(f["proposed"]),
-            accepted=int(f["accepted"]),
-            emitted=int(f["emitted"]),
+            request_id=_int(f["request"]),
+            round=_int(f["round"]),
+            proposed=_int(f["proposed"]),
+            accepted=_int(f["accepted"]),
+            emitted=_int(f["emitted"]),
         )
     except (KeyError, ValueError):
         return None
@@ -230,11 +241,11 @@ def parse_request(name: str) -> RequestLabel | None:
     f = _fields(name)
     try:
         return RequestLabel(
-            request_id=int(f["id"]),
+            request_id=_int(f["id"]),
             name=f.get("name", f"request-{f['id']}"),
-            batch=int(f["batch"]),
-            input_tokens=int(f["input_tokens"]),
-            output_tokens=int(f["output_tokens"]),
+            batch=_int(f["batch"]),
+            input_tokens=_int(f["input_tokens"]),
+            output_tokens=_int(f["output_tokens"]),
         )
     except (KeyError, ValueError):
         return None
@@ -304,7 +315,7 @@ def _mean(total: int | None, n: int | None) -> int | None:
 
 def _digits_sum(text: str) -> int:
     """'300' -> 300; '12_4' -> 16 (an underscore-joined variant of vLLM's token counts)."""
-    return sum(int(p) for p in text.split("_") if p)
+    return sum(_int(p) for p in text.split("_") if p)
 
 
 def _engine_step(engine: str, fmt: str, ctx: PhaseStats | None, gen: PhaseStats | None, tokens: int | None,
@@ -357,7 +368,7 @@ def parse_vllm_new_cached(name: str) -> EngineStep | None:
     m = VLLM_NEW_CACHED.match(name)
     if m is None:
         return None
-    new, cached = int(m.group(1)), int(m.group(2))
+    new, cached = _int(m.group(1)), _int(m.group(2))
     kind = _phase_kind(new, cached)
     q_len = 1 if kind == "decode" else None  # a new request's prompt length is not in the name
     return EngineStep("vllm", "vllm_new_cached", kind, new + cached, None, q_len, None,
@@ -369,7 +380,7 @@ def parse_vllm_context_generation(name: str) -> EngineStep | None:
     if m is None:
         return None
     # A leading count ("execute_7_context_...") is taken as nothing: the token counts are explicit.
-    c, tc, g, tg = int(m.group(2)), _digits_sum(m.group(3)), int(m.group(4)), _digits_sum(m.group(5))
+    c, tc, g, tg = _int(m.group(2)), _digits_sum(m.group(3)), _int(m.group(4)), _digits_sum(m.group(5))
     return _engine_step("vllm", "vllm_context_generation", PhaseStats(c, sq=tc), PhaseStats(g, sq=tg), tc + tg)
 
 
@@ -377,7 +388,7 @@ def parse_vllm_detailed(name: str) -> EngineStep | None:
     m = VLLM_DETAILED.match(name)
     if m is None:
         return None
-    v = [int(x) for x in m.groups()]
+    v = [_int(x) for x in m.groups()]
     ctx = PhaseStats(v[1], sq=v[2], sk=v[3], sqsq=v[4], sqsk=v[5])
     gen = PhaseStats(v[6], sq=v[7], sk=v[8], sqsq=v[9], sqsk=v[10])
     return _engine_step("vllm", "vllm_detailed", ctx, gen, v[0])
@@ -400,7 +411,7 @@ def parse_sglang_step(name: str) -> EngineStep | None:
         return None
     raw = dict(re.findall(r"([A-Za-z_]+)=([\d/]+)", m.group(2)))
     # "bs=117/128" (real/padded, a CUDA-graph batch): the real one counts
-    fields = {k.lower(): int(v.split("/")[0]) for k, v in raw.items()}
+    fields = {k.lower(): _int(v.split("/")[0]) for k, v in raw.items()}
     kind = SGLANG_KINDS[mode]
     bs = fields.get("bs")
     if kind is None:
@@ -438,7 +449,10 @@ _ENGINE_PARSERS = (parse_vllm_detailed, parse_vllm_context_generation, parse_vll
 def parse_engine_step(name: str) -> EngineStep | None:
     """The engine step an annotation names, in any format of ENGINE_FORMATS; None if none matches."""
     for parse in _ENGINE_PARSERS:
-        step = parse(name)
+        try:
+            step = parse(name)
+        except ValueError:  # a number past _LIMIT: not this format's step
+            continue
         if step is not None:
             return step
     return None
@@ -460,6 +474,6 @@ class CaptureLabel:
 def parse_capture_label(name: str) -> CaptureLabel | None:
     """vLLM's graph-capture annotation (capture traces): ``capture_32_FULL``, ``capture_32_draft_FULL``."""
     m = VLLM_CAPTURE.match(name)
-    if m is None:
+    if m is None or len(m.group(1)) > 18:  # (a batch size past int64 is no capture's)
         return None
-    return CaptureLabel(int(m.group(1)), m.group(3).upper(), m.group(2))
+    return CaptureLabel(_int(m.group(1)), m.group(3).upper(), m.group(2))

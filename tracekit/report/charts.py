@@ -240,13 +240,14 @@ def counters_svg(counters: pd.DataFrame, steps: pd.DataFrame | None = None, max_
 
 
 def roofline_phases(phases: pd.DataFrame) -> pd.DataFrame | None:
-    """The run-level phases the phase roofline draws (FLOPs, bytes and time all > 0; not ``outside``),
+    """The run-level phases the phase roofline draws (FLOPs, bytes and time all finite and > 0; not ``outside``),
     or None where there is none."""
     ph = run_phases(phases)
     if not has_columns(ph, "flops", "bytes", "time_ns"):
         return None
     ph = ph[ph["phase"].astype(str) != OUTSIDE]  # time outside every step is no phase
-    ph = ph[(ph["bytes"] > 0) & (ph["time_ns"] > 0) & (ph["flops"] > 0)]
+    vals = ph[["flops", "bytes", "time_ns"]].astype(float)
+    ph = ph[((vals > 0) & (vals < float("inf"))).all(axis=1)]  # a log scale needs finite values above 0
     return None if ph.empty else ph
 
 

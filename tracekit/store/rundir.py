@@ -45,7 +45,7 @@ from tracekit.store.fsops import (
 )
 
 __all__ = ["MANIFEST", "STATUS_COMPLETE", "STATUS_INCOMPLETE", "TABLES_DIR", "TRACE", "RunDir", "atomic_open",
-           "atomic_path", "check_manifest", "default_run_id", "write_json", "write_parquet", "write_table"]
+           "atomic_path", "check_manifest", "check_output", "default_run_id", "write_json", "write_parquet", "write_table"]
 
 MANIFEST = "run.json"
 TRACE = "trace.json.gz"
@@ -101,6 +101,21 @@ def write_table(path: Path, table: pa.Table, *, name: str | None = None, drop: S
         table = table.drop_columns([c for c in drop if c in table.column_names])
     with atomic_path(path) as tmp:
         write_parquet(table, tmp)
+
+
+def check_output(path: Path, opt: str) -> None:
+    """UsageError where a verb's output file ``path`` is one a run directory keeps (its run.json,
+    trace.json.gz, lock or anything under tables/): writing there would destroy that run."""
+    p = Path(os.path.abspath(path))
+    with contextlib.suppress(OSError):
+        p = p.parent.resolve() / p.name
+    for run in p.parents:
+        if not (run / MANIFEST).is_file():
+            continue
+        rel = p.relative_to(run).parts
+        if rel[0] == TABLES_DIR or (len(rel) == 1 and rel[0] in (MANIFEST, TRACE, _lock.LOCK_FILE)):
+            raise UsageError(f"{opt} {visible(path)}: a file of the run directory {visible(run)}; "
+                             "write the output somewhere else")
 
 
 def default_run_id(label: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tracekit.errors import TracekitError
 from tracekit.model import progress
 from tracekit.trace import npa
 from tracekit.trace.blocks import TraceBlock
@@ -64,10 +65,17 @@ class _Interner:
         return new
 
 
+def _check_time(t_ns: int) -> None:
+    """Perfetto's timestamps are unsigned 64-bit ns: an event before 0 (or past 2**64) cannot be written."""
+    if not 0 <= t_ns < 2**64:
+        raise TracekitError(f"an event at {t_ns} ns on the trace clock: a Perfetto protobuf trace cannot hold a "
+                            "time before 0 or past 2**64 ns (export --format json can)")
+
+
 def _int32(pid: int) -> int:
-    """A pid or tid as the descriptors' int32: values from 2**31 up (tracekit's counter processes of a
-    trace tracekit wrote, read back) wrap as a C cast would; a bigger value is an error."""
-    return pid - 2**32 if 2**31 <= pid < 2**32 else pid
+    """A pid or tid as the descriptors' int32: values outside it (from 2**31 up: tracekit's counter
+    processes of a trace tracekit wrote, read back; any a foreign trace holds) wrap as a C cast would."""
+    return (pid + 2**31) % 2**32 - 2**31
 
 
 def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: _Interner) -> None:
@@ -108,6 +116,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
                 p.sequence_flags = 1  # SEQ_INCREMENTAL_STATE_CLEARED
                 first = False
             if ts_ns is not None:
+                _check_time(ts_ns)
                 p.timestamp = ts_ns
             return p
 
@@ -224,6 +233,8 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     c_ts = np.array([c.ts_ns for c in ts.counters], dtype=np.int64)
     n_s = m + nb
     t = np.concatenate([s_ts, s_ts + s_dur, c_ts])
+    if len(t):
+        _check_time(int(t.min()))
     kind = np.concatenate([np.ones(n_s, np.int8), np.where(s_dur > 0, 0, 1).astype(np.int8), np.full(nc, 2, np.int8)])
     sub = np.concatenate([2 * seq, np.where(s_dur > 0, -2 * seq, 2 * seq + 1), np.zeros(nc, np.int64)])
     del seq, s_ts, s_dur, o_ts, o_dur

@@ -78,3 +78,12 @@ def test_ingest_names_the_conflicting_options(tmp_path: Path, capsys) -> None:
         capsys, ["ingest", str(trace), "--address", "x:1", "--out", str(tmp_path / "a")])
     assert "--run-id r needs --dataset" in _error(
         capsys, ["ingest", str(trace), "--run-id", "r", "--out", str(tmp_path / "b")])
+
+
+def test_analyze_of_a_run_directory_refuses_another_out(tmp_path: Path, capsys) -> None:
+    run = make_run(tmp_path / "runs").path
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*"))
+    err = _error(capsys, ["analyze", str(run), "--out", str(tmp_path / "elsewhere")])
+    assert "is a run directory, analysed in place" in err and "--out" in err
+    assert not (tmp_path / "elsewhere").exists()
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*")) == before

@@ -399,6 +399,9 @@ def analyze(target: Path, out: Path | None = None, force: bool = False, warmup_r
     graph-capture traces to merge at ingest (default: found beside the trace); ``ceiling``: a GPU name
     or ceiling file (resolve_ceiling).
     """
+    if target.is_dir() and out is not None and out.resolve() != target.resolve():
+        raise UsageError(f"{target} is a run directory, analysed in place: --out {out} names the run directory "
+                         "to create from a trace file")
     if target.is_dir() and is_multirank(target):
         run = RunDir.open(target)
         one = (None if warmup_requests is None and not captures and not ceiling else

@@ -42,6 +42,7 @@ from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.opmodels import is_shape
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
+    STEP_PREFIX,
     looks_like_engine_step,
     parse_engine_step,
     parse_request,
@@ -198,11 +199,16 @@ def _row(**kw: Any) -> dict[str, Any]:
 # --- source 1 and 2: annotations -------------------------------------------------
 
 
-def _from_tracekit(ann: pd.DataFrame) -> list[dict[str, Any]]:
+def _from_tracekit(ann: pd.DataFrame, warnings: list[str]) -> list[dict[str, Any]]:
+    """One row per tracekit step annotation; those named like one that do not parse (a field missing, a
+    number out of range) are counted in one warning naming an example, and are not steps."""
     rows = []
+    unread: list[str] = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
         lab = parse_step(name)
         if lab is None:
+            if name.startswith(STEP_PREFIX + " "):
+                unread.append(name)
             continue
         rows.append(
             _row(
@@ -218,6 +224,9 @@ def _from_tracekit(ann: pd.DataFrame) -> list[dict[str, Any]]:
                 cpu_end_ns=int(ts + dur),
             )
         )
+    if unread:
+        warnings.append(f"{len(unread)} {STEP_PREFIX} annotations could not be read and are not steps "
+                        f"(e.g. {unread[0][:120]!r})")
     return rows
 
 
@@ -586,7 +595,7 @@ def detect(
     gpu = as_df(gpu_activity)
     warnings: list[str] = []
 
-    rows = _from_tracekit(ann)
+    rows = _from_tracekit(ann, warnings)
     if not rows:
         rows = _from_engine(ann, warnings)
     d2h = _d2h_launches(gpu, rt, cpu)

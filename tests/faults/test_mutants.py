@@ -240,3 +240,5 @@ def test_step_names_with_numbers_past_any_count_are_no_steps(tmp_path: Path, nam
         one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
         if not name.startswith("tracekit."):
             assert any("match no known format" in w for w in manifest(run)["warnings"])
+        elif name.startswith("tracekit.step "):  # said, not dropped silently
+            assert any("tracekit.step annotations could not be read" in w for w in manifest(run)["warnings"])

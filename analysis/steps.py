@@ -605,7 +605,8 @@ def detect(
     if not steps.empty:
         reused = int(steps["step_id"].dropna().duplicated().sum())
         if reused:
-            ranks = as_df(annotations)["rank"].nunique() if "rank" in as_df(annotations) else 0
+            a = as_df(annotations)
+            ranks = a["rank"].nunique() if "rank" in a else 0
             warnings.append(f"{reused} step annotations reuse another's step id: steps numbered in time order instead"
                             + (f" (the run holds {ranks} ranks' traces; steps are found across them, not per rank)"
                                if ranks > 1 else ""))

@@ -74,9 +74,8 @@ def resolve_window(tables: Mapping[str, pa.Table], window: str | None, window_ms
 
 def _ns_after(t0: int, ms: float) -> int:
     """``t0`` plus ``ms`` milliseconds in ns, held to int64 (a time past its ends is at the end)."""
-    lim = 2**63 - 1
-    off = ms * 1e6
-    return int(max(-lim - 1, min(lim, t0 + int(max(-2.0**64, min(2.0**64, off))))))
+    off = max(-(2.0**64), min(2.0**64, ms * 1e6))  # a finite ms can still overflow to inf in ns
+    return max(-(2**63), min(2**63 - 1, t0 + int(off)))
 
 
 def load_tables(run: RunDir) -> RunTables:

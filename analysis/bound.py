@@ -23,6 +23,7 @@ Method and conventions: docs/roofline.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.columns import factorize, map_values, unique
+from tracekit.analysis.columns import by_value, factorize, map_values, matches, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet, l2_bytes
@@ -214,7 +215,9 @@ def kernel_costs(
     if gpu_activity is None or len(gpu_activity) == 0:
         return _empty_kernels(gpu_activity if gpu_activity is not None else pd.DataFrame())
     k = gpu_activity.copy().reset_index(drop=True)
-    kinds = k["kind"].astype(str) if "kind" in k else pd.Series(["kernel"] * len(k))
+    # the kinds as text, missing ones missing (Series.astype(str)), each distinct text one object
+    kinds = pd.Series(by_value(k["kind"], str) if "kind" in k else np.full(len(k), "kernel", dtype=object),
+                      index=k.index, dtype=object)
     k["kclass"] = kc.kernel_classes(k["name"], kinds).to_numpy()
     k["model"] = MODEL_NONE
     k["op_name"] = None
@@ -239,7 +242,8 @@ def kernel_costs(
             mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
             # A split-K GEMM's reduce kernel sums partials the GEMM kernel left in L2 (Nsight Compute:
             # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
-            mop[k["kclass"].eq(kc.REDUCTION) & k["name"].astype(str).str.contains(kc.SPLITK_REDUCE, regex=True)] = np.nan
+            splitk = re.compile(kc.SPLITK_REDUCE).search
+            mop[(k["kclass"] == kc.REDUCTION).to_numpy() & matches(k["name"], splitk)] = np.nan
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).fillna(0.0).clip(lower=0)  # no duration: no share
@@ -317,8 +321,8 @@ def _finish(k: pd.DataFrame, bound: np.ndarray, roof: np.ndarray, shape: np.ndar
     if "bytes" in gpu_activity:
         # memcpy/memset bytes are in the trace: a DtoD copy reads and writes them.
         raw = pd.to_numeric(gpu_activity["bytes"], errors="coerce").fillna(0).to_numpy(dtype=float)
-        mk = k["memcpy_kind"].astype(str).to_numpy() if "memcpy_kind" in k else np.array([""] * len(k))
-        factor = np.where(np.char.find(mk.astype(str), "DtoD") >= 0, 2.0, 1.0)
+        dtod = matches(k["memcpy_kind"], lambda m: "DtoD" in m) if "memcpy_kind" in k else np.zeros(len(k), bool)
+        factor = np.where(dtod, 2.0, 1.0)
         k.loc[memcpy, "bytes"] = (raw * factor)[memcpy]
     k["roof"] = roof
     k["bound"] = bound

@@ -123,6 +123,8 @@ def graph_replay(gpu: Any) -> Any:
 
     if len(gpu) == 0 or "launch_name" not in gpu or "correlation" not in gpu:
         return np.full(len(gpu), -1, dtype=np.int64)
-    graph = gpu["launch_name"].astype(str).str.contains("GraphLaunch", case=False, regex=False).to_numpy()
+    from tracekit.analysis.columns import matches
+
+    graph = matches(gpu["launch_name"], lambda n: "graphlaunch" in n.lower())
     corr = gpu["correlation"].astype("float64").fillna(-1).to_numpy().astype(np.int64)
     return np.where(graph, corr, -1)

@@ -148,7 +148,8 @@ def device_properties(manifest: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None) -> dict[str, Any]:
-    """Run the default passes on a run directory and write their tables. Returns the tables.
+    """Run the default passes on a run directory and write their tables. Returns the passes' tables
+    (the raw tables are let go before the outputs are written).
 
     ``warmup_requests``: the first N requests are warm-ups, left out of the run's phase totals
     (tracekit.analysis.warmup; requests the recorder marked are left out whatever N is).
@@ -188,18 +189,6 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     elif ceiling is not None and why:
         result["warnings"].append(why)
     rank = run_rank(tables)
-    out: dict[str, pa.Table] = {}
-    for i, name in enumerate(OUTPUTS):
-        progress.report("analyzing: converting tables", i, len(OUTPUTS))
-        df = result.get(name)
-        if df is None:
-            continue
-        if name not in ("kernel_bound", "step_bound"):
-            table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-            out[name] = _schema.fill_rank(table, rank)
-        else:  # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas
-            # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns
-            out[name] = pa.Table.from_pandas(plain_frame(df, tables.get("gpu_activity")), preserve_index=False)
     steps = result["steps"]
     info = {
         "passes": [p.name for p in DEFAULT_PASSES],
@@ -210,14 +199,38 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         # Request ids left out of the run-level phase rows (first N asked for, and those marked).
         "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
     }
+    # The raw tables (and the passes' frames of them) are let go before the outputs are converted, one
+    # at a time, each written and dropped: the largest output, kernel_bound, first, with gpu_activity
+    # (its grid / block text) the only raw table still held.
+    gpu = tables["gpu_activity"]
+    del tables
+    for name in RAW:
+        result.pop(name, None)
+    names = sorted((n for n in OUTPUTS if result.get(n) is not None), key=lambda n: n != "kernel_bound")
     mark_running(run, "analysis", info)
-    for i, (name, table) in enumerate(out.items()):
-        progress.report("analyzing: writing tables", i, len(out))
+    rows: dict[str, int] = {}
+    for i, name in enumerate(names):
+        progress.report("analyzing: writing tables", i, len(names))
+        table = _output_table(name, result[name], rank, gpu)
         run.write_table(name, table)
+        rows[name] = table.num_rows
+        del table
+        if name == "kernel_bound":
+            gpu = None
     for w in result["warnings"]:
         run.add_warning(f"analyze: {w}")
-    run.update_manifest(analysis={**info, "status": STATUS_COMPLETE, "rows": {k: t.num_rows for k, t in out.items()}})
+    run.update_manifest(analysis={**info, "status": STATUS_COMPLETE, "rows": {k: rows[k] for k in OUTPUTS if k in rows}})
     return result
+
+
+def _output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Table:
+    """A pass's output as the Arrow table the store writes."""
+    if name not in ("kernel_bound", "step_bound"):
+        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+        return _schema.fill_rank(table, rank)
+    # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas.
+    # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.
+    return pa.Table.from_pandas(plain_frame(df, gpu), preserve_index=False)
 
 
 def run_rank(tables: dict[str, Any]) -> int:

@@ -166,7 +166,6 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
 
 
 def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str | None) -> dict[str, Any]:
-    import pyarrow as pa
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 

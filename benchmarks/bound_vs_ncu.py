@@ -79,13 +79,22 @@ class Marks:
             self.torch.cuda.cudart().cudaProfilerStop()
 
 
+def shape_label(shape: str) -> str:
+    """A cell's shape as named in file names and tables: a preset, or a config directory's name."""
+    return Path(shape).name if "/" in shape else shape
+
+
 def build_model(preset: str, layers: int, dtype: Any, device: str) -> Any:
+    """``preset``: a model preset, or a directory holding only a config.json (random weights)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tracekit.collectors.presets import MODEL_PRESETS
+    from tracekit.collectors.presets import MODEL_PRESETS, resolve_model
 
-    p = MODEL_PRESETS[preset]
+    p = MODEL_PRESETS.get(preset) or resolve_model(preset).preset
+    if p is None:
+        raise SystemExit(f"{preset}: holds weights; cells are built with random weights from a preset or a "
+                         "directory with only a config.json")
     config = AutoConfig.for_model(p.model_type, **{**p.config, "num_hidden_layers": layers})
     torch.manual_seed(0)
     with torch.device(device):
@@ -141,7 +150,7 @@ def child(stage: str, mode: str, out: Path, a: argparse.Namespace) -> int:
                 generate(model, ids, 3)  # warm-up: cuBLAS handles; compiled: compilation, CUDA-graph warm-up and capture
                 first = len(tracker.steps)
                 cells = {first: "prefill", first + 2: "decode"}
-                trace = out / f"{mode}_{shape}_b{b}.json"
+                trace = out / f"{mode}_{shape_label(shape)}_b{b}.json"
                 if stage == "trace":
                     with profile(activities=acts, record_shapes=True) as prof:
                         generate(model, ids, 3)
@@ -152,10 +161,10 @@ def child(stage: str, mode: str, out: Path, a: argparse.Namespace) -> int:
                     generate(model, ids, 3)
                     marks.targets = set()
                 steps = tracker.steps[first:first + 3]
-                plan["cells"].append({"shape": shape, "batch": b, "trace": trace.name, "steps": {
+                plan["cells"].append({"shape": shape_label(shape), "batch": b, "trace": trace.name, "steps": {
                     str(s.step_id): {"kind": s.kind, "cell": cells.get(s.step_id), "q_len": s.q_len,
                                      "kv_len": s.kv_len} for s in steps}})
-                print(f"[{stage} {mode}] {shape} batch {b}: steps {sorted(cells)} ({time.perf_counter() - t0:.0f} s)",
+                print(f"[{stage} {mode}] {shape_label(shape)} batch {b}: steps {sorted(cells)} ({time.perf_counter() - t0:.0f} s)",
                       flush=True)
                 # written after every cell: a stage stopped by its time limit keeps the cells it finished
                 plan["elapsed_s"] = round(time.perf_counter() - t0, 1)

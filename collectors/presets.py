@@ -184,7 +184,8 @@ class ModelSpec:
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:
-    """A known preset name selects the preset; anything else must be a local model directory."""
+    """A known preset name selects the preset; anything else must be a local model directory. A
+    directory with a config.json and no weight files is built like a preset, with random weights."""
     if name_or_path in MODEL_PRESETS:
         return ModelSpec(preset=MODEL_PRESETS[name_or_path])
     path = Path(name_or_path).expanduser()
@@ -194,7 +195,38 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         )
     if not (path / "config.json").is_file():
         raise UsageError(f"--model {name_or_path!r}: no config.json in that directory")
+    if not has_weights(path):
+        return ModelSpec(preset=config_preset(path))
     return ModelSpec(path=path)
+
+
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth")
+
+
+def has_weights(path: Path) -> bool:
+    """Whether a model directory holds weight files (else only its config: random weights)."""
+    return any(next(path.glob(pattern), None) is not None for pattern in WEIGHT_FILES)
+
+
+# config.json fields that describe the checkpoint, not the architecture: dropped for random weights
+# (a quantization_config would ask for the checkpoint's quantized weights).
+_CHECKPOINT_FIELDS = ("architectures", "transformers_version", "quantization_config", "_name_or_path")
+
+
+def config_preset(path: Path) -> ModelPreset:
+    """A model directory with only a config.json, as a preset: its architecture with random weights,
+    so any published architecture can be measured without its weights."""
+    import json
+
+    where = path / "config.json"
+    try:
+        config = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--model {str(path)!r}: config.json is unreadable ({exc})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise UsageError(f"--model {str(path)!r}: config.json names no model_type")
+    fields = {k: v for k, v in config.items() if k != "model_type" and k not in _CHECKPOINT_FIELDS}
+    return ModelPreset(str(path), config["model_type"], fields, f"{where} (no weight files: random weights)")
 
 
 def resolve_shape(name: str) -> ShapePreset:

@@ -90,12 +90,16 @@ def build_model(cfg: WorkloadConfig) -> tuple[Any, dict[str, Any]]:
     t0 = time.perf_counter()
     if cfg.model.preset is not None:
         preset = cfg.model.preset
-        config = AutoConfig.for_model(preset.model_type, **preset.config)
         # Build directly on the target device in the target dtype: random init of
         # a 1B model then takes well under a second on a GPU instead of minutes on CPU.
         torch.manual_seed(cfg.seed)
-        with torch.device(cfg.device):
-            model = _from_config(AutoModelForCausalLM, config, dt)
+        try:
+            config = AutoConfig.for_model(preset.model_type, **preset.config)
+            with torch.device(cfg.device):
+                model = _from_config(AutoModelForCausalLM, config, dt)
+        except (ValueError, KeyError, TypeError) as exc:  # a config.json transformers cannot build
+            raise UsageError(f"--model {preset.name}: cannot build model_type {preset.model_type!r} "
+                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
         source = {"preset": preset.name, "source": preset.source, "weights": "random"}
     else:
         assert cfg.model.path is not None
@@ -153,6 +157,14 @@ def _config_dict(config: Any) -> dict[str, Any]:
         "max_position_embeddings",
         "tie_word_embeddings",
         "rms_norm_eps",
+        # mixture of experts (the names transformers' MoE configs use)
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+        "n_shared_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
     )
     out: dict[str, Any] = {}
     for k in keep:

@@ -15,6 +15,7 @@
 #   quant_intmm     Nsight Compute on dynamic int8's decode step at batch 32 (M > 16: aten::_int_mm) (<= 400 s)
 #   intmm           torch._int_mm's modelled bytes vs Nsight Compute's DRAM bytes on contiguous operands (<= 200 s)
 #   quant_int8_compiled  compiled int8 weight-only at batch 1 and 16 (<= 560 s)
+#   models    record + analyze of benchmarks/configs' architectures (MoE, Gemma-2, Phi-3), and their bound classes vs ncu
 #   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
 #               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
@@ -135,6 +136,35 @@ quant_int8_compiled)  # a call of its own: compiling the int8 weight-only model 
   TAIL=14 run quant_compiled8 560 python3 scripts/gpu/quant.py "$W/quant_compiled8" --modes compiled \
     --quants int8 --batches 1,16 --budget-s 550
   find "$W"/quant* -name 'trace.json.gz' -delete
+  ;;
+models)  # architectures outside the presets (benchmarks/configs: two MoE, Gemma-2, Phi-3), random weights:
+  # record + analyze at batch 1 and 8 (the MoE ones cut to 8 layers), then bound classes vs Nsight Compute (eager)
+  mkdir -p "$W/configs" "$W/runs"
+  python3 - "$W/configs" <<'PY'
+import json, sys
+from pathlib import Path
+for d in sorted(Path("benchmarks/configs").iterdir()):
+    if (d / "config.json").is_file():
+        c = json.loads((d / "config.json").read_text())
+        if "experts" in json.dumps(c):
+            c["num_hidden_layers"] = 8
+        (Path(sys.argv[1]) / d.name).mkdir(parents=True, exist_ok=True)
+        (Path(sys.argv[1]) / d.name / "config.json").write_text(json.dumps(c))
+PY
+  for m in gemma-2-2b phi-3-mini qwen3-30b-a3b mixtral-8x7b; do
+    for b in 1 8; do
+      TAIL=12 run "rec_${m}_b$b" 75 python3 -m tracekit record --model "$W/configs/$m" --batch $b --requests 2 \
+        --out "$W/runs/${m}_b$b" --force
+      TAIL=12 run "an_${m}_b$b" 40 python3 -m tracekit analyze "$W/runs/${m}_b$b"
+      rm -f "$W/runs/${m}_b$b/trace.json.gz"
+    done
+  done
+  B=${BUDGET:-250}
+  TAIL=45 run bound_vs_ncu $(( B + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces \
+    --modes eager --batches 1,8 --budget-s "$B" \
+    --shapes "benchmarks/configs/qwen3-30b-a3b,benchmarks/configs/mixtral-8x7b,benchmarks/configs/gemma-2-2b,benchmarks/configs/phi-3-mini"
+  rm -f "$W"/bound_vs_ncu/*.ncu-rep
+  gzip -6 "$W"/bound_vs_ncu/*_b*.json 2>/dev/null
   ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;
 esac

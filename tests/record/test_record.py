@@ -304,6 +304,46 @@ def test_record_a_local_model_directory(tmp_path: Path) -> None:
     assert m["workload"]["model"] == str(tmp_path / "model")
 
 
+def test_a_config_only_directory_is_built_with_random_weights(tmp_path: Path) -> None:
+    """A directory with only a config.json (an MoE architecture here) records with random weights: the
+    architecture's ops run (Qwen3-MoE's experts as grouped GEMMs) and the steps are exact."""
+    model = tmp_path / "moe"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "transformers_version": "4.51.0",
+        "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+        "num_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 512}))
+    out = tmp_path / "r"
+    assert main(["record", "-q", "--warmup", "0", "--model", str(model), "--output-tokens", "3",
+                 "--out", str(out)]) == 0
+    run = RunDir.open(out)
+    m = run.read_manifest()
+    assert m["model"]["weights"] == "random" and m["model"]["model_type"] == "qwen3_moe"
+    assert m["model"]["config"]["num_experts"] == 4 and "(no weight files: random weights)" in m["model"]["source"]
+    assert main(["analyze", "-q", str(out)]) == 0
+    steps = run.read_df("steps")
+    assert steps["kind"].tolist() == ["prefill", "decode", "decode"]
+    ops = set(run.read_df("cpu_ops")["name"].astype(str))
+    assert ops & {"aten::_grouped_mm", "aten::index_add_"}, "the experts' ops are in the trace"
+
+
+@pytest.mark.parametrize(
+    "config, needle",
+    [
+        ("{not json", "config.json is unreadable"),
+        ('{"hidden_size": 64}', "names no model_type"),
+        ('{"model_type": "no-such-architecture"}', "cannot build model_type 'no-such-architecture'"),
+    ],
+)
+def test_a_config_only_directory_that_cannot_be_built_is_one_line(tmp_path: Path, capsys, config, needle) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(config)
+    assert main(["record", "-q", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tracekit: error:") and needle in err and "\n" not in err
+
+
 def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
     """Ctrl-C as a signal (not a mocked exception): exit 130, run incomplete, partial data kept."""
     import signal

@@ -363,8 +363,8 @@ def _index(ts: list[_Tensor | None]) -> OpCost | None:
     if idx is None or not x.shape:
         return OpCost(0.0, float(x.read_bytes + x.nbytes), COPY, _key(x), False)
     row = math.prod(x.shape[1:]) if len(x.shape) > 1 else 1
-    out = min(idx.numel * row, x.numel)
-    return OpCost(0.0, float(idx.read_bytes + 2 * out * x.itemsize), COPY, _key(x), False)
+    out = idx.numel * row  # repeated indices gather a row again: the output can outgrow self
+    return OpCost(0.0, float(idx.read_bytes + (min(out, x.numel) + out) * x.itemsize), COPY, _key(x), False)
 
 
 def _gather(ts: list[_Tensor | None]) -> OpCost | None:
@@ -377,6 +377,31 @@ def _gather(ts: list[_Tensor | None]) -> OpCost | None:
     if idx is None:
         return OpCost(0.0, float(x.read_bytes + x.nbytes), COPY, _key(x), False)
     return OpCost(0.0, float(idx.read_bytes + 2 * min(idx.numel, x.numel) * x.itemsize), COPY, _key(x), False)
+
+
+def _sort(ts: list[_Tensor | None]) -> OpCost | None:
+    """sort / argsort(self, ...): self read, its values and int64 indices written (argsort: the indices)."""
+    x = _get(ts, 0)
+    if x is None:
+        return None
+    return OpCost(0.0, float(x.read_bytes + x.nbytes + x.numel * 8), REDUCTION, _key(x), False)
+
+
+def _topk(ts: list[_Tensor | None]) -> OpCost | None:
+    """topk(self, k, dim, ...): self read; the k values and indices per row written are left out (k
+    is a scalar the op models do not see, and few next to a row: router logits, sampling)."""
+    x = _get(ts, 0)
+    if x is None:
+        return None
+    return OpCost(0.0, float(x.read_bytes), REDUCTION, _key(x), False)
+
+
+def _histc(ts: list[_Tensor | None]) -> OpCost | None:
+    """histc / bincount(self, ...): self read once (the bins are few)."""
+    x = _get(ts, 0)
+    if x is None:
+        return None
+    return OpCost(float(x.numel), float(x.read_bytes), REDUCTION, _key(x), False)
 
 
 def _index_copy(ts: list[_Tensor | None]) -> OpCost | None:
@@ -567,6 +592,11 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "index": _index,
     "index_select": _index,
     "gather": _gather,
+    "sort": _sort,
+    "argsort": _sort,
+    "topk": _topk,
+    "histc": _histc,
+    "bincount": _histc,
     "index_copy": _index_copy,
     "index_add": _index_copy,
     "scatter": _scatter,
@@ -672,12 +702,14 @@ def _fused_experts(ts: list[_Tensor | None]) -> OpCost | None:
 
 def _grouped_mm(ts: list[_Tensor | None]) -> OpCost | None:
     """aten::_grouped_mm(mat_a [M, K], mat_b [G, K, N], offs [G], ...): TraceLens's grouped GEMM,
-    flops = 2MKN, bytes = (MK + GKN) * bpe_in + MN * bpe_out."""
+    flops = 2MKN, bytes = (MK + GKN) * bpe_in + MN * bpe_out, with G at most M: each row belongs to one
+    group, and a group without rows reads no weights (a decode step's few tokens hit few experts). The
+    offsets are not recorded, so every group that can have rows is counted."""
     a, b = _get(ts, 0), _get(ts, 1)
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 3:
         return None
     m, k = a.shape
-    gsz, n = b.shape[0], b.shape[2]
+    gsz, n = min(b.shape[0], m), b.shape[2]
     out_size = 2 if a.itemsize == 1 else a.itemsize
     return OpCost(2.0 * m * k * n, float((m * k + gsz * k * n) * a.itemsize + m * n * out_size), GEMM, _key(a), True)
 
@@ -936,6 +968,72 @@ def dominant_dtype(cpu_ops: Any) -> str | None:
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
+INDEX_OPS = ("aten::index",)
+
+
+def with_index_shapes(cpu_ops: Any) -> Any:
+    """cpu_ops with the index shape of each ``aten::index`` whose indices the profiler did not record.
+
+    The indices are a TensorList, which the trace writes as ``[]``, so the op's output is unknown and
+    its whole input would stand for it (a gather of 8 experts' weights out of 128 counted 16x over).
+    The op's TensorIterator restrides its input to the gathered shape with an ``aten::as_strided``
+    child, whose concrete size is recorded: where its trailing dims are the input's past the first,
+    its leading dims are the index's. Other rows, and traces without the children, are unchanged.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analysis.columns import is_in
+
+    if cpu_ops is None or not len(cpu_ops) or not {"parent_id", "concrete_inputs", "input_dims"} <= set(cpu_ops):
+        return cpu_ops
+    index = is_in(cpu_ops["name"], INDEX_OPS)
+    if not index.any():
+        return cpu_ops
+    ix = cpu_ops.loc[index, ["op_id", "input_dims", "input_types"]]
+    ch = cpu_ops.loc[is_in(cpu_ops["name"], ("aten::as_strided",)), ["parent_id", "input_dims", "concrete_inputs"]]
+    ch = ch[pd.to_numeric(ch["parent_id"], errors="coerce").isin(pd.to_numeric(ix["op_id"], errors="coerce"))]
+    if ch.empty:
+        return cpu_ops
+    first = {p: (d, c) for p, d, c in zip(ch["parent_id"].to_numpy()[::-1], ch["input_dims"].to_numpy()[::-1],
+                                         ch["concrete_inputs"].to_numpy()[::-1], strict=True)}
+    dims = cpu_ops["input_dims"].to_numpy(dtype=object).copy()
+    types = cpu_ops["input_types"].to_numpy(dtype=object).copy()
+    done: dict[tuple[Any, ...], tuple[str, str] | None] = {}
+    changed = False
+    for pos, op, d, t in zip(np.flatnonzero(index), ix["op_id"], ix["input_dims"], ix["input_types"], strict=True):
+        child = first.get(op)
+        if child is None:
+            continue
+        key = (d, t, *child)
+        if key not in done:
+            done[key] = _index_shape(d, t, *child)
+        if done[key] is not None:
+            dims[pos], types[pos] = done[key]
+            changed = True
+    if not changed:
+        return cpu_ops
+    out = cpu_ops.copy(deep=False)
+    out["input_dims"] = pd.Series(dims, index=cpu_ops.index, dtype=object)
+    out["input_types"] = pd.Series(types, index=cpu_ops.index, dtype=object)
+    return out
+
+
+def _index_shape(dims: Any, types: Any, child_dims: Any, child_concrete: Any) -> tuple[str, str] | None:
+    """(input_dims, input_types) of an aten::index with its index shape, from its as_strided child."""
+    d, t, cd, cc = _parse(dims), _parse(types), _parse(child_dims), _parse(child_concrete)
+    if len(d) < 2 or d[1] != [] or not is_shape(d[0]) or len(d[0]) < 1 or not cd or cd[0] != d[0] or len(cc) < 2:
+        return None
+    size = _parse(cc[1]) if isinstance(cc[1], str) else cc[1]
+    rest = d[0][1:]
+    if not is_shape(size) or len(size) < len(rest) or (rest and size[len(size) - len(rest):] != rest):
+        return None
+    lead = size[:len(size) - len(rest)]
+    if not lead:
+        return None
+    return json.dumps([d[0], lead, *d[2:]]), json.dumps([t[0] if t else "", "long int", *t[2:]])
+
+
 def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None = None) -> Any:
     """Per-op costs of a cpu_ops DataFrame: op_id, op_name, flops, bytes, op_class, dtype, tensor_core.
 
@@ -948,6 +1046,7 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     if cpu_ops is None or len(cpu_ops) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     list_dtype = list_dtype or dominant_dtype(cpu_ops)
+    cpu_ops = with_index_shapes(cpu_ops)
     fast = _op_costs_by_code(cpu_ops, cols, assume_causal, list_dtype)
     if fast is not None:
         return fast

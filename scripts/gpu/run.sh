@@ -153,14 +153,14 @@ for d in sorted(Path("benchmarks/configs").iterdir()):
 PY
   for m in gemma-2-2b phi-3-mini qwen3-30b-a3b mixtral-8x7b; do
     for b in 1 8; do
-      TAIL=12 run "rec_${m}_b$b" 75 python3 -m tracekit record --model "$W/configs/$m" --batch $b --requests 2 \
+      TAIL=12 run "rec_${m}_b$b" 75 tracekit record --model "$W/configs/$m" --batch $b --requests 2 \
         --out "$W/runs/${m}_b$b" --force
-      TAIL=12 run "an_${m}_b$b" 40 python3 -m tracekit analyze "$W/runs/${m}_b$b"
+      TAIL=12 run "an_${m}_b$b" 40 tracekit analyze "$W/runs/${m}_b$b"
       rm -f "$W/runs/${m}_b$b/trace.json.gz"
     done
   done
   B=${BUDGET:-250}
-  TAIL=45 run bound_vs_ncu $(( B + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces \
+  [ -n "${RECORD_ONLY:-}" ] || TAIL=45 run bound_vs_ncu $(( B + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces \
     --modes eager --batches 1,8 --budget-s "$B" \
     --shapes "benchmarks/configs/qwen3-30b-a3b,benchmarks/configs/mixtral-8x7b,benchmarks/configs/gemma-2-2b,benchmarks/configs/phi-3-mini"
   rm -f "$W"/bound_vs_ncu/*.ncu-rep

@@ -149,3 +149,39 @@ def test_op_costs_keys_on_strides() -> None:
                        {**base, "op_id": 2, "input_strides": "[[2048,1],[],[1,0],[],[2048,1]]"}])
     got = op_costs(df).set_index("op_id")["bytes"]
     assert got[1] == 1000 * 2048 * 8 + 2 * 1000 * 2048 * 2 and got[2] == 1000 * 8 + 2 * 1000 * 2048 * 2
+
+
+def test_index_with_unrecorded_indices_takes_its_shape_from_its_as_strided_child() -> None:
+    """aten::index's indices are a TensorList the trace writes as []; the op's as_strided child has the
+    gathered shape. Without the child the whole input stands for the output, as before."""
+    rows = [
+        # op_id, name, parent_id, input_dims, input_types, concrete_inputs
+        (1, "aten::index", None, "[[128,1536,2048],[]]", '["c10::BFloat16",""]', None),
+        (2, "aten::as_strided", 1, "[[128,1536,2048],[],[],[]]", '["c10::BFloat16","ScalarList","ScalarList",""]',
+         '["","[8, 1536, 2048]","[0, 2048, 1]",""]'),
+        (3, "aten::index", None, "[[64,32],[]]", '["float",""]', None),  # no child: unchanged
+        # repeated indices: 16 rows gathered out of 8 (the output outgrows the input)
+        (4, "aten::index", None, "[[8,64],[]]", '["float",""]', None),
+        (5, "aten::as_strided", 4, "[[8,64],[],[],[]]", '["float","ScalarList","ScalarList",""]',
+         '["","[16, 64]","[0, 1]",""]'),
+    ]
+    cpu = pd.DataFrame(rows, columns=["op_id", "name", "parent_id", "input_dims", "input_types", "concrete_inputs"])
+    c = op_costs(cpu).set_index("op_id")
+    assert c.loc[1, "bytes"] == 8 * 8 + 2 * 8 * 1536 * 2048 * 2
+    assert c.loc[3, "bytes"] == 2 * 64 * 32 * 4
+    assert c.loc[4, "bytes"] == 16 * 8 + (8 * 64 + 16 * 64) * 4  # every row of self read once, 16 written
+    assert set(cpu["input_dims"]) >= {"[[128,1536,2048],[]]"}  # the caller's frame is not modified
+
+
+def test_sort_topk_histc_and_a_grouped_gemm_with_fewer_rows_than_groups() -> None:
+    sort = op_cost("aten::sort", "[[1024],[],[]]", '["long int","Scalar","Scalar"]')
+    assert sort is not None and sort.bytes == 1024 * 8 * 3 and sort.flops == 0
+    topk = op_cost("aten::topk", "[[128,128],[],[],[],[]]", '["float","Scalar","Scalar","Scalar","Scalar"]')
+    assert topk is not None and topk.bytes == 128 * 128 * 4
+    histc = op_cost("aten::histc", "[[1024],[],[],[]]", '["int","Scalar","Scalar","Scalar"]')
+    assert histc is not None and histc.bytes == 1024 * 4
+    # 8 rows (one decode token routed to 8 experts) reach at most 8 of the 128 experts' weights
+    g = op_cost("aten::_grouped_mm", "[[8,2048],[128,2048,1536],[128],[],[]]",
+                '["c10::BFloat16","c10::BFloat16","int","",""]')
+    assert g is not None and g.flops == 2 * 8 * 2048 * 1536
+    assert g.bytes == (8 * 2048 + 8 * 2048 * 1536) * 2 + 8 * 1536 * 2

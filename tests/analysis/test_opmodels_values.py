@@ -114,7 +114,8 @@ def test_copies_fills_gathers() -> None:
     # index_select(self [100, 16], dim, index [7]): 7 rows of 16 read and written
     assert fb("aten::index_select", [[100, 16], [], [7]], [H, "Scalar", L]) == (0, 56 + 2 * 7 * 16 * 2)
     assert fb("aten::index_select", [[100], [], [7]], [F, "Scalar", L]) == (0, 56 + 2 * 7 * 4)
-    assert fb("aten::index", [[3], [10]], [F, L]) == (0, 80 + 2 * 3 * 4)  # never more than self holds
+    # 10 indices into 3 elements: self read once at most, the 10 gathered elements written
+    assert fb("aten::index", [[3], [10]], [F, L]) == (0, 80 + (3 + 10) * 4)
     assert fb("aten::gather", [[100, 16]], [H]) == (0, 2 * 3200)  # no index shape: the whole tensor
 
 

@@ -28,25 +28,25 @@ def test_kv_reuse_prefills_only_new_tokens_and_matches_resend_outputs(tiny_model
     from tracekit.collectors.agent import run_agent_loop
 
     # GIVEN a 4-step loop with a long system prompt and short tool results
-    kw = dict(steps=4, system_tokens=200, output_tokens=5, tool_tokens=7)
+    kw = dict(steps=4, system_tokens=600, output_tokens=5, tool_tokens=7)
     # WHEN it runs re-sending the history, and reusing the KV cache
     resend = run_agent_loop(tiny_model, mode="resend", **kw)
     reuse = run_agent_loop(tiny_model, mode="kv-reuse", **kw)
     # THEN both see the same growing prompts and produce the same token counts per step
-    assert [s.prompt_tokens for s in resend.steps] == [200, 212, 224, 236]
+    assert [s.prompt_tokens for s in resend.steps] == [600, 612, 624, 636]
     assert [s.prompt_tokens for s in reuse.steps] == [s.prompt_tokens for s in resend.steps]
     assert [s.output_tokens for s in reuse.steps] == [s.output_tokens for s in resend.steps] == [5] * 4
     # AND resend prefills the whole history, kv-reuse only what the cache lacks:
     # the tool result plus the last answer token (its KV was never computed).
-    assert [s.prefilled_tokens for s in resend.steps] == [200, 212, 224, 236]
-    assert [s.prefilled_tokens for s in reuse.steps] == [200, 8, 8, 8]
-    # AND the steps after the first spend less time in prefill (8 tokens vs 200+),
+    assert [s.prefilled_tokens for s in resend.steps] == [600, 612, 624, 636]
+    assert [s.prefilled_tokens for s in reuse.steps] == [600, 8, 8, 8]
+    # AND the steps after the first spend less time in prefill (8 tokens vs 600+),
     # measured by host timers: compare the sums to keep one noisy sample from deciding.
     assert sum(s.prefill_ns for s in reuse.steps[1:]) < sum(s.prefill_ns for s in resend.steps[1:])
     # AND each call's steps are one prefill then decode steps of q_len 1 over a growing KV
     call = reuse.calls[2]
     assert [(st.kind, st.q_len) for st in call.steps] == [("prefill", 8)] + [("decode", 1)] * 4
-    assert [st.kv_len for st in call.steps] == [224, 225, 226, 227, 228]
+    assert [st.kv_len for st in call.steps] == [624, 625, 626, 627, 628]
 
 
 def test_timed_generate_times_every_token(tiny_model):

@@ -21,7 +21,8 @@ from tracekit.model.quant import CHOICES as QUANT_CHOICES
     default=None,
     metavar="NAME_OR_PATH",
     help="A preset (tiny, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, llama-3.1-8b; random weights) "
-    "or a local Hugging Face model directory. Default: tinyllama-1.1b with CUDA, else tiny.",
+    "or a local Hugging Face model directory (only a config.json: its architecture with random weights). "
+    "Default: tinyllama-1.1b with CUDA, else tiny.",
 )
 @click.option(
     "--model-preset", "model_preset", default=None, hidden=True, help="Alias of --model for a preset name."

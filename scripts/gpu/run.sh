@@ -139,6 +139,7 @@ quant_int8_compiled)  # a call of its own: compiling the int8 weight-only model 
   ;;
 models)  # architectures outside the presets (benchmarks/configs: two MoE, Gemma-2, Phi-3), random weights:
   # record + analyze at batch 1 and 8 (the MoE ones cut to 8 layers), then bound classes vs Nsight Compute (eager)
+  # env: MODELS (names), RECORD_ARGS (e.g. --compile), RECORD_S (limit per record), RECORD_ONLY (no ncu)
   mkdir -p "$W/configs" "$W/runs"
   python3 - "$W/configs" <<'PY'
 import json, sys
@@ -151,10 +152,10 @@ for d in sorted(Path("benchmarks/configs").iterdir()):
         (Path(sys.argv[1]) / d.name).mkdir(parents=True, exist_ok=True)
         (Path(sys.argv[1]) / d.name / "config.json").write_text(json.dumps(c))
 PY
-  for m in gemma-2-2b phi-3-mini qwen3-30b-a3b mixtral-8x7b; do
+  for m in ${MODELS:-gemma-2-2b phi-3-mini qwen3-30b-a3b mixtral-8x7b}; do
     for b in 1 8; do
-      TAIL=12 run "rec_${m}_b$b" 75 tracekit record --model "$W/configs/$m" --batch $b --requests 2 \
-        --out "$W/runs/${m}_b$b" --force
+      TAIL=12 run "rec_${m}_b$b" ${RECORD_S:-75} tracekit record --model "$W/configs/$m" --batch $b --requests 2 \
+        --out "$W/runs/${m}_b$b" --force ${RECORD_ARGS:-}
       TAIL=12 run "an_${m}_b$b" 40 tracekit analyze "$W/runs/${m}_b$b"
       rm -f "$W/runs/${m}_b$b/trace.json.gz"
     done

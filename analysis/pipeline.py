@@ -126,13 +126,16 @@ def _requests_pass(t: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trace_span(t: Mapping[str, Any]) -> tuple[int, int] | None:
-    """[first, last) ns over every timed event of the raw tables."""
+    """[first, last) ns over every timed event of the raw tables; not the ops of graph-capture traces
+    (``cpu_ops.captured``), which ran at capture time on another clock (steps.live_ops)."""
     lo, hi = np.inf, -np.inf
     for name in ("gpu_activity", "cpu_ops", "runtime", "annotations"):
         df = t.get(name)
         if df is None or len(df) == 0:
             continue
         df = _steps.as_df(df)
+        if name == "cpu_ops":
+            df = _steps.live_ops(df)
         ts = df["ts_ns"].dropna().astype("int64")
         if ts.empty:
             continue

@@ -38,6 +38,10 @@ def test_trace_span() -> None:
          "runtime": pd.DataFrame({"ts_ns": [20], "dur_ns": [500]}), "annotations": pd.DataFrame()}
     assert trace_span(t) == (20, 520)
     assert trace_span({}) is None
+    # the ops of a graph-capture trace ran at capture time, on another clock: not part of the span (a
+    # compiled run's capture 6 s before its requests made its outside row 6 s long)
+    t["cpu_ops"] = pd.DataFrame({"ts_ns": [50, -6_000_000_000], "dur_ns": [1, 30], "captured": [False, True]})
+    assert trace_span(t) == (20, 520)
 
 
 def _tables() -> dict[str, Any]:

@@ -46,6 +46,8 @@ def _first_ts(tables: Mapping[str, pa.Table]) -> int | None:
     for name, col in (("gpu_activity", "ts_ns"), ("cpu_ops", "ts_ns"), ("runtime", "ts_ns"), ("annotations", "ts_ns"),
                       ("steps", "cpu_start_ns"), ("requests", "start_ns"), ("counters", "ts_ns")):
         t = tables.get(name)
+        if t is not None and name == "cpu_ops" and "captured" in t.column_names:
+            t = t.filter(pc.invert(pc.fill_null(t.column("captured"), False)))  # capture traces: another clock
         if t is not None and col in t.column_names and t.num_rows:
             m = pc.min(t.column(col)).as_py()
             if m is not None:

@@ -32,6 +32,7 @@ COLUMNS = {
     **{name: ("ts_ns", "dur_ns", "name", "cat", "pid", "tid", "device", "stream", "external_id", "correlation",
               "input_dims") for name, _ in CPU_TABLES},
 }
+COLUMNS["cpu_ops"] += ("captured",)
 
 
 @dataclass
@@ -248,11 +249,15 @@ def gpu_block(ts: TrackSet, gpu: pa.Table | None, kernel_bound: pa.Table | None,
 
 def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Window | None) -> TraceBlock | None:
     """CPU ops, runtime calls or annotations: one track per host thread (GPU annotations: per device
-    stream, beside its kernels); args External id, correlation, Input Dims."""
+    stream, beside its kernels); args External id, correlation, Input Dims. The ops of graph-capture
+    traces (``cpu_ops.captured``) are left out: they ran at capture time, on another clock (their own
+    traces are the run's capture_traces/)."""
     if table is None or table.num_rows == 0:
         return None
     n = table.num_rows
     keep, start, dur = _spans(table, n, window)
+    if "captured" in table.column_names:
+        keep &= ~npa.values(table.column("captured"), 0).astype(bool)
     c_codes, c_values = _distinct(table, "cat", n)
     cat, cats = _text(c_codes, c_values, lambda v: str(v or cat_default))
     is_ann = (np.array([c == "gpu_user_annotation" for c in cats], dtype=bool)[cat] if cats

@@ -34,6 +34,7 @@ from tracekit.report.view import (
     cost_rows,
     has_columns,
     meta_rows,
+    op_rows,
     outside_line,
     phase_rows,
     request_rows,
@@ -119,6 +120,9 @@ def run_section(run: RunView) -> str:
         if line:
             parts.append(f'<p class="outside">{_esc(line)}</p>')
     parts.append(_img(split_svg(run.df("phases")), "time split per phase"))
+    ops = op_rows(run.df("kernel_bound"))
+    if ops[1]:
+        parts.append(_section_table("Largest ops by kernel time", *ops))
     parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups)))
     for title, (headers, rows) in (("Each request's cost inside the batch", cost_rows(run.df("requests"))),
                                    ("Speculative decoding", assisted_rows(run.df("requests"), run.df("steps")))):

@@ -18,7 +18,7 @@ from tracekit.store.rundir import RunDir
 NOT_RECORDED = "not recorded"
 TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory")  # kernel_bound: the per-kernel roofline
 # kernel_bound is as long as the trace's kernels: the report reads only what its roofline draws.
-COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase")}
+COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase", "op_name", "kclass", "bound")}
 
 
 @dataclass
@@ -353,6 +353,44 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      str(SHORT_LIMITER[lim[0]]) if lim else "—",
                      cell(r.get("achieved_tflops")), pct(r.get("pct_peak_flops")),
                      cell(r.get("achieved_tbps")), pct(r.get("pct_peak_bandwidth"))])
+    return headers, rows
+
+
+OPS_PER_PHASE = 5
+PHASE_ORDER = ("prefill", "decode", "mixed")
+
+
+def op_rows(kernel_bound: pd.DataFrame, per_phase: int = OPS_PER_PHASE) -> tuple[list[str], list[list[str]]]:
+    """The ops with the most kernel time in each phase of the run's steps: the launching op (else the
+    kernels' name class), its kernels, their time, its share of the phase's kernel time, and the class
+    that holds most of that time (tracekit.analysis.bound). Kernels outside every step are left out."""
+    headers = ["phase", "op", "kernels", "kernel time (ms)", "share of the phase", "mostly"]
+    need = ("phase", "dur_ns", "op_name", "kclass", "bound")
+    if kernel_bound.empty or not all(c in kernel_bound for c in need):
+        return headers, []
+    k = kernel_bound[kernel_bound["phase"].notna()]
+    if k.empty:
+        return headers, []
+    dur = pd.to_numeric(k["dur_ns"], errors="coerce").fillna(0).clip(lower=0)
+    op = k["op_name"].astype(object).where(k["op_name"].notna(),
+                                           "(" + k["kclass"].astype(object).fillna("other").astype(str) + " kernels, no op)")
+    frame = pd.DataFrame({"phase": k["phase"].astype(str).to_numpy(), "op": op.astype(str).to_numpy(),
+                          "bound": k["bound"].astype(object).fillna("—").astype(str).to_numpy(),
+                          "dur": dur.to_numpy(dtype=float)})
+    by_op = frame.groupby(["phase", "op"], sort=False)["dur"].agg(["sum", "count"]).reset_index()
+    by_class = frame.groupby(["phase", "op", "bound"], sort=False)["dur"].sum().reset_index()
+    top_class = by_class.sort_values("dur", ascending=False, kind="stable").drop_duplicates(["phase", "op"])
+    by_op = by_op.merge(top_class.rename(columns={"dur": "class_ns"}), on=["phase", "op"], how="left")
+    total = frame.groupby("phase")["dur"].sum()
+    phases = [p for p in PHASE_ORDER if p in total.index] + sorted(p for p in total.index if p not in PHASE_ORDER)
+    rows = []
+    for ph in phases:
+        t = float(total[ph])
+        part = by_op[by_op["phase"] == ph].sort_values(["sum", "op"], ascending=[False, True], kind="stable")
+        for r in part.head(per_phase).to_dict("records"):
+            mostly = f"{r['bound']} {cell(r['class_ns'] / r['sum'], 'pct')}" if r["sum"] > 0 else "—"
+            rows.append([ph, str(r["op"]), cell(int(r["count"])), cell(r["sum"], "ms"),
+                         cell(r["sum"] / t, "pct") if t > 0 else "—", mostly])
     return headers, rows
 
 

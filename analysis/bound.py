@@ -242,8 +242,9 @@ def kernel_costs(
             mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
             # A split-K GEMM's reduce kernel sums partials the GEMM kernel left in L2 (Nsight Compute:
             # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
-            splitk = re.compile(kc.SPLITK_REDUCE).search
-            mop[(k["kclass"] == kc.REDUCTION).to_numpy() & matches(k["name"], splitk)] = np.nan
+            splitk = re.compile(kc.SPLITK_REDUCE)
+            reduce = (k["kclass"] == kc.REDUCTION).to_numpy() & matches(k["name"], lambda n: splitk.search(n) is not None)
+            mop[pd.Series(reduce, index=k.index)] = np.nan
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).fillna(0.0).clip(lower=0)  # no duration: no share

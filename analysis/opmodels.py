@@ -1008,8 +1008,9 @@ def with_index_shapes(cpu_ops: Any) -> Any:
         key = (d, t, *child)
         if key not in done:
             done[key] = _index_shape(d, t, *child)
-        if done[key] is not None:
-            dims[pos], types[pos] = done[key]
+        shaped = done[key]
+        if shaped is not None:
+            dims[pos], types[pos] = shaped
             changed = True
     if not changed:
         return cpu_ops

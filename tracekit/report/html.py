@@ -120,7 +120,7 @@ def run_section(run: RunView) -> str:
         if line:
             parts.append(f'<p class="outside">{_esc(line)}</p>')
     parts.append(_img(split_svg(run.df("phases")), "time split per phase"))
-    ops = op_rows(run.df("kernel_bound"))
+    ops = op_rows(run.df("kernel_ops"))
     if ops[1]:
         parts.append(_section_table("Largest ops by kernel time", *ops))
     parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups)))

@@ -202,7 +202,7 @@ def render_terminal(views: list[Any], out: Any) -> None:
             if note:
                 console.print(f"  {visible(note)}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
-                                       ("largest ops by kernel time", op_rows(v.df("kernel_bound"))),
+                                       ("largest ops by kernel time", op_rows(v.df("kernel_ops"))),
                                        ("requests", request_rows(v.df("requests"), v.warmups)),
                                        ("each request's cost inside the batch", cost_rows(v.df("requests"))),
                                        ("speculative decoding", assisted_rows(v.df("requests"), v.df("steps")))):

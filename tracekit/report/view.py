@@ -18,7 +18,9 @@ from tracekit.store.rundir import RunDir
 NOT_RECORDED = "not recorded"
 TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory")  # kernel_bound: the per-kernel roofline
 # kernel_bound is as long as the trace's kernels: the report reads only what its roofline draws.
-COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase", "op_name", "kclass", "bound")}
+COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase")}
+# ... and, summed per (phase, op, class) in Arrow as it is read, what the largest-ops table shows (kernel_ops)
+OP_COLUMNS = ("phase", "op_name", "kclass", "bound", "dur_ns")
 
 
 @dataclass
@@ -44,6 +46,8 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
     requests and those the recorder marked (tracekit.analysis.warmup.rebase; nothing is rewritten)."""
     m = run.read_manifest()
     tables = {t: read_df(run, t) for t in TABLES if run.has_table(t)}
+    if run.has_table("kernel_bound"):
+        tables["kernel_ops"] = kernel_ops(read_arrow(run, "kernel_bound", OP_COLUMNS))
     done = tuple(int(i) for i in ((m.get("analysis") or {}).get("warmup_requests") or []))
     if warmup_requests is None:
         return RunView(run.run_id, m, tables, done)
@@ -57,11 +61,16 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
 
 
 def read_df(run: RunDir, name: str) -> pd.DataFrame:
-    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``, as read
-    from a table written to its schema (else from the table fitted to it)."""
+    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``."""
     columns = COLUMNS.get(name)
     if columns is None:
         return run.read_df(name)
+    return read_arrow(run, name, columns).to_pandas()
+
+
+def read_arrow(run: RunDir, name: str, columns: tuple[str, ...]) -> Any:
+    """Those of ``columns`` a table has, as read from a table written to its schema (else from the table
+    fitted to it), as an Arrow table."""
     import pyarrow.parquet as pq
 
     from tracekit.model import schema
@@ -71,8 +80,44 @@ def read_df(run: RunDir, name: str) -> pd.DataFrame:
     if name in schema.SCHEMAS and not all(
             have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in schema.schema(name)):
         full = run.read_table(name)
-        return full.select([c for c in columns if c in full.column_names]).to_pandas()
-    return pf.read(columns=[c for c in columns if c in have.names]).to_pandas()
+        return full.select([c for c in columns if c in full.column_names])
+    return pf.read(columns=[c for c in columns if c in have.names])
+
+
+def kernel_ops(table: Any) -> pd.DataFrame:
+    """kernel_bound's kernels of the steps summed per (phase, op_name, kclass, bound): time_ns, kernels.
+    Summed over the columns' dictionary codes, so no per-kernel text reaches Python (a run has as
+    many rows as kernels)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = ["phase", "op_name", "kclass", "bound"]
+    cols = [*keys, "time_ns", "kernels"]
+    if table is None or not all(c in table.column_names for c in OP_COLUMNS) or not table.num_rows:
+        return pd.DataFrame(columns=cols)
+    codes, values = [], []
+    for name in keys:
+        col = table.column(name)
+        enc = (col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)).combine_chunks()
+        codes.append(pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64))
+        values.append(enc.dictionary.to_pylist())
+    dur = pc.fill_null(table.column("dur_ns").cast(pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    keep = codes[0] >= 0  # kernels of a step (a phase)
+    key = np.zeros(int(keep.sum()), dtype=np.int64)
+    for c, v in zip(codes, values, strict=True):
+        key = key * (len(v) + 1) + (c[keep] + 1)
+    uniq, inv = np.unique(key, return_inverse=True)
+    time_ns = np.bincount(inv, weights=np.maximum(dur[keep], 0).astype(float), minlength=len(uniq))
+    kernels = np.bincount(inv, minlength=len(uniq))
+    out: dict[str, Any] = {}
+    rest = uniq.copy()
+    for name, v in reversed(list(zip(keys, values, strict=True))):
+        code = rest % (len(v) + 1) - 1
+        rest = rest // (len(v) + 1)
+        out[name] = [v[i] if i >= 0 else None for i in code.tolist()]
+    return pd.DataFrame({**{k: pd.Series(out[k], dtype=object) for k in keys}, "time_ns": time_ns,
+                         "kernels": kernels}, columns=cols)
 
 
 def has_columns(df: pd.DataFrame, *cols: str) -> bool:
@@ -360,37 +405,36 @@ OPS_PER_PHASE = 5
 PHASE_ORDER = ("prefill", "decode", "mixed")
 
 
-def op_rows(kernel_bound: pd.DataFrame, per_phase: int = OPS_PER_PHASE) -> tuple[list[str], list[list[str]]]:
-    """The ops with the most kernel time in each phase of the run's steps: the launching op (else the
-    kernels' name class), its kernels, their time, its share of the phase's kernel time, and the class
-    that holds most of that time (tracekit.analysis.bound). Kernels outside every step are left out."""
+def op_rows(ops: pd.DataFrame, per_phase: int = OPS_PER_PHASE) -> tuple[list[str], list[list[str]]]:
+    """The ops with the most kernel time in each phase of the run's steps, from ``kernel_ops``: the
+    launching op (else the kernels' name class), its kernels, their time, its share of the phase's kernel
+    time, and the class that holds most of that time (tracekit.analysis.bound)."""
     headers = ["phase", "op", "kernels", "kernel time (ms)", "share of the phase", "mostly"]
-    need = ("phase", "dur_ns", "op_name", "kclass", "bound")
-    if kernel_bound.empty or not all(c in kernel_bound for c in need):
+    if ops.empty or not all(c in ops for c in ("phase", "op_name", "kclass", "bound", "time_ns", "kernels")):
         return headers, []
-    k = kernel_bound[kernel_bound["phase"].notna()]
-    if k.empty:
+    parts = ops[ops["phase"].notna()].copy()
+    if parts.empty:
         return headers, []
-    dur = pd.to_numeric(k["dur_ns"], errors="coerce").fillna(0).clip(lower=0)
-    op = k["op_name"].astype(object).where(k["op_name"].notna(),
-                                           "(" + k["kclass"].astype(object).fillna("other").astype(str) + " kernels, no op)")
-    frame = pd.DataFrame({"phase": k["phase"].astype(str).to_numpy(), "op": op.astype(str).to_numpy(),
-                          "bound": k["bound"].astype(object).fillna("—").astype(str).to_numpy(),
-                          "dur": dur.to_numpy(dtype=float)})
-    by_op = frame.groupby(["phase", "op"], sort=False)["dur"].agg(["sum", "count"]).reset_index()
-    by_class = frame.groupby(["phase", "op", "bound"], sort=False)["dur"].sum().reset_index()
-    top_class = by_class.sort_values("dur", ascending=False, kind="stable").drop_duplicates(["phase", "op"])
-    by_op = by_op.merge(top_class.rename(columns={"dur": "class_ns"}), on=["phase", "op"], how="left")
-    total = frame.groupby("phase")["dur"].sum()
+    parts["op"] = parts["op_name"].astype(object).where(
+        parts["op_name"].notna(),
+        "(" + parts["kclass"].astype(object).fillna("other").astype(str) + " kernels, no op)").astype(str)
+    parts["bound"] = parts["bound"].astype(object).fillna("—").astype(str)
+    parts["phase"] = parts["phase"].astype(str)
+    parts["time_ns"] = pd.to_numeric(parts["time_ns"], errors="coerce").fillna(0).astype(float)
+    by_op = parts.groupby(["phase", "op"], sort=False)[["time_ns", "kernels"]].sum().reset_index()
+    by_class = parts.groupby(["phase", "op", "bound"], sort=False)["time_ns"].sum().reset_index()
+    top_class = by_class.sort_values("time_ns", ascending=False, kind="stable").drop_duplicates(["phase", "op"])
+    by_op = by_op.merge(top_class.rename(columns={"time_ns": "class_ns"}), on=["phase", "op"], how="left")
+    total = by_op.groupby("phase")["time_ns"].sum()
     phases = [p for p in PHASE_ORDER if p in total.index] + sorted(p for p in total.index if p not in PHASE_ORDER)
     rows = []
     for ph in phases:
         t = float(total[ph])
-        part = by_op[by_op["phase"] == ph].sort_values(["sum", "op"], ascending=[False, True], kind="stable")
+        part = by_op[by_op["phase"] == ph].sort_values(["time_ns", "op"], ascending=[False, True], kind="stable")
         for r in part.head(per_phase).to_dict("records"):
-            mostly = f"{r['bound']} {cell(r['class_ns'] / r['sum'], 'pct')}" if r["sum"] > 0 else "—"
-            rows.append([ph, str(r["op"]), cell(int(r["count"])), cell(r["sum"], "ms"),
-                         cell(r["sum"] / t, "pct") if t > 0 else "—", mostly])
+            mostly = f"{r['bound']} {cell(r['class_ns'] / r['time_ns'], 'pct')}" if r["time_ns"] > 0 else "—"
+            rows.append([ph, str(r["op"]), cell(int(r["kernels"])), cell(r["time_ns"], "ms"),
+                         cell(r["time_ns"] / t, "pct") if t > 0 else "—", mostly])
     return headers, rows
 
 

@@ -1,0 +1,54 @@
+"""Fault class: run directories tampered with after ingest and analyze: tables rewritten as valid Parquet
+of another shape (a column twice, a run_id column, no columns), run.json fields of the wrong type deep
+inside, then every verb over the run.
+
+Invariant: one line and an exit code (no traceback); a verb that only reads leaves the run byte for
+byte as it was, and so does an analyze that fails; query skips the run it cannot read, with a note.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from faultlib import cli, copy_run, one_line, same_or_complete, snapshot
+
+
+def _rewrite(path: Path, fn: Any) -> None:
+    pq.write_table(fn(pq.read_table(path)), path)
+
+
+def _twice(col: str) -> Any:
+    return lambda t: pa.Table.from_arrays([*t.columns, t.column(col)], names=[*t.column_names, col])
+
+
+def _verbs(run: Path, other: Path, out: Path) -> dict[str, list[Any]]:
+    return {
+        "analyze": ["analyze", "-q", run],
+        "report": ["report", run, "--html", out / "r.html"],
+        "diff": ["diff", other, run],
+        "export": ["export", "-q", run, "--format", "json", "--out", out / "x.json.gz"],
+    }
+
+
+@pytest.mark.parametrize("table,col", [("steps", "kind"), ("phases", "time_ns"), ("gpu_activity", "name")])
+@pytest.mark.parametrize("verb", ["analyze", "report", "diff", "export"])
+def test_a_table_with_a_column_twice_is_one_line(tmp_path: Path, good_template: Path, table: str, col: str,
+                                                 verb: str) -> None:
+    # It was a KeyError traceback ('Field "kind" exists 2 times in schema') from report, diff and analyze.
+    run = copy_run(good_template, tmp_path / "runs" / "bad")
+    other = copy_run(good_template, tmp_path / "runs" / "good")
+    _rewrite(run / "tables" / f"{table}.parquet", _twice(col))
+    before = snapshot(run)
+    (tmp_path / "out").mkdir()
+    r = cli(_verbs(run, other, tmp_path / "out")[verb])
+    one_line(r)
+    if verb == "analyze" and r.rc == 0:  # a table analyze writes anew: the run is complete again
+        same_or_complete(before, run)
+    else:
+        assert snapshot(run) == before
+    if r.rc != 0:
+        assert "appears more than once" in r.err or "not the file ingest wrote" in r.err, r.err

@@ -8,6 +8,7 @@ byte as it was, and so does an analyze that fails; query skips the run it cannot
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,21 @@ def test_a_table_with_a_column_twice_is_one_line(tmp_path: Path, good_template: 
         assert snapshot(run) == before
     if r.rc != 0:
         assert "appears more than once" in r.err or "not the file ingest wrote" in r.err, r.err
+
+
+@pytest.mark.parametrize("damage", ["run_id column", "column twice", "no columns"])
+def test_query_skips_a_table_its_view_cannot_hold(tmp_path: Path, good_template: Path, damage: str) -> None:
+    # A table with its own run_id column was a BinderException traceback (the view adds run_id);
+    # one without columns an InvalidInputException traceback; a column twice a 'bad query' (exit 2).
+    runs = tmp_path / "runs"
+    copy_run(good_template, runs / "good")
+    bad = copy_run(good_template, runs / "bad")
+    fn = {"run_id column": lambda t: t.append_column("run_id", pa.array(["x"] * t.num_rows)),
+          "column twice": _twice("name"), "no columns": lambda t: pa.table({})}[damage]
+    _rewrite(bad / "tables" / "gpu_activity.parquet", fn)
+    before = snapshot(runs)
+    r = cli(["query", "select run_id, count(*) as n from gpu_activity group by all", "--runs", runs, "--format", "json"])
+    one_line(r)
+    assert r.rc == 0 and "bad: skipped: table gpu_activity unreadable" in r.err
+    assert {json.loads(x)["run_id"] for x in r.out.splitlines()} == {"good"}
+    assert snapshot(runs) == before

@@ -95,15 +95,21 @@ class _Catalog:
         return name
 
 
-def _readable(path: Path) -> str | None:
-    """Why a Parquet file cannot be queried (its footer), or None."""
+def _readable(path: Path, reserved: tuple[str, ...] = ()) -> str | None:
+    """Why a Parquet file cannot be queried (its footer; no columns, a column name twice, or one of
+    ``reserved``: the columns its view adds), or None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pq.read_schema(path)
+        names = pq.read_schema(path).names
     except (OSError, ValueError, pa.ArrowException) as exc:
         return str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
+    if not names:
+        return "no columns"
+    twice = sorted({n for n in names if names.count(n) > 1 or n in reserved})
+    if twice:
+        return f"column {twice[0]!r} " + ("is the view's own" if twice[0] in reserved else "appears more than once")
     return None
 
 
@@ -130,7 +136,7 @@ def _connect_runs(runs: list[Path], sql: str | None, notes: list[str]) -> _Catal
             path = r / TABLES_DIR / f"{name}.parquet"
             if r in bad or not path.is_file():
                 continue
-            why = _readable(path)
+            why = _readable(path, reserved=("run_id",))
             if why is not None:
                 notes.append(f"{visible(r.name)}: skipped: table {name} unreadable ({visible(why)})")
                 bad.add(r)

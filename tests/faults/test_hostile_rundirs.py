@@ -71,3 +71,22 @@ def test_query_skips_a_table_its_view_cannot_hold(tmp_path: Path, good_template:
     assert r.rc == 0 and "bad: skipped: table gpu_activity unreadable" in r.err
     assert {json.loads(x)["run_id"] for x in r.out.splitlines()} == {"good"}
     assert snapshot(runs) == before
+
+
+@pytest.mark.parametrize("sql", [
+    "copy (select 1 as a) to '{d}/PWNED.csv'",
+    "copy steps to '{run}/tables/steps.parquet' (format parquet)",  # over a run's own table
+    "attach '{d}/PWNED.db' as x; create table x.t as select 1",
+    "export database '{d}/PWNED_DIR'",
+    "select * from read_text('{run}/run.json')",
+    "set enable_external_access = true; copy (select 1) to '{d}/PWNED2.csv'",
+])
+def test_query_reads_the_runs_tables_and_writes_nothing(tmp_path: Path, good_template: Path, sql: str) -> None:
+    # Each of these ran: a query wrote files anywhere (past --out's check, onto a run's own tables) or read any.
+    runs = tmp_path / "runs"
+    run = copy_run(good_template, runs / "good")
+    before = snapshot(tmp_path)
+    r = cli(["query", sql.format(d=tmp_path, run=run), "--runs", runs, "--format", "csv"])
+    one_line(r)
+    assert r.rc == 2 and ("disabled by configuration" in r.err or "locked" in r.err), r.err
+    assert snapshot(tmp_path) == before

@@ -12,6 +12,9 @@ absent table. Views union by column name: runs written by an older schema
 version get nulls for columns they lack. Views are made for the tables the query
 names.
 
+The query sees those views and nothing else: DuckDB runs without file access (no COPY ... TO,
+ATTACH, read_csv, extension download) and with its settings locked.
+
 Nothing a file or folder is called becomes SQL: every file is handed to DuckDB as a
 registered Arrow dataset under a generated name (no path is ever parsed as SQL or
 expanded as a glob), run ids are quoted string literals, and a table file whose name
@@ -80,7 +83,12 @@ class _Catalog:
     def __init__(self) -> None:
         import duckdb
 
-        self.con = duckdb.connect(":memory:")
+        # The query reads the registered tables and nothing else: no file (COPY ... TO, ATTACH, EXPORT
+        # DATABASE would write past --out, onto a run's own files; read_csv would read any file), no
+        # extension download, no setting changed back.
+        self.con = duckdb.connect(":memory:", config={
+            "enable_external_access": False, "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False, "lock_configuration": True})
         self.streams: dict[str, tuple[Path | None, list[Path]]] = {}
 
     def register(self, run: Path | None, files: list[Path], **dataset_args: Any) -> str:

@@ -90,3 +90,11 @@ def test_query_reads_the_runs_tables_and_writes_nothing(tmp_path: Path, good_tem
     one_line(r)
     assert r.rc == 2 and ("disabled by configuration" in r.err or "locked" in r.err), r.err
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("sql", ["", "   ", " ; ;\n"])
+def test_an_empty_query_is_a_usage_error(tmp_path: Path, good_template: Path, sql: str) -> None:
+    copy_run(good_template, tmp_path / "runs" / "good")
+    r = cli(["query", sql, "--runs", tmp_path / "runs"])  # exit 0 with no output before
+    one_line(r)
+    assert r.rc == 2 and "the query is empty" in r.err

@@ -13,7 +13,7 @@ version get nulls for columns they lack. Views are made for the tables the query
 names.
 
 The query sees those views and nothing else: DuckDB runs without file access (no COPY ... TO,
-ATTACH, read_csv, extension download) and with its settings locked.
+ATTACH, read_csv, extension download) and with its settings locked. An empty query is a usage error.
 
 Nothing a file or folder is called becomes SQL: every file is handed to DuckDB as a
 registered Arrow dataset under a generated name (no path is ever parsed as SQL or
@@ -36,6 +36,7 @@ from tracekit.store.rundir import MANIFEST, TABLES_DIR, RunDir
 
 PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _STREAM = re.compile(r"stream registered as '(__t\d+)'")
+_STATEMENT = re.compile(r"[^\s;]")  # SQL that is only blanks and semicolons asks nothing
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -232,6 +233,8 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
     from tracekit.store.dataset import is_dataset
 
     notes = notes if notes is not None else []
+    if not _STATEMENT.search(sql):
+        raise UsageError("the query is empty: give a SQL statement, e.g. \"select kind, count(*) from steps group by kind\"")
     dataset = is_dataset(runs_dir)
     runs: list[Path] = []
     excluded: set[Path] = set()

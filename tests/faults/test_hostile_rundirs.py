@@ -98,3 +98,34 @@ def test_an_empty_query_is_a_usage_error(tmp_path: Path, good_template: Path, sq
     r = cli(["query", sql, "--runs", tmp_path / "runs"])  # exit 0 with no output before
     one_line(r)
     assert r.rc == 2 and "the query is empty" in r.err
+
+
+@pytest.mark.parametrize("path,value", [
+    (("timings", "profiled", "requests", 0, "request_id"), []),  # TypeError in the requests pass
+    (("timings", "profiled", "requests", 0, "request_id"), ""),  # ValueError
+    (("timings", "unprofiled", "requests", 0, "e2e_ns"), True),  # ArrowTypeError
+    (("timings", "profiled", "requests", 0, "itl_ns", "p99"), ""),  # ArrowTypeError
+    (("timings", "profiled", "requests", 0, "ttft_ns"), "1e3"),
+    (("timings", "unprofiled", "cuda_events", "requests", 0, "output_tokens"), 2**70),
+    (("model", "config", "num_key_value_heads"), "x"),  # ValueError in the cost pass
+    (("model", "config", "num_hidden_layers"), 1e308),  # OverflowError
+    (("model", "config", "num_attention_heads"), 0),  # ZeroDivisionError
+    (("model", "parameters"), -5),
+])
+@pytest.mark.parametrize("verb", ["analyze", "report"])
+def test_numbers_of_the_wrong_kind_deep_in_run_json_are_a_corrupt_run(tmp_path: Path, path: tuple[Any, ...],
+                                                                       value: Any, verb: str) -> None:
+    from helpers import FIXTURES
+
+    run = copy_run(FIXTURES / "record_gpu_smoke", tmp_path / "run")
+    data = json.loads((run / "run.json").read_text())
+    d = data
+    for k in path[:-1]:
+        d = d[k]
+    d[path[-1]] = value
+    (run / "run.json").write_text(json.dumps(data))
+    before = snapshot(run)
+    r = cli([verb, *(["-q"] if verb == "analyze" else ["--no-html"]), run])
+    one_line(r)
+    assert r.rc == 1 and "corrupt run.json" in r.err and ".".join(map(str, path[1:2])) in r.err, r.err
+    assert snapshot(run) == before

@@ -130,7 +130,8 @@ def _staging_tag(target: Path) -> str:
 
 
 def check_manifest(data: Any, where: Path) -> dict[str, Any]:
-    """``data`` if it is a run.json tracekit could have written, else CorruptRunError (one line)."""
+    """``data`` if it is a run.json tracekit could have written, else CorruptRunError (one line): an object,
+    its sections of the kind tracekit writes, and the numbers the analysis reads numbers (``_bad_number``)."""
     if not isinstance(data, dict):
         raise CorruptRunError(f"{where}: corrupt run.json (a JSON {type(data).__name__}, not an object); "
                               "re-ingest with --force")
@@ -145,7 +146,66 @@ def check_manifest(data: Any, where: Path) -> dict[str, Any]:
             raise CorruptRunError(f"{where}: corrupt run.json ({key!r} is not a list); re-ingest with --force")
     if any(not isinstance(w, str) for w in data.get("warnings") or []):
         raise CorruptRunError(f"{where}: corrupt run.json (a warning that is not text); re-ingest with --force")
+    bad = _bad_number(data)
+    if bad is not None:
+        raise CorruptRunError(f"{where}: corrupt run.json ({visible(bad)[:200]} is not a number tracekit "
+                              "writes); re-record or re-ingest with --force")
     return data
+
+
+# Numbers the analysis reads from run.json. Per request of each ``timings`` block (the recorder's host
+# timers): counts and ids are whole numbers, times and shares finite numbers. In ``model.config`` (and
+# its ``text_config``): the sizes the cost model and the model check multiply. Each may be null.
+_REQUEST_COUNTS = ("request_id", "batch", "input_tokens", "output_tokens")
+_REQUEST_TIMES = ("ttft_ns", "tpot_ns", "e2e_ns", "start_ns", "end_ns", "prefill_share")
+_CONFIG_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "num_key_value_heads",
+                 "head_dim", "intermediate_size", "num_local_experts", "n_routed_experts", "kv_lora_rank",
+                 "qk_rope_head_dim")
+_COUNT_LIMIT = 2**31  # a count or id past this is no run's (products of them stay inside int64)
+
+
+def _is_count(v: Any, least: int = 0) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and least <= v <= _COUNT_LIMIT)
+
+
+def _is_finite(v: Any) -> bool:
+    import math
+
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def _bad_number(data: dict[str, Any]) -> str | None:
+    """The first field of ``data`` (a run.json) that should hold a number and does not, as a path; or None."""
+    blocks = [("timings", data.get("timings"))]
+    while blocks:
+        path, block = blocks.pop()
+        if not isinstance(block, dict):
+            continue
+        blocks += [(f"{path}.{k}", v) for k, v in block.items() if isinstance(v, dict)]
+        reqs = block.get("requests")
+        if not isinstance(reqs, list):
+            continue
+        for i, r in enumerate(reqs):
+            if not isinstance(r, dict):
+                return f"{path}.requests[{i}]"
+            itl = r.get("itl_ns")
+            for key, ok in [*((k, _is_count(r.get(k))) for k in _REQUEST_COUNTS),
+                            *((k, _is_finite(r.get(k))) for k in _REQUEST_TIMES),
+                            ("itl_ns", itl is None or (isinstance(itl, dict) and all(map(_is_finite, itl.values()))))]:
+                if not ok:
+                    return f"{path}.requests[{i}].{key}"
+    model = data.get("model")
+    config = model.get("config") if isinstance(model, dict) else None
+    for path, c in (("model.config", config),
+                    ("model.config.text_config", config.get("text_config") if isinstance(config, dict) else None)):
+        if c is not None and not isinstance(c, dict):
+            return path
+        for key in _CONFIG_SIZES if c else ():
+            if not _is_count(c.get(key), least=1 if key == "num_attention_heads" else 0):
+                return f"{path}.{key}"
+    if isinstance(model, dict) and not (_is_finite(model.get("parameters")) and (model.get("parameters") or 0) >= 0):
+        return "model.parameters"
+    return None
 
 
 class RunDir:

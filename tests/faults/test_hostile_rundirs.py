@@ -129,3 +129,15 @@ def test_numbers_of_the_wrong_kind_deep_in_run_json_are_a_corrupt_run(tmp_path: 
     one_line(r)
     assert r.rc == 1 and "corrupt run.json" in r.err and ".".join(map(str, path[1:2])) in r.err, r.err
     assert snapshot(run) == before
+
+
+def test_an_analysis_that_fails_on_a_table_names_the_runs_file(tmp_path: Path, good_template: Path) -> None:
+    # The message named the hard-linked staging copy (runs/.tracekit-new-<tag>-<random>/tables/...),
+    # a path that is gone when the user reads it.
+    run = copy_run(good_template, tmp_path / "runs" / "bad")
+    _rewrite(run / "tables" / "steps.parquet", lambda t: pa.table({"step_id": ["abc"]}))  # analyze reads it first
+    before = snapshot(run)
+    r = cli(["analyze", "-q", run])
+    one_line(r)
+    assert r.rc == 1 and ".tracekit-new" not in r.err and str(run / "tables" / "steps.parquet") in r.err, r.err
+    assert snapshot(run) == before

@@ -472,12 +472,14 @@ class RunDir:
         """The named table; an empty one of the right schema if it was never written.
 
         A table that cannot be read (truncated, not Parquet, a column name twice, a column that does not
-        cast to its declared type) is a CorruptRunError naming the run.
+        cast to its declared type) is a CorruptRunError naming the run and the file where the user has it
+        (never a staging copy's).
         """
         path = self.table_path(name)
+        shown = visible(self.final_path / TABLES_DIR / path.name)
         if not path.is_file():
             if path.exists():
-                raise CorruptRunError(f"{visible(self.run_id)}: table {name} is not a file ({visible(path)}); "
+                raise CorruptRunError(f"{visible(self.run_id)}: table {name} is not a file ({shown}); "
                                       "re-ingest or re-analyze the run")
             return _schema.empty(name)
         try:
@@ -487,7 +489,7 @@ class RunDir:
                 raise ValueError(f"column {twice[0]!r} appears more than once")
             return _fit(name, table) if name in _schema.SCHEMAS else table
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({visible(path)}: "
+            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({shown}: "
                                   f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
 
     def read_df(self, name: str) -> Any:

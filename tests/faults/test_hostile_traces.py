@@ -1,0 +1,32 @@
+"""Fault class: trace metadata no trace writer produces (distributedInfo out of any range), through both
+readers, into a run directory and into a dataset.
+
+Invariant: one line and an exit code (no traceback); a field that cannot be what it names is read as
+absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from faultlib import cli, env, events, one_line, trace_doc, write_trace
+
+
+@pytest.mark.parametrize("rank", [2**40, -1, True, 2**31])
+@pytest.mark.parametrize("engine", ["native", "duckdb"])
+@pytest.mark.parametrize("dataset", [False, True])
+def test_a_rank_past_the_rank_column_is_no_rank(tmp_path: Path, rank: object, engine: str, dataset: bool) -> None:
+    # distributedInfo.rank 2**40 was an OverflowError traceback (numpy int32 fill) from every ingest.
+    src = write_trace(tmp_path / "t.json", trace_doc(events(3), distributedInfo={"rank": rank, "world_size": 2}))
+    out = tmp_path / "out"
+    with env(TRACEKIT_INGEST_ENGINE=engine):
+        r = cli(["ingest", "-q", src, "--out", out, *(["--dataset"] if dataset else [])])
+    one_line(r, ok=(0,))
+    files = sorted((out / "gpu_activity").rglob("*.parquet")) if dataset else [out / "tables" / "gpu_activity.parquet"]
+    assert files and all(pq.read_table(f).num_rows == 3 for f in files)
+    if dataset:
+        assert all("rank=0" in str(f) for f in files), files
+    else:
+        assert pq.read_table(files[0]).column("rank").to_pylist() == [0, 0, 0]

@@ -57,22 +57,12 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
 
 
 def read_df(run: RunDir, name: str) -> pd.DataFrame:
-    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``, as read
-    from a table written to its schema (else from the table fitted to it)."""
+    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``
+    (``RunDir.read_columns``)."""
     columns = COLUMNS.get(name)
     if columns is None:
         return run.read_df(name)
-    import pyarrow.parquet as pq
-
-    from tracekit.model import schema
-
-    pf = pq.ParquetFile(run.table_path(name))  # (pq.read_table imports pyarrow.dataset)
-    have = pf.schema_arrow
-    if name in schema.SCHEMAS and not all(
-            have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in schema.schema(name)):
-        full = run.read_table(name)
-        return full.select([c for c in columns if c in full.column_names]).to_pandas()
-    return pf.read(columns=[c for c in columns if c in have.names]).to_pandas()
+    return run.read_columns(name, columns).to_pandas()
 
 
 def has_columns(df: pd.DataFrame, *cols: str) -> bool:

@@ -484,13 +484,33 @@ class RunDir:
             return _schema.empty(name)
         try:
             table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset (+0.3 s, +50 MB)
-            twice = sorted({c for c in table.column_names if table.column_names.count(c) > 1})
-            if twice:  # no writer of tracekit's makes one, and every reader picks columns by name
-                raise ValueError(f"column {twice[0]!r} appears more than once")
+            _once(table.column_names)
             return _fit(name, table) if name in _schema.SCHEMAS else table
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({shown}: "
                                   f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
+
+    def read_columns(self, name: str, columns: Sequence[str], *, fit: bool = True) -> pa.Table:
+        """The named table's ``columns`` (those it has), without reading the others: as stored where the
+        file holds its declared schema (or ``fit`` is False), else from ``read_table``'s fitted table.
+        Absent, not a file or unreadable: as ``read_table``."""
+        path = self.table_path(name)
+        if not path.is_file():
+            full = self.read_table(name)
+            return full.select([c for c in columns if c in full.column_names])
+        try:
+            pf = pq.ParquetFile(path)
+            have = pf.schema_arrow
+            _once(have.names)
+            if fit and name in _schema.SCHEMAS and not all(
+                    have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in _schema.schema(name)):
+                full = self.read_table(name)
+                return full.select([c for c in columns if c in full.column_names])
+            return pf.read(columns=[c for c in columns if c in have.names])
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable "
+                                  f"({visible(self.final_path / TABLES_DIR / path.name)}: {_first_line(exc)}); "
+                                  "re-ingest or re-analyze the run") from None
 
     def read_df(self, name: str) -> Any:
         return self.read_table(name).to_pandas()
@@ -548,6 +568,14 @@ def _fit(name: str, table: pa.Table) -> pa.Table:
         if c not in sch.names:
             known = known.append_column(table.schema.field(c), table.column(c))
     return known
+
+
+def _once(names: Sequence[str]) -> None:
+    """ValueError where a column name appears twice: no writer of tracekit's makes one, and every reader
+    picks columns by name."""
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise ValueError(f"column {twice[0]!r} appears more than once")
 
 
 def _first_line(exc: BaseException) -> str:

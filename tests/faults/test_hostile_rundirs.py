@@ -164,3 +164,17 @@ def test_tables_read_by_column_are_checked_as_whole_ones(tmp_path: Path, good_te
     if not (verb == "report" and table == "gpu_activity"):  # the report does not read the kernels
         assert r.rc == 1 and f"table {table} is unreadable" in r.err, r.err
     assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("verb", ["ingest", "analyze"])
+def test_force_never_replaces_the_run_whose_trace_is_being_read(tmp_path: Path, verb: str) -> None:
+    # 'tracekit ingest RUN/trace.json.gz --out RUN --force' swapped in a run without the trace: the
+    # recorded run's only copy of its trace, its timings and workload were deleted.
+    from helpers import FIXTURES
+
+    run = copy_run(FIXTURES / "record_gpu_smoke", tmp_path / "run")
+    before = snapshot(run)
+    r = cli([verb, "-q", run / "trace.json.gz", "--out", run, "--force"])
+    one_line(r)
+    assert r.rc == 2 and "which --force would replace" in r.err, r.err
+    assert snapshot(run) == before

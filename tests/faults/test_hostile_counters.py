@@ -84,3 +84,19 @@ def test_a_step_id_past_any_step_is_outside_every_step(tmp_path: Path) -> None:
     rows[3][4] = '1  "<default domain>:tracekit.step id=4:none" '
     got = ncu.read_csv(_write(tmp_path / "steps.csv", rows)).to_pandas()
     assert got["step_id"].isna().iloc[0] and got["step_id"].iloc[1] == 4
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--steps", "5:2"], "--steps '5:2'"),  # was named "--trace-steps", a flag counters does not have
+    (["--steps", "x"], "--steps 'x'"),
+    (["--timeout", "nan"], "--timeout nan"),  # passed click's range: a wait for ncu that never times out
+])
+def test_counters_options_out_of_range_name_the_option(tmp_path: Path, args: list[str], said: str) -> None:
+    from faultlib import cli, one_line
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    r = cli(["counters", run, *args, "--csv", SRC])
+    one_line(r)
+    assert r.rc == 2 and f"error: {said}" in r.err, r.err

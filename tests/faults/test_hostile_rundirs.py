@@ -178,3 +178,18 @@ def test_force_never_replaces_the_run_whose_trace_is_being_read(tmp_path: Path, 
     one_line(r)
     assert r.rc == 2 and "which --force would replace" in r.err, r.err
     assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("name", ["9" * 30, "\u00b2"])
+def test_a_rank_directory_named_as_no_rank_is_not_a_rank(tmp_path: Path, name: str) -> None:
+    # ranks/<30 digits>/ was an OverflowError traceback (the int32 rank column), ranks/²/ a ValueError
+    # (str.isdigit accepts it, int() does not).
+    import shutil
+
+    from helpers import FIXTURES
+
+    run = copy_run(FIXTURES / "tp_h200", tmp_path / "tp")
+    shutil.copytree(run / "ranks" / "1", run / "ranks" / name)
+    r = cli(["analyze", "-q", run])
+    one_line(r, ok=(0,))
+    assert set(pq.read_table(run / "tables" / "steps.parquet").column("rank").to_pylist()) == {0, 1}

@@ -193,3 +193,27 @@ def test_a_rank_directory_named_as_no_rank_is_not_a_rank(tmp_path: Path, name: s
     r = cli(["analyze", "-q", run])
     one_line(r, ok=(0,))
     assert set(pq.read_table(run / "tables" / "steps.parquet").column("rank").to_pylist()) == {0, 1}
+
+
+@pytest.mark.parametrize("where", ["--ceiling", "cache"])
+def test_a_ceiling_file_nested_too_deep_is_one_line(tmp_path: Path, good_template: Path, where: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # RecursionError traceback; from the calibration cache, for every analysis of that GPU.
+    from tracekit.model.ceilings import slug
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    run = copy_run(good_template, tmp_path / "run")
+    before = snapshot(run)
+    if where == "cache":
+        monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+        (tmp_path / "cache" / "ceilings").mkdir(parents=True)
+        deep.rename(tmp_path / "cache" / "ceilings" / f"{slug('NVIDIA H200')}.json")
+        r = cli(["analyze", "-q", run])
+        one_line(r, ok=(0,))  # analysed without a ceiling, and said why
+        assert "nested too deep" in r.text
+    else:
+        r = cli(["analyze", "-q", run, "--ceiling", deep])
+        one_line(r, ok=(2,))
+        assert "nested too deep" in r.err
+        assert snapshot(run) == before

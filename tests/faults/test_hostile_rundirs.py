@@ -217,3 +217,21 @@ def test_a_ceiling_file_nested_too_deep_is_one_line(tmp_path: Path, good_templat
         one_line(r, ok=(2,))
         assert "nested too deep" in r.err
         assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("marker", ["{", "[]", '{"runs": 5}', '{"runs": {"x": 5}}', "[" * 100_000 + "]" * 100_000])
+def test_a_dataset_with_a_corrupt_marker_takes_no_parts(tmp_path: Path, marker: str) -> None:
+    # Ingest into it wrote its parts, then failed on the marker with a JSONDecodeError, AttributeError or
+    # RecursionError traceback: parts in the dataset that its marker does not list.
+    from faultlib import events, trace_doc, write_trace
+
+    src = write_trace(tmp_path / "a.json", trace_doc(events(3)))
+    ds = tmp_path / "ds"
+    one_line(cli(["ingest", "-q", src, "--dataset", "--out", ds]), ok=(0,))
+    (ds / "_tracekit_dataset.json").write_text(marker)
+    before = snapshot(ds)
+    r = cli(["ingest", "-q", write_trace(tmp_path / "b.json", trace_doc(events(4))), "--dataset", "--out", ds,
+             "--run-id", "b"])
+    one_line(r)
+    assert r.rc == 1 and "corrupt dataset marker" in r.err, r.err
+    assert snapshot(ds) == before

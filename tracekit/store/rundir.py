@@ -198,9 +198,11 @@ def _bad_number(data: dict[str, Any]) -> str | None:
     config = model.get("config") if isinstance(model, dict) else None
     for path, c in (("model.config", config),
                     ("model.config.text_config", config.get("text_config") if isinstance(config, dict) else None)):
-        if c is not None and not isinstance(c, dict):
+        if c is None:
+            continue
+        if not isinstance(c, dict):
             return path
-        for key in _CONFIG_SIZES if c else ():
+        for key in _CONFIG_SIZES:
             if not _is_count(c.get(key), least=1 if key == "num_attention_heads" else 0):
                 return f"{path}.{key}"
     if isinstance(model, dict) and not (_is_finite(model.get("parameters")) and (model.get("parameters") or 0) >= 0):

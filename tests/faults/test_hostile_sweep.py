@@ -51,3 +51,16 @@ def test_sweep_flags_out_of_range_are_one_line(tmp_path: Path, flags: list[str])
     r = cli(["sweep", "--dry-run", *flags, "--out", tmp_path / "sw"])
     one_line(r)
     assert r.rc == 2, r.text
+
+
+@pytest.mark.parametrize("content", ["{", "[]", '{"point_ids": 5}', '{"outcomes": []}', '{"elapsed_s": "x"}',
+                                     "[" * 100_000 + "]" * 100_000])
+def test_a_corrupt_sweep_json_is_one_line_on_resume(tmp_path: Path, content: str) -> None:
+    # JSONDecodeError (and for the others an AttributeError or TypeError later) traceback before.
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(content)
+    r = cli(["sweep", "--quick", "--resume", "--out", sweep])
+    one_line(r)
+    assert r.rc == 1 and "corrupt sweep.json" in r.err, r.err
+    assert sorted(p.name for p in sweep.iterdir()) == ["sweep.json"]

@@ -69,7 +69,8 @@ def read_marker(root: str | os.PathLike[str]) -> dict[str, Any]:
             isinstance(e, dict) and isinstance(e.get("ranks", []), list) and isinstance(e.get("rows", {}), dict)
             for e in runs.values()):
         raise CorruptRunError(f"{visible(path)}: corrupt dataset marker; write the dataset again with --force")
-    return data  # type: ignore[return-value]
+    out: dict[str, Any] = data
+    return out
 
 
 def init_dataset(root: str | os.PathLike[str], *, force: bool = False) -> Path:

@@ -30,3 +30,22 @@ def test_a_rank_past_the_rank_column_is_no_rank(tmp_path: Path, rank: object, en
         assert all("rank=0" in str(f) for f in files), files
     else:
         assert pq.read_table(files[0]).column("rank").to_pylist() == [0, 0, 0]
+
+
+def test_capture_execution_details_nested_too_deep_are_skipped(tmp_path: Path) -> None:
+    # TraceLens's execution_details.json beside the captures: nested past the recursion limit it was a
+    # RecursionError traceback (the reader skips only unreadable or invalid ones).
+    src = write_trace(tmp_path / "t.json", trace_doc(events(3)))
+    caps = tmp_path / "capture_traces"
+    caps.mkdir()
+    write_trace(caps / "graph_capture_1.json", trace_doc(events(2)))
+    (caps / "execution_details.json").write_text("[" * 100_000 + "]" * 100_000)
+    r = cli(["ingest", "-q", src, "--out", tmp_path / "run"])
+    one_line(r, ok=(0,))
+
+
+def test_a_capture_that_is_no_regular_file_is_named_so(tmp_path: Path) -> None:
+    src = write_trace(tmp_path / "t.json", trace_doc(events(3)))
+    r = cli(["ingest", "-q", src, "--out", tmp_path / "run", "--capture", "/dev/null"])  # "no such file" before
+    one_line(r)
+    assert r.rc == 2 and "not a regular file" in r.err

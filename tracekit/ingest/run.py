@@ -126,7 +126,8 @@ def capture_paths(files: Sequence[Path], given: Sequence[str | Path] | None) -> 
             elif p.is_file():
                 out.append(p)
             else:
-                raise UsageError(f"--capture {p}: no such file")
+                raise UsageError(f"--capture {visible(p)}: " + ("not a regular file or folder" if p.exists()
+                                                                else "no such file"))
         return list(dict.fromkeys(out))
     found: list[Path] = []
     for f in files:

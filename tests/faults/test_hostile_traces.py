@@ -49,3 +49,21 @@ def test_a_capture_that_is_no_regular_file_is_named_so(tmp_path: Path) -> None:
     r = cli(["ingest", "-q", src, "--out", tmp_path / "run", "--capture", "/dev/null"])  # "no such file" before
     one_line(r)
     assert r.rc == 2 and "not a regular file" in r.err
+
+
+def test_input_dims_nested_past_the_recursion_limit_are_no_shape(tmp_path: Path) -> None:
+    # The DuckDB reader keeps Input Dims nested 1000 deep as text (the native one refuses the event); the
+    # op models, the step finder and the export parse that text: a RecursionError traceback in analyze
+    # and export.
+    import json
+
+    deep = "[" * 1000 + "1" + "]" * 1000
+    text = json.dumps(trace_doc(events(4))).replace('"Input Dims": [[4, 8], [8, 4]]', f'"Input Dims": {deep}', 1)
+    src = tmp_path / "t.json"
+    src.write_text(text)
+    run = tmp_path / "run"
+    with env(TRACEKIT_INGEST_ENGINE="duckdb"):
+        one_line(cli(["analyze", "-q", src, "--out", run]), ok=(0,))
+    assert any(len(d or "") > 2000 for d in pq.read_table(run / "tables" / "cpu_ops.parquet").column("input_dims").to_pylist())
+    for fmt in ("json", "proto"):
+        one_line(cli(["export", "-q", run, "--format", fmt, "--out", tmp_path / f"x.{fmt}"]), ok=(0,))

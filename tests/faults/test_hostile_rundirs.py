@@ -235,3 +235,34 @@ def test_a_dataset_with_a_corrupt_marker_takes_no_parts(tmp_path: Path, marker: 
     one_line(r)
     assert r.rc == 1 and "corrupt dataset marker" in r.err, r.err
     assert snapshot(ds) == before
+
+
+@pytest.mark.parametrize("node", ["fifo", "chardev"])
+@pytest.mark.parametrize("verb", ["report", "export", "query", "query-parquet"])
+def test_an_output_that_is_a_device_or_fifo_is_never_replaced(tmp_path: Path, good_template: Path, node: str,
+                                                              verb: str) -> None:
+    # Every output is written to a temp file renamed over the target: --out /dev/null (as root) replaced
+    # the device node with a regular file, for every user of the machine.
+    import os
+    import stat
+
+    out = tmp_path / "out"
+    if node == "fifo":
+        os.mkfifo(out)
+    else:
+        try:
+            os.mknod(out, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    run = copy_run(good_template, tmp_path / "runs" / "good")
+    argv: list[Any] = {
+        "report": ["report", run, "--html", out],
+        "export": ["export", "-q", run, "--out", out, "--force"],
+        "query": ["query", "select 1 as a", "--runs", run, "--format", "csv", "--out", out],
+        "query-parquet": ["query", "select 1 as a", "--runs", run, "--format", "parquet", "--out", out],
+    }[verb]
+    r = cli(argv)
+    one_line(r)
+    assert r.rc == 2 and "not a file" in r.err, r.err
+    mode = os.lstat(out).st_mode
+    assert (stat.S_ISFIFO(mode) if node == "fifo" else stat.S_ISCHR(mode)), oct(mode)

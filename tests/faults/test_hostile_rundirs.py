@@ -111,6 +111,9 @@ def test_an_empty_query_is_a_usage_error(tmp_path: Path, good_template: Path, sq
     (("model", "config", "num_hidden_layers"), 1e308),  # OverflowError
     (("model", "config", "num_attention_heads"), 0),  # ZeroDivisionError
     (("model", "parameters"), -5),
+    (("warmup_requests",), ["x"]),  # ValueError in the warm-up pass and the report
+    (("warmup_requests",), 5),  # TypeError: not iterable
+    (("analysis", "warmup_requests"), [None]),
 ])
 @pytest.mark.parametrize("verb", ["analyze", "report"])
 def test_numbers_of_the_wrong_kind_deep_in_run_json_are_a_corrupt_run(tmp_path: Path, path: tuple[Any, ...],
@@ -121,13 +124,13 @@ def test_numbers_of_the_wrong_kind_deep_in_run_json_are_a_corrupt_run(tmp_path: 
     data = json.loads((run / "run.json").read_text())
     d = data
     for k in path[:-1]:
-        d = d[k]
+        d = d.setdefault(k, {}) if isinstance(k, str) else d[k]
     d[path[-1]] = value
     (run / "run.json").write_text(json.dumps(data))
     before = snapshot(run)
     r = cli([verb, *(["-q"] if verb == "analyze" else ["--no-html"]), run])
     one_line(r)
-    assert r.rc == 1 and "corrupt run.json" in r.err and ".".join(map(str, path[1:2])) in r.err, r.err
+    assert r.rc == 1 and "corrupt run.json" in r.err and str(path[-1] if len(path) < 3 else path[1]) in r.err, r.err
     assert snapshot(run) == before
 
 

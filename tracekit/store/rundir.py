@@ -155,7 +155,8 @@ def check_manifest(data: Any, where: Path) -> dict[str, Any]:
 
 # Numbers the analysis reads from run.json. Per request of each ``timings`` block (the recorder's host
 # timers): counts and ids are whole numbers, times and shares finite numbers. In ``model.config`` (and
-# its ``text_config``): the sizes the cost model and the model check multiply. Each may be null.
+# its ``text_config``): the sizes the cost model and the model check multiply. Each may be null. The
+# warm-up request ids (the recorder's, and those analyze left out): a list of whole numbers.
 _REQUEST_COUNTS = ("request_id", "batch", "input_tokens", "output_tokens")
 _REQUEST_TIMES = ("ttft_ns", "tpot_ns", "e2e_ns", "start_ns", "end_ns", "prefill_share")
 _CONFIG_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "num_key_value_heads",
@@ -194,6 +195,11 @@ def _bad_number(data: dict[str, Any]) -> str | None:
                             ("itl_ns", itl is None or (isinstance(itl, dict) and all(map(_is_finite, itl.values()))))]:
                 if not ok:
                     return f"{path}.requests[{i}].{key}"
+    analysis = data.get("analysis")
+    for path, ids in (("warmup_requests", data.get("warmup_requests")),
+                      ("analysis.warmup_requests", analysis.get("warmup_requests") if isinstance(analysis, dict) else None)):
+        if ids is not None and not (isinstance(ids, list) and all(i is not None and _is_count(i) for i in ids)):
+            return path
     model = data.get("model")
     config = model.get("config") if isinstance(model, dict) else None
     for path, c in (("model.config", config),

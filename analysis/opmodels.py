@@ -116,7 +116,7 @@ def _parse(text: Any) -> list[Any]:
         return text
     try:
         v = json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nested past the recursion limit: no tensor's dims
         return []
     return v if isinstance(v, list) else []
 

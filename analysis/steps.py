@@ -163,7 +163,7 @@ def _dims(text: Any) -> list[Any] | None:
         return None
     try:
         v = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit: no tensor's dims
         return None
     return v if isinstance(v, list) else None
 

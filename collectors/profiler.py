@@ -42,8 +42,9 @@ class StepWindow:
         return f"{self.start}:{self.stop}"
 
 
-def parse_trace_steps(text: str | None) -> StepWindow | None:
-    """``"0:16"`` -> steps 0..15; ``"16"`` -> the first 16 steps; None/"all" -> everything."""
+def parse_trace_steps(text: str | None, option: str = "--trace-steps") -> StepWindow | None:
+    """``"0:16"`` -> steps 0..15; ``"16"`` -> the first 16 steps; None/"all" -> everything. ``option``:
+    the flag the text came from, as errors name it."""
     if text is None or text in ("", "all"):
         return None
     try:
@@ -53,9 +54,9 @@ def parse_trace_steps(text: str | None) -> StepWindow | None:
         else:
             window = StepWindow(0, int(text))
     except ValueError:
-        raise UsageError(f"--trace-steps {text!r}: use a count (16) or a window (START:STOP)") from None
+        raise UsageError(f"{option} {text!r}: use a count (16) or a window (START:STOP)") from None
     if window.start < 0 or window.stop <= window.start:
-        raise UsageError(f"--trace-steps {text!r}: need 0 <= START < STOP")
+        raise UsageError(f"{option} {text!r}: need 0 <= START < STOP")
     return window
 
 

@@ -15,12 +15,7 @@ TABLES = ("phases", "steps", "gpu_activity")
 def load(run: RunDir) -> dict[str, pd.DataFrame]:
     tables = {t: run.read_df(t) for t in TABLES if run.has_table(t)}
     if run.has_table("kernel_bound"):  # the bound class of each kernel (analyze): only what the diff reads
-        import pyarrow.parquet as pq
-
-        path = run.table_path("kernel_bound")
-        names = pq.read_schema(path).names
-        tables["kernel_bound"] = pq.read_table(
-            path, columns=[c for c in ("phase", "bound", "dur_ns") if c in names]).to_pandas()
+        tables["kernel_bound"] = run.read_columns("kernel_bound", ("phase", "bound", "dur_ns")).to_pandas()
     # A sweep point keeps the host-timed steps in ``steps`` and the traced ones,
     # on the kernels' clock, in ``trace_steps``: kernels are placed in the latter.
     if run.has_table("trace_steps"):

@@ -110,18 +110,9 @@ class RunTables(Mapping[str, pa.Table]):
         return self._columns(name, COLUMNS[name])
 
     def _columns(self, name: str, columns: tuple[str, ...]) -> pa.Table:
-        import pyarrow.parquet as pq
-
-        pf = pq.ParquetFile(self.run.table_path(name))  # (pq.read_table imports pyarrow.dataset)
-        have = pf.schema_arrow
-        cols = [c for c in columns if c in have.names]
-        if name != "kernel_bound" and name in _schema.SCHEMAS and not all(
-                have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in _schema.schema(name)):
-            # not as tracekit writes it: read_table fits it to its schema (casts, absent columns null);
-            # kernel_bound's class columns are read as written
-            full = self.run.read_table(name)
-            return full.select([c for c in columns if c in full.column_names])
-        return pf.read(columns=cols)
+        # kernel_bound's class columns are read as written, the others fitted to their schema where the
+        # file does not hold it
+        return self.run.read_columns(name, columns, fit=name != "kernel_bound")
 
     def __contains__(self, name: object) -> bool:
         return name in self.names

@@ -12,6 +12,9 @@ absent table. Views union by column name: runs written by an older schema
 version get nulls for columns they lack. Views are made for the tables the query
 names.
 
+The query sees those views and nothing else: DuckDB runs without file access (no COPY ... TO,
+ATTACH, read_csv, extension download) and with its settings locked. An empty query is a usage error.
+
 Nothing a file or folder is called becomes SQL: every file is handed to DuckDB as a
 registered Arrow dataset under a generated name (no path is ever parsed as SQL or
 expanded as a glob), run ids are quoted string literals, and a table file whose name
@@ -33,6 +36,7 @@ from tracekit.store.rundir import MANIFEST, TABLES_DIR, RunDir
 
 PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _STREAM = re.compile(r"stream registered as '(__t\d+)'")
+_STATEMENT = re.compile(r"[^\s;]")  # SQL that is only blanks and semicolons asks nothing
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -80,7 +84,12 @@ class _Catalog:
     def __init__(self) -> None:
         import duckdb
 
-        self.con = duckdb.connect(":memory:")
+        # The query reads the registered tables and nothing else: no file (COPY ... TO, ATTACH, EXPORT
+        # DATABASE would write past --out, onto a run's own files; read_csv would read any file), no
+        # extension download, no setting changed back.
+        self.con = duckdb.connect(":memory:", config={
+            "enable_external_access": False, "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False, "lock_configuration": True})
         self.streams: dict[str, tuple[Path | None, list[Path]]] = {}
 
     def register(self, run: Path | None, files: list[Path], **dataset_args: Any) -> str:
@@ -95,15 +104,21 @@ class _Catalog:
         return name
 
 
-def _readable(path: Path) -> str | None:
-    """Why a Parquet file cannot be queried (its footer), or None."""
+def _readable(path: Path, reserved: tuple[str, ...] = ()) -> str | None:
+    """Why a Parquet file cannot be queried (its footer; no columns, a column name twice, or one of
+    ``reserved``: the columns its view adds), or None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pq.read_schema(path)
+        names = pq.read_schema(path).names
     except (OSError, ValueError, pa.ArrowException) as exc:
         return str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
+    if not names:
+        return "no columns"
+    twice = sorted({n for n in names if names.count(n) > 1 or n in reserved})
+    if twice:
+        return f"column {twice[0]!r} " + ("is the view's own" if twice[0] in reserved else "appears more than once")
     return None
 
 
@@ -130,7 +145,7 @@ def _connect_runs(runs: list[Path], sql: str | None, notes: list[str]) -> _Catal
             path = r / TABLES_DIR / f"{name}.parquet"
             if r in bad or not path.is_file():
                 continue
-            why = _readable(path)
+            why = _readable(path, reserved=("run_id",))
             if why is not None:
                 notes.append(f"{visible(r.name)}: skipped: table {name} unreadable ({visible(why)})")
                 bad.add(r)
@@ -218,6 +233,8 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
     from tracekit.store.dataset import is_dataset
 
     notes = notes if notes is not None else []
+    if not _STATEMENT.search(sql):
+        raise UsageError("the query is empty: give a SQL statement, e.g. \"select kind, count(*) from steps group by kind\"")
     dataset = is_dataset(runs_dir)
     runs: list[Path] = []
     excluded: set[Path] = set()

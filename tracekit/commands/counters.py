@@ -43,7 +43,9 @@ def command(run: Path, steps: str | None, metric_set: str, timeout_s: float, ncu
 
     if not (run / "run.json").is_file():
         raise UsageError(f"{run}: not a run directory (no run.json)")
-    window = parse_trace_steps(steps) if steps else None
+    if timeout_s != timeout_s:  # NaN passes click's range check; the wait for ncu would never end
+        raise UsageError("--timeout nan: give a number of seconds")
+    window = parse_trace_steps(steps, "--steps") if steps else None
     opts = CountersOptions(steps=window, metric_set=metric_set, timeout_s=timeout_s, ncu=ncu_path, csv=csv_path)
     if csv_path is None:
         w = window or parse_trace_steps("0:2")

@@ -67,11 +67,11 @@ def build_spec(
         if flags.get("agent_steps"):
             data["agent"] = {
                 "steps": flags["agent_steps"],
-                "tool_tokens": flags.get("agent_tool_tokens") or 64,
+                "tool_tokens": 64 if flags.get("agent_tool_tokens") is None else flags["agent_tool_tokens"],
             }
         if flags.get("rates"):
             data["load"] = {"rates": _csv_rates(flags["rates"]), "shape": flags.get("load_shape") or "chat",
-                            "requests": flags.get("load_requests") or 16}
+                            "requests": 16 if flags.get("load_requests") is None else flags["load_requests"]}
         spec = sweepspec.from_mapping(data, name="flags")
     else:
         raise UsageError(
@@ -91,7 +91,9 @@ def build_spec(
         spec = spec.with_points(pts)
     if flags.get("quant"):
         spec = spec.with_points(sweepspec.with_quant(spec.points, _csv(flags["quant"]) or []))
-    if flags.get("trace_steps"):
+    if flags.get("trace_steps") is not None:
+        if not 1 <= flags["trace_steps"] <= 2**31:
+            raise UsageError("--trace-steps must be at least 1")
         over["trace_steps"] = int(flags["trace_steps"])
     if flags.get("repeats") is not None:
         if flags["repeats"] < 1:

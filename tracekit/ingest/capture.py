@@ -149,7 +149,7 @@ def _execution_details(paths: Sequence[Path]) -> dict[str, tuple[int | None, str
             continue
         try:
             rows = json.loads(f.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested past the recursion limit
             continue
         for r in rows if isinstance(rows, list) else []:
             if isinstance(r, dict) and isinstance(r.get("file"), str):

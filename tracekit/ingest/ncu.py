@@ -10,7 +10,9 @@ which is read as the raw page of the metrics it shows (Speed Of Light's duration
 throughput; metrics requested by id). Columns are
 read by name, never by position (``--nvtx`` inserts two). Numbers may carry thousands separators;
 units are scaled to ns and bytes whatever ``--print-units`` said; ``n/a`` is null, and a metric that
-is n/a for every kernel is an error (ncu exits 0 on an unknown metric). Mangled C++ names are
+is n/a for every kernel is an error (ncu exits 0 on an unknown metric), as is any other value ncu does
+not write in a column tracekit reads (a decimal comma, ``inf``, a negative count, an ID that is not a
+whole number). A BOM and header rows repeated by appended exports are skipped. Mangled C++ names are
 demangled (``__cxa_demangle``), which gives exactly Kineto's spelling of a kernel's name; ncu's own
 demangled spelling does not. The step of each kernel comes from tracekit's NVTX step range
 (``tracekit.step id=N``) in the push/pop or start/stop range columns.
@@ -66,6 +68,7 @@ STEP_PATTERN = re.compile(r"tracekit\.step id=(\d+)")
 _TIME = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 _BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 _ID_COLUMNS = ("ID", "Kernel Name")
+_FIELD_LIMIT = 64 << 20  # one CSV cell (a kernel name) may be this long
 # The details page (``ncu --csv`` without ``--page raw``) has one row per kernel and metric, named as its
 # sections show them: those tracekit reads, by (name, unit kind); a metric requested by id keeps its id.
 _DETAILS = {("Duration", "time"): DURATION, ("DRAM Throughput", "%"): DRAM_PCT_SOL,
@@ -141,19 +144,46 @@ def demangle(names: Iterable[str]) -> list[str]:
 # --- the CSV ------------------------------------------------------------------------
 
 
+# A number as ncu writes one: digits with an optional fraction and exponent, commas only as thousands
+# separators in groups of three ("1,760", "12.50", "1.5e+06"). "1,5" or "1.830,5" (a decimal-comma
+# locale), "inf", "nan" or "-3" are not: no counter tracekit reads is negative or infinite.
+_NCU_NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?")
+_ID_LIMIT = 2**31  # an id, stream or dimension past this is no kernel's (and overflows the int32 columns)
+
+
 def _number(text: str) -> float:
-    t = text.strip().replace(",", "")
+    """A counter value: NaN for ``n/a`` or an empty cell; ValueError for anything ncu does not write."""
+    t = text.strip()
     if not t or "n/a" in t:
         return math.nan
+    if _NCU_NUMBER.fullmatch(t) is None:
+        raise ValueError(f"{t[:40]!r} is not a number as Nsight Compute writes one")
+    v = float(t.replace(",", ""))
+    if not math.isfinite(v):
+        raise ValueError(f"{t[:40]!r} is out of range")
+    return v
+
+
+def _count(text: str, what: str, row: int) -> int | None:
+    """A kernel's ID or stream: an integer in [0, 2**31), None for n/a; CountersFormatError otherwise."""
     try:
-        return float(t)
+        v = _number(text)
     except ValueError:
-        return math.nan
+        v = -1.0
+    if math.isnan(v):
+        return None
+    if v != int(v) or not 0 <= v < _ID_LIMIT:
+        raise CountersFormatError(f"the counters file's row {row}: {what} {text.strip()[:40]!r} is not a "
+                                  "kernel's (a whole number from 0)")
+    return int(v)
 
 
-def _dims(text: str) -> list[int] | None:
-    nums = re.findall(r"\d+", text or "")
-    return [int(x) for x in nums] if nums else None
+def _dims(text: str, row: int) -> list[int] | None:
+    nums = [int(x) for x in re.findall(r"\d+", text or "")]
+    if any(n >= _ID_LIMIT for n in nums):
+        raise CountersFormatError(f"the counters file's row {row}: grid or block {text.strip()[:60]!r} is "
+                                  "no kernel's launch size")
+    return nums or None
 
 
 def _scale(unit: str) -> float:
@@ -162,7 +192,12 @@ def _scale(unit: str) -> float:
 
 
 def _rows(text: str) -> tuple[list[str], list[str], list[list[str]]]:
-    rows = list(csv.reader(io.StringIO(text)))
+    # Demangled C++ kernel names run past the csv module's default field limit (128 KiB).
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise CountersFormatError(f"not an Nsight Compute CSV ({exc})") from None
     # ncu may print ==PROF== / ==WARNING== lines before the table when stdout was captured whole
     start = next((i for i, r in enumerate(rows) if all(c in r for c in _ID_COLUMNS)), None)
     if start is None:
@@ -171,10 +206,12 @@ def _rows(text: str) -> tuple[list[str], list[str], list[list[str]]]:
     header = rows[start]
     if all(c in header for c in ("Metric Name", "Metric Value")):
         return _details_as_raw(header, rows[start + 1:])
-    body = [r for r in rows[start + 1:] if len(r) == len(header)]
+    body = [r for r in rows[start + 1:] if len(r) == len(header) and r != header]
     units: list[str] = [""] * len(header)
     if body and body[0][header.index("ID")] == "":
-        units, body = body[0], body[1:]
+        units = body[0]
+        # exports appended to one file repeat the header and units rows: neither is a kernel
+        body = [r for r in body[1:] if r != units]
     return header, units, body
 
 
@@ -196,7 +233,11 @@ def _details_as_raw(header: list[str], rows: list[list[str]]) -> tuple[list[str]
         k = kernels.setdefault(r[id_i], ([r[i] for i in ids], {}))
         if metric is not None and metric not in k[1]:  # the first section that shows it (Speed Of Light)
             metrics.add(metric)
-            k[1][metric] = repr(_number(r[value_i]) * _scale(unit))
+            try:
+                v = _number(r[value_i]) * _scale(unit)
+            except ValueError as exc:
+                raise CountersFormatError(f"the counters file's metric {name[:80]!r}: {exc}") from None
+            k[1][metric] = "n/a" if math.isnan(v) else repr(v)
     names = sorted(metrics)
     return ([header[i] for i in ids] + names, [""] * (len(ids) + len(names)),
             [cols + [vals.get(m, "n/a") for m in names] for cols, vals in kernels.values()])
@@ -215,7 +256,9 @@ def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN
         path = Path(source)
         if not path.is_file():
             raise CountersFormatError(f"{path}: no such counters file")
-        text = path.read_text(errors="replace")
+        raw = path.read_bytes()
+        # a BOM says the encoding (a file saved by a spreadsheet or on Windows); else UTF-8
+        text = raw.decode("utf-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig", errors="replace")
     else:
         text = str(source)
     header, units, body = _rows(text)
@@ -236,7 +279,10 @@ def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN
             return [math.nan] * len(body)
         i = col[name]
         s = _scale(units[i].strip())
-        return [_number(r[i]) * s for r in body]
+        try:
+            return [_number(r[i]) * s for r in body]
+        except ValueError as exc:
+            raise CountersFormatError(f"the counters file's column {name}: {exc}") from None
 
     def first(*names: str) -> list[float]:
         for n in names:
@@ -253,7 +299,8 @@ def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN
         found: list[str] = []
         for i in nvtx:
             found += step_pattern.findall(r[i])
-        return int(found[-1]) if found else None
+        # a step id past 2**31 is no step tracekit numbered: the kernel is outside every step range
+        return int(found[-1]) if found and len(found[-1]) < 11 and int(found[-1]) < _ID_LIMIT else None
 
     steps = [step_of(r) for r in body]
     ordinal: list[int] = []
@@ -264,16 +311,19 @@ def read_csv(source: str | Path, *, step_pattern: re.Pattern[str] = STEP_PATTERN
     reads, writes = metric(DRAM_READ), metric(DRAM_WRITE)
     dram = [a + (0.0 if math.isnan(b) else b) for a, b in zip(reads, writes, strict=True)]
     flops = _flops(metric)
-    stream = [int(v) if not math.isnan(v := _number(r[col["Stream"]])) else None for r in body] if "Stream" in col \
+    stream = [_count(r[col["Stream"]], "stream", n) for n, r in enumerate(body)] if "Stream" in col \
         else [None] * len(body)
+    ids = [_count(r[col["ID"]], "kernel ID", n) for n, r in enumerate(body)]
+    if None in ids:
+        raise CountersFormatError(f"the counters file's row {ids.index(None)}: a kernel without an ID")
     return _schema.from_columns("ncu_counters", {
         "step_id": steps,
         "ordinal": ordinal,
-        "ncu_id": [int(_number(r[col["ID"]])) for r in body],
+        "ncu_id": ids,
         "name": demangle(r[col["Kernel Name"]] for r in body),
         "stream": stream,
-        "grid": [_dims(r[col["Grid Size"]]) for r in body] if "Grid Size" in col else None,
-        "block": [_dims(r[col["Block Size"]]) for r in body] if "Block Size" in col else None,
+        "grid": [_dims(r[col["Grid Size"]], n) for n, r in enumerate(body)] if "Grid Size" in col else None,
+        "block": [_dims(r[col["Block Size"]], n) for n, r in enumerate(body)] if "Block Size" in col else None,
         "ncu_dur_ns": metric(DURATION),
         "dram_bytes": dram,
         "dram_pct": first(DRAM_PCT, DRAM_PCT_SOL),

@@ -128,6 +128,7 @@ def _identify(f: Path) -> tuple[str, int | None]:
 def ingest_file(job: FileJob, root: str) -> FileOutcome:
     """Read one trace and write its partition of the dataset. Errors come back, never raise."""
     from tracekit.ingest import read_file
+    from tracekit.ingest.reader import trace_rank
 
     t0 = time.perf_counter()
     out = FileOutcome(job.path, job.run_id, job.rank)
@@ -136,9 +137,8 @@ def ingest_file(job: FileJob, root: str) -> FileOutcome:
         why = not_a_trace(res)
         if why:
             raise TraceFormatError(why)
-        dist = res.meta.get("distributedInfo")
-        traced_rank = dist.get("rank") if isinstance(dist, dict) else None
-        rank = traced_rank if isinstance(traced_rank, int) else (job.rank if job.rank is not None else 0)
+        traced_rank = trace_rank(res.meta)
+        rank = traced_rank if traced_rank is not None else (job.rank if job.rank is not None else 0)
         tables = {k: _with_rank(v, rank) for k, v in res.tables.items()}
         parts = _ds.write_run_tables(root, job.run_id, tables, rank=rank, part=job.part)
         out.rank = rank

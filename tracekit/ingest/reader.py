@@ -43,13 +43,23 @@ def reader() -> Reader:
     return next(r for r in READERS if r.available())
 
 
+RANK_LIMIT = 2**31  # the rank column is int32; no job has this many ranks
+
+
+def trace_rank(meta: dict[str, Any]) -> int | None:
+    """The trace's own ``distributedInfo.rank``: a whole number in [0, 2**31), else None (absent, or no
+    rank: text, negative, past the int32 rank column)."""
+    dist = meta.get("distributedInfo")
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < RANK_LIMIT else None
+
+
 def _rank_of(meta: dict[str, Any], rank: int | None) -> int:
     """The rank given, else the trace's distributedInfo.rank, else 0."""
     if rank is not None:
         return rank
-    dist = meta.get("distributedInfo")
-    trace_rank = dist.get("rank") if isinstance(dist, dict) else None
-    return trace_rank if isinstance(trace_rank, int) else 0
+    traced = trace_rank(meta)
+    return 0 if traced is None else traced
 
 
 def _ranked(name: str, t: pa.Table, rank: int) -> pa.Table:

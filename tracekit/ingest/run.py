@@ -88,6 +88,8 @@ def ingest(
             force = True  # an ingest of these very inputs whose tables were damaged: rebuilt in its place
         elif hit is not None:
             return hit
+    if force:
+        _not_inside(out, [*files, *caps])
     run = RunDir.create(out, force=force, source="ingest", inputs=[str(f) for f in files])
     try:
         return _ingest_files(run, files, key, jobs=jobs, captures=caps)
@@ -99,6 +101,16 @@ def ingest(
         else:
             run.release()  # the run stays, marked incomplete
         raise
+
+
+def _not_inside(out: str | Path, inputs: Sequence[Path]) -> None:
+    """UsageError where an input lies inside ``out``: replacing ``out`` would delete the trace being
+    read (a recorded run's own trace.json.gz, the only copy of what was captured)."""
+    root = Path(out).resolve()
+    for f in inputs:
+        if f.resolve().is_relative_to(root):
+            raise UsageError(f"{visible(f)} is inside {visible(out)}, which --force would replace (the trace "
+                             "with it): write the new run somewhere else")
 
 
 def capture_paths(files: Sequence[Path], given: Sequence[str | Path] | None) -> list[Path]:
@@ -114,7 +126,8 @@ def capture_paths(files: Sequence[Path], given: Sequence[str | Path] | None) -> 
             elif p.is_file():
                 out.append(p)
             else:
-                raise UsageError(f"--capture {p}: no such file")
+                raise UsageError(f"--capture {visible(p)}: " + ("not a regular file or folder" if p.exists()
+                                                                else "no such file"))
         return list(dict.fromkeys(out))
     found: list[Path] = []
     for f in files:

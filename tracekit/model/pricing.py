@@ -10,6 +10,7 @@ sweep's TOML (``[pricing]``) or with flags.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -76,8 +77,8 @@ def from_mapping(data: Mapping[str, Any], base: Pricing = DEFAULT) -> Pricing:
             gpu = float(data["gpu_per_hour"])
         except (TypeError, ValueError):
             raise UsageError("pricing: gpu_per_hour must be a number") from None
-        if gpu < 0:
-            raise UsageError("pricing: gpu_per_hour must not be negative")
+        if not 0 <= gpu < math.inf:  # NaN fails too
+            raise UsageError("pricing: gpu_per_hour must be a finite number, not negative")
         out = replace(out, gpu_per_hour=gpu, gpu_source=str(data.get("gpu_source", "given by the user")))
     for key in ("input_per_mtok", "output_per_mtok"):
         if key in data and data[key] is not None:
@@ -85,8 +86,8 @@ def from_mapping(data: Mapping[str, Any], base: Pricing = DEFAULT) -> Pricing:
                 value = float(data[key])
             except (TypeError, ValueError):
                 raise UsageError(f"pricing: {key} must be a number") from None
-            if value < 0:
-                raise UsageError(f"pricing: {key} must not be negative")
+            if not 0 <= value < math.inf:  # NaN fails too
+                raise UsageError(f"pricing: {key} must be a finite number, not negative")
             out = replace(out, **{key: value})  # type: ignore[arg-type]
             changed = True
     for key in ("name", "source", "as_of"):

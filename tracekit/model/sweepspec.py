@@ -25,6 +25,7 @@ Studies (``group``) and what each measures:
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -292,12 +293,26 @@ def from_preset(name: str, *, model: str | None = None, device: str = "auto") ->
 # --- TOML and flags ---------------------------------------------------------
 
 
+_LIMIT = 2**31  # a token count, batch, step count or request count past this is no workload's
+
+
+def _whole(v: Any, least: int = 1) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and least <= v <= _LIMIT
+
+
 def _ints(value: Any, key: str) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, int) and v > 0 for v in value):
-        return list(value)
+    vals = value if isinstance(value, list) else [value]
+    if vals and all(_whole(v) for v in vals):
+        return list(vals)
     raise UsageError(f"sweep config: {key} must be a positive integer or a list of them")
+
+
+def _int(data: Mapping[str, Any], key: str, default: int, least: int = 1) -> int:
+    """``data[key]`` (else ``default``): a whole number from ``least`` up to 2**31, else UsageError."""
+    v = data.get(key, default)
+    if not _whole(v, least):
+        raise UsageError(f"sweep config: {key} must be a whole number from {least} to {_LIMIT}")
+    return int(v)
 
 
 def _strs(value: Any, key: str, allowed: Sequence[str] | None = None) -> list[str]:
@@ -336,11 +351,11 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         pts += batch_points(_ints(data["batch"], "batch"), modes, shape=str(data.get("batch_shape", "chat")))
     if "prompt_lengths" in data:
         pts += prompt_points(
-            _ints(data["prompt_lengths"], "prompt_lengths"), modes, int(data.get("prompt_output_tokens", 8))
+            _ints(data["prompt_lengths"], "prompt_lengths"), modes, _int(data, "prompt_output_tokens", 8)
         )
     if "output_lengths" in data:
         pts += output_points(
-            _ints(data["output_lengths"], "output_lengths"), modes, int(data.get("output_input_tokens", 128))
+            _ints(data["output_lengths"], "output_lengths"), modes, _int(data, "output_input_tokens", 128, least=2)
         )
     agent = data.get("agent")
     if agent is None and AGENTIC in shapes:
@@ -350,11 +365,12 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
             raise UsageError("sweep config: [agent] must be a table")
         a = dict(agent)
         agent_modes = _strs(a.pop("modes", list(AGENT_MODES)), "agent.modes", AGENT_MODES)
-        try:
-            ints: dict[str, Any] = {k: int(v) for k, v in a.items()}
-            spec = AgentSpec(**ints)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"sweep config: [agent]: {exc}") from None
+        unknown_agent = set(a) - {"steps", "system_tokens", "output_tokens", "tool_tokens"}
+        if unknown_agent:
+            raise UsageError(f"sweep config: [agent]: unknown keys {sorted(unknown_agent)}")
+        if any(not _whole(v, 0) for v in a.values()):
+            raise UsageError(f"sweep config: [agent] counts must be whole numbers from 0 to {_LIMIT}")
+        spec = AgentSpec(**a)
         if spec.steps < 1 or spec.output_tokens < 1 or spec.system_tokens < 2:
             raise UsageError("sweep config: [agent] needs steps >= 1, output_tokens >= 1, system_tokens >= 2")
         pts += agent_points(spec, agent_modes, modes)
@@ -368,13 +384,11 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
             raise UsageError(f"sweep config: [load]: unknown keys {sorted(unknown_load)}")
         rates = load.get("rates", [0])
         rates = [rates] if isinstance(rates, int | float) else rates
-        if not isinstance(rates, list) or not all(isinstance(r, int | float) and r >= 0 for r in rates):
+        if not isinstance(rates, list) or not all(
+                isinstance(r, int | float) and not isinstance(r, bool) and 0 <= r < math.inf for r in rates):
             raise UsageError("sweep config: [load] rates must be a list of requests per second (0: all at once)")
-        try:
-            n = int(load.get("requests", 16))
-            max_batch_tokens = int(load.get("max_batch_tokens", 512))
-        except (TypeError, ValueError):
-            raise UsageError("sweep config: [load] requests and max_batch_tokens must be integers") from None
+        n = _int(load, "requests", 16)
+        max_batch_tokens = _int(load, "max_batch_tokens", 512)
         pts += load_points([float(r) for r in rates], modes, str(load.get("shape", "chat")), n)
     if not pts:
         raise UsageError(
@@ -382,9 +396,13 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         )
     if "quant" in data:
         pts = with_quant(pts, _strs(data["quant"], "quant", QUANT_CHOICES))
+        if not pts:
+            raise UsageError("sweep config: quant is empty: give none, or the quantizations to cross")
     for p in pts:
         if p.input_tokens < 2 or p.output_tokens < 1:
             raise UsageError(f"sweep point {p.id}: needs at least 2 input tokens and 1 output token")
+        if max(p.input_tokens, p.output_tokens, p.batch, p.requests) > _LIMIT:
+            raise UsageError(f"sweep point {p.id}: a count past {_LIMIT}")
     pricing = data.get("pricing", {})
     if not isinstance(pricing, Mapping):
         raise UsageError("sweep config: [pricing] must be a table")
@@ -393,9 +411,9 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         model=str(data.get("model", "tiny")),
         device=str(data.get("device", "auto")),
         dtype=str(data.get("dtype", "auto")),
-        warmup_runs=int(data.get("warmup_runs", 1)),
-        repeats=int(data.get("repeats", 0)),
-        trace_steps=int(data.get("trace_steps", 6)),
+        warmup_runs=_int(data, "warmup_runs", 1, least=0),
+        repeats=_int(data, "repeats", 0, least=0),  # 0: the default for the device
+        trace_steps=_int(data, "trace_steps", 6),
         pricing=dict(pricing),
         max_batch_tokens=max_batch_tokens,
     )

@@ -47,7 +47,7 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
     m = run.read_manifest()
     tables = {t: read_df(run, t) for t in TABLES if run.has_table(t)}
     if run.has_table("kernel_bound"):
-        tables["kernel_ops"] = kernel_ops(read_arrow(run, "kernel_bound", OP_COLUMNS))
+        tables["kernel_ops"] = kernel_ops(run.read_columns("kernel_bound", OP_COLUMNS))
     done = tuple(int(i) for i in ((m.get("analysis") or {}).get("warmup_requests") or []))
     if warmup_requests is None:
         return RunView(run.run_id, m, tables, done)
@@ -61,27 +61,12 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
 
 
 def read_df(run: RunDir, name: str) -> pd.DataFrame:
-    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``."""
+    """A table as the report reads it: whole (``RunDir.read_df``), or only its ``COLUMNS``
+    (``RunDir.read_columns``)."""
     columns = COLUMNS.get(name)
     if columns is None:
         return run.read_df(name)
-    return read_arrow(run, name, columns).to_pandas()
-
-
-def read_arrow(run: RunDir, name: str, columns: tuple[str, ...]) -> Any:
-    """Those of ``columns`` a table has, as read from a table written to its schema (else from the table
-    fitted to it), as an Arrow table."""
-    import pyarrow.parquet as pq
-
-    from tracekit.model import schema
-
-    pf = pq.ParquetFile(run.table_path(name))  # (pq.read_table imports pyarrow.dataset)
-    have = pf.schema_arrow
-    if name in schema.SCHEMAS and not all(
-            have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in schema.schema(name)):
-        full = run.read_table(name)
-        return full.select([c for c in columns if c in full.column_names])
-    return pf.read(columns=[c for c in columns if c in have.names])
+    return run.read_columns(name, columns).to_pandas()
 
 
 def kernel_ops(table: Any) -> pd.DataFrame:

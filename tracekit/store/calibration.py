@@ -35,8 +35,11 @@ def save_measured(ceiling: Ceiling, path: Path | None = None) -> Path:
 
 
 def load(path: Path) -> Ceiling:
+    """The ceiling in a JSON file; UsageError (one line) for a file that is not one."""
     try:
         return Ceiling.from_dict(json.loads(Path(path).read_text()))
+    except RecursionError:  # JSON nested past Python's recursion limit
+        raise UsageError(f"cannot read ceiling file {path}: nested too deep") from None
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"cannot read ceiling file {path}: {exc}") from None
 

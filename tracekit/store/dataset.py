@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from tracekit.errors import RunExistsError, UsageError, visible
+from tracekit.errors import CorruptRunError, RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.store.fsops import make_dir_beside, mkdirs, replace_dir
 from tracekit.store.rundir import write_json, write_table
@@ -54,6 +54,25 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
+def read_marker(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """The dataset's marker, checked: an object whose ``runs`` (if any) maps run ids to objects with a
+    ``ranks`` list and a ``rows`` object, as ``record_parts`` writes it; else CorruptRunError (one line)."""
+    path = Path(root) / MARKER
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CorruptRunError(f"{visible(path)}: cannot read the dataset marker ({exc.strerror})") from None
+    except (ValueError, RecursionError):
+        data = None
+    runs = data.get("runs", {}) if isinstance(data, dict) else None
+    if not isinstance(runs, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("ranks", []), list) and isinstance(e.get("rows", {}), dict)
+            for e in runs.values()):
+        raise CorruptRunError(f"{visible(path)}: corrupt dataset marker; write the dataset again with --force")
+    out: dict[str, Any] = data
+    return out
+
+
 def init_dataset(root: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Create (or reuse) a dataset root and its marker; returns the directory to write the parts into.
 
@@ -67,6 +86,8 @@ def init_dataset(root: str | os.PathLike[str], *, force: bool = False) -> Path:
         raise RunExistsError(f"{visible(root)} exists and is not a directory")
     if root.exists() and any(root.iterdir()) and not is_dataset(root) and not force:
         raise RunExistsError(f"{visible(root)} exists and is not a tracekit dataset; pass --force to replace it")
+    if not force and is_dataset(root):
+        read_marker(root)  # parts are added to it: a marker that cannot take them is refused first
     target = root
     if force and root.exists() and any(root.iterdir()):
         if not is_dataset(root):
@@ -154,7 +175,7 @@ def _write_part(root: Path, table: str, run_id: str, rank: int, part: str, rows:
 def record_parts(root: str | os.PathLike[str], parts: Iterable[PartWritten], **extra: Any) -> None:
     """Add what was written to the marker (one writer: the driver, after its tasks)."""
     root = Path(root)
-    marker = json.loads((root / MARKER).read_text())
+    marker = read_marker(root)
     runs = marker.setdefault("runs", {})
     for p in parts:
         entry = runs.setdefault(p.run_id, {"ranks": [], "rows": {}})

@@ -13,13 +13,14 @@ import ctypes
 import errno
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
-from tracekit.errors import StoreWriteError, visible
+from tracekit.errors import StoreWriteError, UsageError, visible
 
 _TMP_STEM = 64  # characters of the target's name kept in a temp name (the whole name may be 255 bytes)
 
@@ -80,9 +81,16 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it into place on success.
 
     Any OSError with an errno (ENOSPC, EROFS, EACCES, ...) while writing becomes a one-line
-    StoreWriteError; the temp file is removed and ``path`` keeps what it held.
+    StoreWriteError; the temp file is removed and ``path`` keeps what it held. A ``path`` that is a
+    device, FIFO or socket (``/dev/null``) is a UsageError: the rename would replace the node itself.
     """
     path = Path(path)
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        special = False  # absent (or unreadable: the write says why)
+    if special:
+        raise UsageError(f"{visible(path)} is a device, FIFO or socket, not a file: write the output to a file")
     mkdirs(path.parent)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:_TMP_STEM]}.", suffix=".tmp", dir=path.parent)

@@ -22,12 +22,25 @@ MERGED = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "memo
           "requests", "step_requests", "kernel_steps", "gpu_timeline", "phases", "ncu_counters")
 
 
+_RANK_LIMIT = 2**31  # the rank column is int32
+
+
+def rank_of(name: str) -> int | None:
+    """The rank a ``ranks/<name>/`` directory holds: ``name`` is k written plainly ("3", never "03",
+    "٣" or 30 digits), k < 2**31; else None (not a rank directory)."""
+    if not (name.isascii() and name.isdigit() and len(name) <= 10) or (len(name) > 1 and name[0] == "0"):
+        return None
+    k = int(name)
+    return k if k < _RANK_LIMIT else None
+
+
 def rank_dirs(path: str | os.PathLike[str]) -> list[Path]:
-    """``ranks/<k>/`` run directories under ``path``, ordered by k (empty if it is not multi-rank)."""
+    """``ranks/<k>/`` run directories under ``path``, ordered by k (empty if it is not multi-rank);
+    a directory whose name is not a rank (``rank_of``) is not one of them."""
     d = Path(path) / RANKS_DIR
     if not d.is_dir():
         return []
-    found = [p for p in d.iterdir() if p.name.isdigit() and (p / MANIFEST).is_file()]
+    found = [p for p in d.iterdir() if rank_of(p.name) is not None and (p / MANIFEST).is_file()]
     return sorted(found, key=lambda p: int(p.name))
 
 

@@ -130,7 +130,8 @@ def _staging_tag(target: Path) -> str:
 
 
 def check_manifest(data: Any, where: Path) -> dict[str, Any]:
-    """``data`` if it is a run.json tracekit could have written, else CorruptRunError (one line)."""
+    """``data`` if it is a run.json tracekit could have written, else CorruptRunError (one line): an object,
+    its sections of the kind tracekit writes, and the numbers the analysis reads numbers (``_bad_number``)."""
     if not isinstance(data, dict):
         raise CorruptRunError(f"{where}: corrupt run.json (a JSON {type(data).__name__}, not an object); "
                               "re-ingest with --force")
@@ -145,7 +146,74 @@ def check_manifest(data: Any, where: Path) -> dict[str, Any]:
             raise CorruptRunError(f"{where}: corrupt run.json ({key!r} is not a list); re-ingest with --force")
     if any(not isinstance(w, str) for w in data.get("warnings") or []):
         raise CorruptRunError(f"{where}: corrupt run.json (a warning that is not text); re-ingest with --force")
+    bad = _bad_number(data)
+    if bad is not None:
+        raise CorruptRunError(f"{where}: corrupt run.json ({visible(bad)[:200]} is not a number tracekit "
+                              "writes); re-record or re-ingest with --force")
     return data
+
+
+# Numbers the analysis reads from run.json. Per request of each ``timings`` block (the recorder's host
+# timers): counts and ids are whole numbers, times and shares finite numbers. In ``model.config`` (and
+# its ``text_config``): the sizes the cost model and the model check multiply. Each may be null. The
+# warm-up request ids (the recorder's, and those analyze left out): a list of whole numbers.
+_REQUEST_COUNTS = ("request_id", "batch", "input_tokens", "output_tokens")
+_REQUEST_TIMES = ("ttft_ns", "tpot_ns", "e2e_ns", "start_ns", "end_ns", "prefill_share")
+_CONFIG_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "num_key_value_heads",
+                 "head_dim", "intermediate_size", "num_local_experts", "n_routed_experts", "kv_lora_rank",
+                 "qk_rope_head_dim")
+_COUNT_LIMIT = 2**31  # a count or id past this is no run's (products of them stay inside int64)
+
+
+def _is_count(v: Any, least: int = 0) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and least <= v <= _COUNT_LIMIT)
+
+
+def _is_finite(v: Any) -> bool:
+    import math
+
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def _bad_number(data: dict[str, Any]) -> str | None:
+    """The first field of ``data`` (a run.json) that should hold a number and does not, as a path; or None."""
+    blocks = [("timings", data.get("timings"))]
+    while blocks:
+        path, block = blocks.pop()
+        if not isinstance(block, dict):
+            continue
+        blocks += [(f"{path}.{k}", v) for k, v in block.items() if isinstance(v, dict)]
+        reqs = block.get("requests")
+        if not isinstance(reqs, list):
+            continue
+        for i, r in enumerate(reqs):
+            if not isinstance(r, dict):
+                return f"{path}.requests[{i}]"
+            itl = r.get("itl_ns")
+            for key, ok in [*((k, _is_count(r.get(k))) for k in _REQUEST_COUNTS),
+                            *((k, _is_finite(r.get(k))) for k in _REQUEST_TIMES),
+                            ("itl_ns", itl is None or (isinstance(itl, dict) and all(map(_is_finite, itl.values()))))]:
+                if not ok:
+                    return f"{path}.requests[{i}].{key}"
+    analysis = data.get("analysis")
+    for path, ids in (("warmup_requests", data.get("warmup_requests")),
+                      ("analysis.warmup_requests", analysis.get("warmup_requests") if isinstance(analysis, dict) else None)):
+        if ids is not None and not (isinstance(ids, list) and all(i is not None and _is_count(i) for i in ids)):
+            return path
+    model = data.get("model")
+    config = model.get("config") if isinstance(model, dict) else None
+    for path, c in (("model.config", config),
+                    ("model.config.text_config", config.get("text_config") if isinstance(config, dict) else None)):
+        if c is None:
+            continue
+        if not isinstance(c, dict):
+            return path
+        for key in _CONFIG_SIZES:
+            if not _is_count(c.get(key), least=1 if key == "num_attention_heads" else 0):
+                return f"{path}.{key}"
+    if isinstance(model, dict) and not (_is_finite(model.get("parameters")) and (model.get("parameters") or 0) >= 0):
+        return "model.parameters"
+    return None
 
 
 class RunDir:
@@ -411,20 +479,46 @@ class RunDir:
     def read_table(self, name: str) -> pa.Table:
         """The named table; an empty one of the right schema if it was never written.
 
-        A table that cannot be read (truncated, not Parquet) is a CorruptRunError naming the run.
+        A table that cannot be read (truncated, not Parquet, a column name twice, a column that does not
+        cast to its declared type) is a CorruptRunError naming the run and the file where the user has it
+        (never a staging copy's).
         """
         path = self.table_path(name)
+        shown = visible(self.final_path / TABLES_DIR / path.name)
         if not path.is_file():
             if path.exists():
-                raise CorruptRunError(f"{visible(self.run_id)}: table {name} is not a file ({visible(path)}); "
+                raise CorruptRunError(f"{visible(self.run_id)}: table {name} is not a file ({shown}); "
                                       "re-ingest or re-analyze the run")
             return _schema.empty(name)
         try:
             table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset (+0.3 s, +50 MB)
+            _once(table.column_names)
             return _fit(name, table) if name in _schema.SCHEMAS else table
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({visible(path)}: "
+            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({shown}: "
                                   f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
+
+    def read_columns(self, name: str, columns: Sequence[str], *, fit: bool = True) -> pa.Table:
+        """The named table's ``columns`` (those it has), without reading the others: as stored where the
+        file holds its declared schema (or ``fit`` is False), else from ``read_table``'s fitted table.
+        Absent, not a file or unreadable: as ``read_table``."""
+        path = self.table_path(name)
+        if not path.is_file():
+            full = self.read_table(name)
+            return full.select([c for c in columns if c in full.column_names])
+        try:
+            pf = pq.ParquetFile(path)
+            have = pf.schema_arrow
+            _once(have.names)
+            if fit and name in _schema.SCHEMAS and not all(
+                    have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in _schema.schema(name)):
+                full = self.read_table(name)
+                return full.select([c for c in columns if c in full.column_names])
+            return pf.read(columns=[c for c in columns if c in have.names])
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable "
+                                  f"({visible(self.final_path / TABLES_DIR / path.name)}: {_first_line(exc)}); "
+                                  "re-ingest or re-analyze the run") from None
 
     def read_df(self, name: str) -> Any:
         return self.read_table(name).to_pandas()
@@ -482,6 +576,14 @@ def _fit(name: str, table: pa.Table) -> pa.Table:
         if c not in sch.names:
             known = known.append_column(table.schema.field(c), table.column(c))
     return known
+
+
+def _once(names: Sequence[str]) -> None:
+    """ValueError where a column name appears twice: no writer of tracekit's makes one, and every reader
+    picks columns by name."""
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise ValueError(f"column {twice[0]!r} appears more than once")
 
 
 def _first_line(exc: BaseException) -> str:

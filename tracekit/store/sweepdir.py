@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tracekit.errors import CorruptRunError, visible
 from tracekit.store.rundir import write_json
 
 SWEEP_MANIFEST = "sweep.json"
@@ -25,11 +26,26 @@ PLOTS_DIR = "plots"
 
 
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:
+    """sweep.json ({} if absent), checked: an object with ``point_ids`` a list of text, ``outcomes`` an
+    object and ``elapsed_s``/``previous_elapsed_s`` numbers where present; else CorruptRunError (one line)."""
     path = sweep_dir / SWEEP_MANIFEST
     if not path.is_file():
         return {}
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CorruptRunError(f"{visible(path)}: cannot read sweep.json ({exc.strerror})") from None
+    except (ValueError, RecursionError):
+        data = None
+    ok = isinstance(data, dict) and (
+        isinstance(data.get("point_ids", []), list) and all(isinstance(p, str) for p in data.get("point_ids", []))
+        and isinstance(data.get("outcomes", {}), dict)
+        and all(isinstance(data.get(k, 0), int | float) and not isinstance(data.get(k, 0), bool)
+                for k in ("elapsed_s", "previous_elapsed_s")))
+    if not ok:
+        raise CorruptRunError(f"{visible(path)}: corrupt sweep.json; run the sweep again with --force")
+    out: dict[str, Any] = data
+    return out
 
 
 def write_sweep(sweep_dir: Path, data: dict[str, Any]) -> None:

@@ -289,9 +289,10 @@ def cpu_block(ts: TrackSet, table: pa.Table | None, cat_default: str, window: Wi
 
 
 def json_or_text(text: Any) -> Any:
+    """``text`` parsed as JSON, else ``text`` itself (not JSON, or nested past the recursion limit)."""
     try:
         return json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return text
 
 

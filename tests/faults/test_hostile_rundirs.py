@@ -138,11 +138,12 @@ def test_an_analysis_that_fails_on_a_table_names_the_runs_file(tmp_path: Path, g
     # The message named the hard-linked staging copy (runs/.tracekit-new-<tag>-<random>/tables/...),
     # a path that is gone when the user reads it.
     run = copy_run(good_template, tmp_path / "runs" / "bad")
-    _rewrite(run / "tables" / "steps.parquet", lambda t: pa.table({"step_id": ["abc"]}))  # analyze reads it first
+    # the recorder's steps, which analyze reads before any pass
+    pq.write_table(pa.table({"step_id": ["abc"]}), run / "tables" / "recorded_steps.parquet")
     before = snapshot(run)
     r = cli(["analyze", "-q", run])
     one_line(r)
-    assert r.rc == 1 and ".tracekit-new" not in r.err and str(run / "tables" / "steps.parquet") in r.err, r.err
+    assert r.rc == 1 and ".tracekit-new" not in r.err and str(run / "tables" / "recorded_steps.parquet") in r.err, r.err
     assert snapshot(run) == before
 
 
@@ -269,3 +270,28 @@ def test_an_output_that_is_a_device_or_fifo_is_never_replaced(tmp_path: Path, go
     assert r.rc == 2 and "not a file" in r.err, r.err
     mode = os.lstat(out).st_mode
     assert (stat.S_ISFIFO(mode) if node == "fifo" else stat.S_ISCHR(mode)), oct(mode)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "uncastable"])
+def test_damaged_recorder_tables_are_a_corrupt_run(tmp_path: Path, good_template: Path, damage: str) -> None:
+    """recorded_steps / recorded_requests (the recorder's own tables) are read as every table is."""
+    run = copy_run(good_template, tmp_path / "runs" / "bad")
+    path = run / "tables" / "recorded_steps.parquet"
+    if damage == "garbage":
+        path.write_bytes(b"PAR1 not parquet at all PAR1")
+    else:
+        pq.write_table(pa.table({"step_id": ["x"], "kind": ["decode"]}), path)
+    before = snapshot(run)
+    r = cli(["analyze", "-q", run])
+    one_line(r)
+    assert r.rc != 0 and "recorded_steps" in r.err, r.err
+    assert snapshot(run) == before
+
+
+def test_a_damaged_derived_steps_table_is_re_derived(tmp_path: Path, good_template: Path) -> None:
+    """An analysed run's steps table is the analysis' own: re-analysis replaces it, never reads it."""
+    run = copy_run(good_template, tmp_path / "runs" / "bad")
+    (run / "tables" / "steps.parquet").write_bytes(b"not parquet")
+    r = cli(["analyze", "-q", run])
+    assert r.rc == 0, r.err
+    assert pq.read_table(run / "tables" / "steps.parquet").num_rows >= 0

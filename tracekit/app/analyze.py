@@ -79,20 +79,19 @@ def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[s
 def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """The recorder's own steps/requests tables, preserved across analyses (see the module doc)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out: dict[str, pd.DataFrame] = {}
-    steps_df = run.read_df("steps") if run.has_table("steps") else None
+    # Only a run never analysed can still hold the recorder's own steps as its steps table: an analysed
+    # one's steps are derived (and re-derived now, so a damaged one is never read).
+    steps_df = run.read_df("steps") if "analysis" not in manifest and run.has_table("steps") else None
     first = (
-        "analysis" not in manifest
-        and steps_df is not None
+        steps_df is not None
         and len(steps_df) > 0
         and bool((steps_df["source"].astype(str) == "tracekit").all())
     )
     for name, keep in RECORDED.items():
         if run.has_table(keep):
-            # pd.read_parquet's frame, without importing pyarrow.dataset (+0.3 s, +50 MB)
-            out[keep] = pq.ParquetFile(run.table_path(keep)).read(use_pandas_metadata=True).to_pandas()
+            out[keep] = run.read_df(keep)  # checked as every table is: unreadable is a corrupt run
         elif first and run.has_table(name):
             df = run.read_df(name)
             run.write_table(keep, pa.Table.from_pandas(df, preserve_index=False))

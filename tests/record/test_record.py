@@ -360,7 +360,7 @@ def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
         "--warmup",
         "0",
         "--output-tokens",
-        "400",  # a profiled pass of seconds: the signal lands inside it on a loaded machine too
+        "150",
         "--out",
         str(out),
     ]
@@ -383,8 +383,8 @@ def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
     m = run.read_manifest()
     assert m["status"] == STATUS_INCOMPLETE and "interrupt" in m["incomplete_reason"]
     steps = run.read_df("steps")
-    assert 1 <= len(steps) < 400
-    assert run.trace_path.is_file() and run.read_df("requests").iloc[0]["output_tokens"] < 400
+    assert 1 <= len(steps) < 150
+    assert run.trace_path.is_file() and run.read_df("requests").iloc[0]["output_tokens"] < 150
 
 
 def test_a_window_past_the_end_keeps_the_steps_it_captured(tmp_path: Path) -> None:

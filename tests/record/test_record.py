@@ -364,7 +364,10 @@ def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
         "--out",
         str(out),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A shell starts background jobs with SIGINT ignored, and a child inherits that (Python then installs
+    # no KeyboardInterrupt handler): the child gets SIGINT's default back, as a terminal's process has.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     # run.json gains timings.unprofiled when the profiled pass begins.
     while time.monotonic() < deadline and proc.poll() is None:

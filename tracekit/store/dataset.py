@@ -36,7 +36,7 @@ import pyarrow.dataset as ds
 from tracekit.errors import CorruptRunError, RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.store.fsops import make_dir_beside, mkdirs, replace_dir
-from tracekit.store.rundir import write_json, write_table
+from tracekit.store.rundir import read_json, write_json, write_table
 
 MARKER = "_tracekit_dataset.json"
 _TARGET = "_tracekit_replaces.json"  # in a staging dataset: the root it replaces when written
@@ -58,12 +58,7 @@ def read_marker(root: str | os.PathLike[str]) -> dict[str, Any]:
     """The dataset's marker, checked: an object whose ``runs`` (if any) maps run ids to objects with a
     ``ranks`` list and a ``rows`` object, as ``record_parts`` writes it; else CorruptRunError (one line)."""
     path = Path(root) / MARKER
-    try:
-        data = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise CorruptRunError(f"{visible(path)}: cannot read the dataset marker ({exc.strerror})") from None
-    except (ValueError, RecursionError):
-        data = None
+    data = read_json(path, "the dataset marker")
     runs = data.get("runs", {}) if isinstance(data, dict) else None
     if not isinstance(runs, dict) or not all(
             isinstance(e, dict) and isinstance(e.get("ranks", []), list) and isinstance(e.get("rows", {}), dict)

@@ -67,6 +67,17 @@ def write_json(path: Path, obj: Any) -> None:
         fh.write("\n")
 
 
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in ``path``, or None where the file is not JSON (or nests past the recursion
+    limit); a file that cannot be read is a CorruptRunError naming ``what``."""
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CorruptRunError(f"{visible(path)}: cannot read {what} ({exc.strerror})") from None
+    except (ValueError, RecursionError):
+        return None
+
+
 def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)

@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tracekit.errors import CorruptRunError, visible
-from tracekit.store.rundir import write_json
+from tracekit.store.rundir import read_json, write_json
 
 SWEEP_MANIFEST = "sweep.json"
 POINTS_DIR = "points"
@@ -31,12 +30,7 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
     path = sweep_dir / SWEEP_MANIFEST
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise CorruptRunError(f"{visible(path)}: cannot read sweep.json ({exc.strerror})") from None
-    except (ValueError, RecursionError):
-        data = None
+    data = read_json(path, "sweep.json")
     ok = isinstance(data, dict) and (
         isinstance(data.get("point_ids", []), list) and all(isinstance(p, str) for p in data.get("point_ids", []))
         and isinstance(data.get("outcomes", {}), dict)

@@ -165,7 +165,6 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
 
 
 def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str | None) -> dict[str, Any]:
-
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
     run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)

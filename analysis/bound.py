@@ -244,7 +244,7 @@ def kernel_costs(
             # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
             splitk = re.compile(kc.SPLITK_REDUCE)
             reduce = (k["kclass"] == kc.REDUCTION).to_numpy() & matches(k["name"], lambda n: splitk.search(n) is not None)
-            mop[pd.Series(reduce, index=k.index)] = np.nan
+            mop = mop.mask(reduce)
             has = mop.notna()
             mo = mop[has].astype("int64")
             dur = k.loc[has, "dur_ns"].astype(float).fillna(0.0).clip(lower=0)  # no duration: no share

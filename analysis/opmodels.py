@@ -1025,7 +1025,7 @@ def _index_shape(dims: Any, types: Any, child_dims: Any, child_concrete: Any) ->
     d, t, cd, cc = _parse(dims), _parse(types), _parse(child_dims), _parse(child_concrete)
     if len(d) < 2 or d[1] != [] or not is_shape(d[0]) or len(d[0]) < 1 or not cd or cd[0] != d[0] or len(cc) < 2:
         return None
-    size = _parse(cc[1]) if isinstance(cc[1], str) else cc[1]
+    size = _parse(cc[1])
     rest = d[0][1:]
     if not is_shape(size) or len(size) < len(rest) or (rest and size[len(size) - len(rest):] != rest):
         return None

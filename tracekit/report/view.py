@@ -19,7 +19,7 @@ NOT_RECORDED = "not recorded"
 TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory")  # kernel_bound: the per-kernel roofline
 # kernel_bound is as long as the trace's kernels: the report reads only what its roofline draws.
 COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase")}
-# ... and, summed per (phase, op, class) in Arrow as it is read, what the largest-ops table shows (kernel_ops)
+# ... and, summed per (phase, op, class) as they are read (kernel_ops), what the largest-ops table shows
 OP_COLUMNS = ("phase", "op_name", "kclass", "bound", "dur_ns")
 
 

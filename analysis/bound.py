@@ -396,7 +396,8 @@ def _sweep(starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, windows: np.nd
     A sweep over every interval boundary: between two consecutive boundaries the
     set of active classes is constant; the segment goes to the first active class
     in PRIORITY, or to idle. Integer arithmetic, so the classes sum exactly to the
-    windows' length.
+    windows' length. One class at a time, highest priority first, over one-dimensional
+    arrays (a run of 40k kernels holds a few MB, not a boundaries-by-classes matrix).
     """
     nc = len(PRIORITY)
     out = np.zeros(nc + 1, dtype=np.int64)
@@ -406,18 +407,18 @@ def _sweep(starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, windows: np.nd
     starts, ends, cls = starts[keep], ends[keep], cls[keep]
     w_start, w_end = windows[:, 0], windows[:, 1]
     t = np.concatenate([starts, ends, w_start, w_end]).astype(np.int64)
-    delta = np.zeros((len(t), nc), dtype=np.int64)
-    n = len(starts)
-    delta[np.arange(n), cls] = 1
-    delta[n + np.arange(n), cls] = -1
+    n, nw = len(starts), 2 * len(windows)
     order = np.argsort(t, kind="stable")
-    t, delta = t[order], delta[order]
-    state = np.cumsum(delta, axis=0)
+    t = t[order]
+    ev_cls = np.concatenate([cls, cls, np.full(nw, -1, dtype=cls.dtype)])[order]
+    sign = np.concatenate([np.ones(n, np.int64), np.full(n, -1, np.int64), np.zeros(nw, np.int64)])[order]
     last = np.r_[t[1:] != t[:-1], True]  # the state after every event at one instant
-    ut, ustate = t[last], state[last]
-    seg_start, seg_len, seg_state = ut[:-1], np.diff(ut), ustate[:-1]
-    active = seg_state > 0
-    top = np.where(active.any(axis=1), active.argmax(axis=1), nc)
+    ut = t[last]
+    seg_start, seg_len = ut[:-1], np.diff(ut)
+    top = np.full(len(seg_start), nc, dtype=np.int64)
+    for c in np.unique(cls).tolist():  # ascending: PRIORITY order
+        active = np.cumsum(np.where(ev_cls == c, sign, 0))[last][:-1] > 0
+        top[active & (top == nc)] = c
     w = np.searchsorted(w_start, seg_start, side="right") - 1
     inside = (w >= 0) & (seg_start < w_end[np.clip(w, 0, None)])
     np.add.at(out, top[inside], seg_len[inside])

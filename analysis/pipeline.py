@@ -61,12 +61,13 @@ def _has(tables: Mapping[str, Any], need: str) -> bool:
     return column in cols
 
 
-def run_passes(tables: Mapping[str, Any], passes: Iterable[Pass]) -> Tables:
+def run_passes(tables: Mapping[str, Any], passes: Iterable[Pass],
+               between: Callable[[], None] | None = None) -> Tables:
     """Run passes in order; return a new dict (inputs untouched).
 
     A raw table a pass needs but the run lacks is supplied empty (every table is
     valid when empty); a missing derived input or column is a bug in the pass
-    order and raises PassError.
+    order and raises PassError. ``between`` (optional) is called after each pass.
     """
     out: Tables = dict(tables)
     out["warnings"] = list(tables.get("warnings", []))
@@ -87,6 +88,9 @@ def run_passes(tables: Mapping[str, Any], passes: Iterable[Pass]) -> Tables:
         new.update({k: v for k, v in result.items() if k != "warnings"})
         new["warnings"] = out["warnings"] + list(result.get("warnings", []))
         out = new
+        del result, new
+        if between is not None:
+            between()
     return out
 
 

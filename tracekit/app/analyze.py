@@ -37,6 +37,7 @@ from tracekit.errors import TracekitError, UsageError
 from tracekit.ingest import ingest, ingest_into
 from tracekit.model import progress
 from tracekit.model import schema as _schema
+from tracekit.store import heap
 from tracekit.store.calibration import resolve
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
@@ -45,6 +46,8 @@ RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_e
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
            "step_requests")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
+# Raw tables the passes read only in part: the columns they use (other_events: the profiler's overhead).
+RAW_COLUMNS = {"other_events": ("rank", "ts_ns", "dur_ns", "cat")}
 
 
 def trace_stem(path: Path) -> str:
@@ -146,6 +149,12 @@ def device_properties(manifest: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def read_raw(run: RunDir) -> dict[str, Any]:
+    """The raw tables the passes read (RAW), each with the columns they use (RAW_COLUMNS: all where absent)."""
+    return {name: run.read_columns(name, RAW_COLUMNS[name]) if name in RAW_COLUMNS else run.read_table(name)
+            for name in RAW}
+
+
 def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None) -> dict[str, Any]:
     """Run the default passes on a run directory and write their tables. Returns the passes' tables
     (the raw tables are let go before the outputs are written).
@@ -160,7 +169,7 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     last (then ``complete``, with the rows of every table), so a killed analysis is never taken for a
     finished one (RunDir.unfinished).
     """
-    with run.rewrite() as work:
+    with run.rewrite() as work, heap.lean_arrow():
         return _analyse_run(work, warmup_requests, ceiling_override)
 
 
@@ -168,7 +177,8 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
     run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)
-    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
+    tables = read_raw(run)
+    heap.trim()  # the Parquet reader's buffers
     manifest = run.read_manifest()
     tables["manifest"] = manifest
     if run.has_table("step_requests"):  # the requests each step served (record --serve / --assistant)
@@ -179,7 +189,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     ceiling, why = resolve_ceiling(manifest, ceiling_override)
     if ceiling is not None:
         tables["ceiling"] = ceiling
-    result = run_passes(tables, DEFAULT_PASSES)
+    result = run_passes(tables, DEFAULT_PASSES, between=heap.trim)
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):
         result["warnings"].append(f"no ceiling: {why}")
@@ -385,7 +395,7 @@ def analyse_trace_window(run: RunDir) -> dict[str, Any]:
     run.lock()
     try:
         ingest_into(run)
-        tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
+        tables = read_raw(run)
         tables["manifest"] = run.read_manifest()
         result = run_passes(tables, DEFAULT_PASSES)
         rank = run_rank(tables)

@@ -47,6 +47,7 @@ from tracekit.ingest.framing import (
 )
 from tracekit.ingest.result import Counts, RawScan
 from tracekit.model import progress
+from tracekit.store import heap
 
 try:  # built by setup.py where a C compiler is present
     from tracekit.ingest import _kscan
@@ -174,7 +175,7 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     # The scanner's buffers, moved out without a copy (read-only views).
     cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
     del sc, carry
-    trim_heap()
+    heap.trim()  # the inflated blocks (~1 MB each) leave the heap fragmented
     offset = offset_ns(meta)
     if cols["rows"] == 0:
         raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
@@ -222,20 +223,6 @@ def _inflated_size(p: Path) -> int:
     except OSError:
         return 1
     return isize if isize >= size else 10 * size
-
-
-def trim_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc only; elsewhere a no-op).
-
-    The inflated blocks (~1 MB each, hundreds of them) leave the heap fragmented: on the 54 MB
-    corpus trace 10 MB stayed resident after the scan and counted in every later peak.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def read(path: str | Path, *, threads: int | None = None, work_dir: str | Path | None = None) -> RawScan:

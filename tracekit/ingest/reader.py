@@ -23,6 +23,7 @@ from tracekit.ingest import arrays as A
 from tracekit.ingest import duckdb_reader, linkage, native
 from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, RawScan
 from tracekit.model import schema as _schema
+from tracekit.store import heap
 
 # Device-side activity of accelerators tracekit does not model as GPU activity.
 NON_CUDA_DEVICE_CATS = {"mtia_ccp_events"}
@@ -94,7 +95,7 @@ def read_file(
         tables[name] = _schema.empty(name) if t is None or t.num_rows == 0 else _ranked(name, t, final_rank)
     tables = linkage.link(tables, file_index, counts)
     _device_warnings(tables, counts)
-    native.trim_heap()  # the temporaries of table building and linkage
+    heap.trim()  # the temporaries of table building and linkage
     return FileResult(str(path), final_rank, tables, raw.meta, counts, raw.bytes_in, time.perf_counter() - t0,
                       raw.truncated)
 

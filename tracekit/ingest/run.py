@@ -23,12 +23,12 @@ import pyarrow as pa
 from tracekit.errors import TraceFormatError, UsageError, visible
 from tracekit.ingest import cache as ingest_cache
 from tracekit.ingest import capture as _capture
-from tracekit.ingest import native
 from tracekit.ingest.framing import offset_ns
 from tracekit.ingest.reader import read_file, set_rank
 from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, not_a_trace
 from tracekit.model import schema as _schema
 from tracekit.model.trackids import TRACEKIT_PID
+from tracekit.store import heap
 from tracekit.store.rundir import RunDir
 
 
@@ -196,7 +196,7 @@ def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None,
         written[t] = run.table_entry(t, rows[t])
         for r in good:  # written: let its memory go before the next table is encoded
             r.tables[t] = _schema.empty(t)
-        native.trim_heap()  # and the Parquet encoder's buffers (freed, but kept by malloc)
+        heap.trim()  # and the Parquet encoder's buffers (freed, but kept by malloc)
     total = Counts()
     for r in good:
         total.events_read += r.counts.events_read

@@ -169,7 +169,7 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     last (then ``complete``, with the rows of every table), so a killed analysis is never taken for a
     finished one (RunDir.unfinished).
     """
-    with run.rewrite() as work, heap.lean_arrow():
+    with run.rewrite() as work:
         return _analyse_run(work, warmup_requests, ceiling_override)
 
 

@@ -40,7 +40,7 @@ from tracekit.collectors.profiler import KinetoCapture, ProfilerConfig, StepWind
 from tracekit.errors import TracekitError, UsageError
 from tracekit.model import schema as _schema
 from tracekit.model.stepnames import parse_step
-from tracekit.store.rundir import RunDir, default_run_id
+from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir, default_run_id
 from tracekit.trace import chrome as chrome_trace
 
 RAW_TRACE = "kineto.raw.json"
@@ -872,10 +872,20 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
             run.mark_incomplete(f"{phase}: {reason}")
             keep_third_party(run, noise)
         if not opts.quiet or isinstance(exc, KeyboardInterrupt | TracekitError):
-            noise.terminal.write(f"\ntracekit: partial run kept (status incomplete): {run.path}\n")
+            noise.terminal.write(f"\ntracekit: {_kept(run)}: {run.path}\n")
             noise.terminal.flush()
         raise
     return run
+
+
+def _kept(run: RunDir) -> str:
+    """What an interrupted record leaves, as run.json says (an interrupt after the recording finished
+    leaves a complete run)."""
+    try:
+        status = run.status
+    except (OSError, ValueError, TracekitError):
+        status = STATUS_INCOMPLETE
+    return "run kept (status complete)" if status == STATUS_COMPLETE else "partial run kept (status incomplete)"
 
 
 class _oom_guard:

@@ -33,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tracekit.analysis import ranks as _ranks
+from tracekit.analysis.steps import as_df
 from tracekit.errors import TracekitError, UsageError
 from tracekit.ingest import ingest, ingest_into
 from tracekit.model import progress
@@ -178,6 +179,12 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
 
     run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)
     tables = read_raw(run)
+    rank = run_rank(tables)
+    # The passes read the raw tables as pandas frames (tracekit.analysis.steps.as_df): each is made once
+    # here and its Arrow table let go, but gpu_activity's, whose list columns' text the outputs take.
+    for name in RAW:
+        if name != "gpu_activity":
+            tables[name] = as_df(tables[name])
     heap.trim()  # the Parquet reader's buffers
     manifest = run.read_manifest()
     tables["manifest"] = manifest
@@ -195,7 +202,6 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         result["warnings"].append(f"no ceiling: {why}")
     elif ceiling is not None and why:
         result["warnings"].append(why)
-    rank = run_rank(tables)
     steps = result["steps"]
     info = {
         "passes": [p.name for p in DEFAULT_PASSES],
@@ -213,6 +219,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     del tables
     for name in RAW:
         result.pop(name, None)
+    heap.trim()
     names = sorted((n for n in OUTPUTS if result.get(n) is not None), key=lambda n: n != "kernel_bound")
     mark_running(run, "analysis", info)
     rows: dict[str, int] = {}
@@ -224,6 +231,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         del table
         if name == "kernel_bound":
             gpu = None
+            heap.trim()
     for w in result["warnings"]:
         run.add_warning(f"analyze: {w}")
     run.update_manifest(analysis={**info, "status": STATUS_COMPLETE, "rows": {k: rows[k] for k in OUTPUTS if k in rows}})
@@ -279,7 +287,6 @@ def _source_texts(values: Any, source: pa.Table, column: str) -> list[str | None
     ``source`` (tracekit.analysis.steps.as_df), row for row: each distinct list of the Arrow column
     formatted once, as NumPy formats the array it becomes. None otherwise."""
     from tracekit.analysis.columns import object_ids
-    from tracekit.analysis.steps import as_df
 
     if column not in source.column_names or not pa.types.is_list(source.schema.field(column).type):
         return None

@@ -185,7 +185,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     for name in RAW:
         if name != "gpu_activity":
             tables[name] = as_df(tables[name])
-    heap.trim()  # the Parquet reader's buffers
+    heap.trim()  # the Parquet reader's buffers and the Arrow tables let go
     manifest = run.read_manifest()
     tables["manifest"] = manifest
     if run.has_table("step_requests"):  # the requests each step served (record --serve / --assistant)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,37 +22,31 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from pipeline import STAGES, child, generated  # noqa: E402
 
-_TAIL = """
-import resource
-read()
-print(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 0)
-"""
+# Children for pipeline.child: each defines stage(), the read; child reports its peak RSS.
 WITH_PANDAS = """
-import sys
 from pathlib import Path
-from tracekit.app.analyze import RAW, read_raw
-from tracekit.analysis.steps import as_df
+from tracekit.app.analyze import as_frames, read_raw
 from tracekit.store import heap
 from tracekit.store.rundir import RunDir
-def read():
+def stage():
     tables = read_raw(RunDir.open(Path(sys.argv[2])))
     heap.trim()
     if sys.argv[3] == "frames":
-        for name in RAW:
-            if name != "gpu_activity":
-                tables[name] = as_df(tables[name])
+        tables = as_frames(tables)
         heap.trim()
 """
+# The same read without importing tracekit.app.analyze (it imports pandas): RAW and RAW_COLUMNS by hand.
 WITHOUT_PANDAS = """
-import sys, ctypes, os
+import ctypes, os
 from pathlib import Path
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # the pool tracekit chooses
 import numpy, pyarrow.parquet as pq
+RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 PROJECTED = {"other_events": ["rank", "ts_ns", "dur_ns", "cat"]}
-def read():
+def stage():
     tables = {}
     for f in sorted((Path(sys.argv[2]) / "tables").glob("*.parquet")):
-        if f.stem in ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters"):
+        if f.stem in RAW:
             tables[f.stem] = pq.ParquetFile(f).read(columns=PROJECTED.get(f.stem), use_threads=False)
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     assert "pandas" not in sys.modules
@@ -69,18 +62,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         child(STAGES["ingest"], str(trace), str(run))
-        rows = {"read, pandas imported": (WITH_PANDAS + _TAIL, "tables"),
-                "read and frames, pandas imported": (WITH_PANDAS + _TAIL, "frames"),
-                "read, numpy + pyarrow only": (WITHOUT_PANDAS + _TAIL, "-"),
-                "analyze (the stage)": ("import sys" + STAGES["analyze"] + "\nimport resource\nstage()\n"
-                                        "print(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 0)\n", "-")}
+        rows = {"read, pandas imported": (WITH_PANDAS, "tables"),
+                "read and frames, pandas imported": (WITH_PANDAS, "frames"),
+                "read, numpy + pyarrow only": (WITHOUT_PANDAS, "-"),
+                "analyze (the stage)": (STAGES["analyze"], "-")}
         print(f"{trace.name}: peak RSS MB, medians of {args.repeat}")
         for label, (code, mode) in rows.items():
-            mbs = []
-            for _ in range(args.repeat):
-                out = subprocess.run([sys.executable, "-c", code, str(trace), str(run), mode],
-                                     capture_output=True, text=True, check=True)
-                mbs.append(int(out.stdout.split()[-2]) / 1024)
+            mbs = [child(code, str(trace), str(run), mode)["mb"] for _ in range(args.repeat)]
             print(f"  {label:36} {statistics.median(mbs):6.0f}  ({', '.join(f'{m:.0f}' for m in mbs)})")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import sys
 
 import numpy as np
@@ -12,8 +13,6 @@ from tracekit.store import heap
 
 def _rss_kb() -> int:
     with open("/proc/self/statm") as f:
-        import resource
-
         return int(f.read().split()[1]) * resource.getpagesize() // 1024
 
 

@@ -156,6 +156,13 @@ def read_raw(run: RunDir) -> dict[str, Any]:
             for name in RAW}
 
 
+def as_frames(tables: dict[str, Any]) -> dict[str, Any]:
+    """read_raw's tables with each one the pandas frame the passes read (tracekit.analysis.steps.as_df),
+    made once so that its Arrow table can go; gpu_activity stays Arrow (the outputs take its list
+    columns' text from it)."""
+    return {name: as_df(t) if name in RAW and name != "gpu_activity" else t for name, t in tables.items()}
+
+
 def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None) -> dict[str, Any]:
     """Run the default passes on a run directory and write their tables. Returns the passes' tables
     (the raw tables are let go before the outputs are written).
@@ -180,11 +187,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)
     tables = read_raw(run)
     rank = run_rank(tables)
-    # The passes read the raw tables as pandas frames (tracekit.analysis.steps.as_df): each is made once
-    # here and its Arrow table let go, but gpu_activity's, whose list columns' text the outputs take.
-    for name in RAW:
-        if name != "gpu_activity":
-            tables[name] = as_df(tables[name])
+    tables = as_frames(tables)
     heap.trim()  # the Parquet reader's buffers and the Arrow tables let go
     manifest = run.read_manifest()
     tables["manifest"] = manifest

@@ -88,11 +88,9 @@ def case_reduce_overhead(out: Path) -> None:
     kw = {"do_sample": False, "min_new_tokens": 16, "max_new_tokens": 16}
     with torch.no_grad():
         model.generate(ids, **kw)  # compiles (inductor) outside the trace
-        try:
-            from torch._inductor import cudagraph_trees
-            cudagraph_trees.reset_cudagraph_trees()  # the graphs are recorded again, inside the trace
-        except Exception as e:  # noqa: BLE001
-            print("reset_cudagraph_trees:", e)
+    # Dynamo's caches and the CUDA-graph trees are dropped: the generate calls below trace again (Inductor's
+    # compiled code comes from its on-disk cache) and record the graphs again, inside the trace.
+    torch._dynamo.reset()
 
     def body(prof: Any) -> None:
         with torch.no_grad():

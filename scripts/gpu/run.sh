@@ -16,6 +16,7 @@
 #   intmm           torch._int_mm's modelled bytes vs Nsight Compute's DRAM bytes on contiguous operands (<= 200 s)
 #   quant_int8_compiled  compiled int8 weight-only at batch 1 and 16 (<= 560 s)
 #   models    record + analyze of benchmarks/configs' architectures (MoE, Gemma-2, Phi-3), and their bound classes vs ncu
+#   whatif_quant  the what-if quantization runs (benchmarks/whatif/quant.toml: fp16/int8/int4/fp8, batch 1 and 8)
 #   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
 #               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
@@ -176,6 +177,11 @@ foreign)  # traces written as users and engines write them (plain torch.profiler
   for c in ${WHATIF:-dense}; do
     TAIL=14 run "whatif_$c" ${WHATIF_S:-200} tracekit sweep --config "benchmarks/whatif/$c.toml" --out "$W/whatif_$c" --force --repeats 2
   done
+  find "$W"/whatif_* -name 'trace.json.gz' -delete
+  ;;
+whatif_quant)  # what-if checks of --quant: fp16 vs torchao int8 / int4 / fp8, eager, batch 1 and 8, 128/32 (<= 240 s)
+  TAIL=14 run whatif_quant ${WHATIF_S:-230} python3 -m tracekit sweep --config benchmarks/whatif/quant.toml \
+    --out "$W/whatif_quant" --force --repeats 2
   find "$W"/whatif_* -name 'trace.json.gz' -delete
   ;;
 *) echo "unknown stage $STAGE"; exit 2 ;;

@@ -175,7 +175,7 @@ foreign)  # traces written as users and engines write them (plain torch.profiler
     --modes "${MODES:-eager,compiled}" --shapes "${SHAPES:-llama-3.2-1b}" --batches 1,8 --budget-s 150
   rm -f "$W"/bound_vs_ncu/*.ncu-rep; gzip -6 "$W"/bound_vs_ncu/*_b*.json 2>/dev/null
   for c in ${WHATIF:-dense}; do
-    TAIL=14 run "whatif_$c" ${WHATIF_S:-200} tracekit sweep --config "benchmarks/whatif/$c.toml" --out "$W/whatif_$c" --force --repeats 2
+    TAIL=14 run "whatif_$c" ${WHATIF_S:-200} python3 -m tracekit sweep --config "benchmarks/whatif/$c.toml" --out "$W/whatif_$c" --force --repeats 2
   done
   find "$W"/whatif_* -name 'trace.json.gz' -delete
   ;;

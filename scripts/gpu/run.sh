@@ -170,8 +170,8 @@ PY
   ;;
 foreign)  # traces written as users and engines write them (plain torch.profiler), an H100/H200 bound pair
   # against Nsight Compute, and the what-if runs of the dense model (eager/compiled, batch 1/8/32, prompt 128/1,024)
-  run foreign 170 python3 scripts/gpu/foreign_traces.py "$W/foreign" ${FOREIGN_ONLY:+--only $FOREIGN_ONLY}
-  TAIL=30 run bound_vs_ncu 165 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces \
+  [ "${FOREIGN_ONLY:-}" = none ] || run foreign 170 python3 scripts/gpu/foreign_traces.py "$W/foreign" ${FOREIGN_ONLY:+--only $FOREIGN_ONLY}
+  [ -n "${SKIP_BOUND:-}" ] || TAIL=30 run bound_vs_ncu 165 python3 benchmarks/bound_vs_ncu.py "$W/bound_vs_ncu" --keep-traces \
     --modes "${MODES:-eager,compiled}" --shapes "${SHAPES:-llama-3.2-1b}" --batches 1,8 --budget-s 150
   rm -f "$W"/bound_vs_ncu/*.ncu-rep; gzip -6 "$W"/bound_vs_ncu/*_b*.json 2>/dev/null
   for c in ${WHATIF:-dense}; do

@@ -158,7 +158,7 @@ def case_diffusion(out: Path) -> None:
         def denoise(x: Any, t: Any) -> Any:
             eps = unet(x, t).sample
             return sched.step(eps, t, x).prev_sample
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         print("diffusers unavailable:", e)
         kind = "stand-in"
         conv = torch.nn.Sequential(torch.nn.Conv2d(4, 128, 3, padding=1), torch.nn.SiLU(),
@@ -250,7 +250,7 @@ def case_engine_format(out: Path) -> None:
     def name_of(q: list[int], kv: list[int], ctx: bool) -> tuple[str, str]:
         n = len(q)
         sq, sk = sum(q), sum(kv)
-        sqsq, sqsk = sum(a * a for a in q), sum(a * b for a, b in zip(q, kv))
+        sqsq, sqsk = sum(a * a for a in q), sum(a * b for a, b in zip(q, kv, strict=False))
         part = f"(sq{sq}sk{sk}sqsq{sqsq}sqsk{sqsk})"
         zero = "(sq0sk0sqsq0sqsk0)"
         if ctx:
@@ -269,7 +269,7 @@ def case_engine_format(out: Path) -> None:
             toks = []
             outer, inner = name_of(prompts, prompts, True)
             with torch.profiler.record_function(outer), torch.profiler.record_function(inner):
-                for c, n in zip(caches, prompts):
+                for c, n in zip(caches, prompts, strict=False):
                     lg = model(torch.randint(5, 30000, (1, n), device=dev), past_key_values=c, use_cache=True).logits
                     toks.append(lg[:, -1:].argmax(-1))
             steps.append({"kind": "prefill", "batch": 3, "tokens": sum(prompts), "outer": outer, "inner": inner})
@@ -279,7 +279,7 @@ def case_engine_format(out: Path) -> None:
                 outer, inner = name_of([1, 1, 1], kv, False)
                 with torch.profiler.record_function(outer), torch.profiler.record_function(inner):
                     toks = [model(t, past_key_values=c, use_cache=True).logits[:, -1:].argmax(-1)
-                            for t, c in zip(toks, caches)]
+                            for t, c in zip(toks, caches, strict=False)]
                 steps.append({"kind": "decode", "batch": 3, "tokens": 3, "outer": outer, "inner": inner})
             torch.stack([t.view(-1) for t in toks]).cpu()
 
@@ -305,7 +305,7 @@ def main() -> int:
     for n in names:
         try:
             CASES[n](a.out)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             import traceback
 
             traceback.print_exc()

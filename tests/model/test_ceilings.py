@@ -81,7 +81,8 @@ def test_measured_roundtrip_and_resolve_prefers_it(tmp_path: Path, monkeypatch: 
     assert json.loads(path.read_text())["ridge_points"]["fp16"] == pytest.approx(720 / 4.1)
     got = calibration.resolve("NVIDIA H200")
     assert got == calibration.load(path) and got.kind == "measured" and got.peak_bytes_per_s == 4.1e12
-    assert calibration.resolve("NVIDIA H200", prefer_measured=False).kind == "datasheet"
+    assert calibration.resolve("NVIDIA H200", prefer_measured=False).kind == "achievable"
+    assert calibration.resolve("NVIDIA H200", kind="datasheet").kind == "datasheet"
 
 
 def test_calibrate_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,10 +5,12 @@ Pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
 - ``kernel_costs(gpu_activity, cpu_ops, ceiling)``: each GPU activity gets FLOPs and bytes from the op
   that launched it (opmodels), its kernel-name class (kernels), the roof it is closer to (``roof``:
   intensity against the ridge), its achieved share of peak compute and bandwidth, and a bound:
-  compute | memory | latency | other | comm | memcpy. Latency: under ``latency_threshold`` of both
-  peaks (Nsight Compute's 60% rule), rates taken over the kernel's duration plus its fixed overhead
+  compute | memory | latency | other | comm | memcpy. Latency: under the line on both peaks of the
+  ceiling in use (Nsight Compute's 60% rule: ``latency_threshold`` of a datasheet rate,
+  ``achievable_threshold`` of an achievable one), rates taken over the kernel's duration plus its fixed overhead
   (``kernel_overhead_ns``), and an elementwise / reduction / copy kernel whose footprint fits in the
-  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters.
+  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters. ``over_peak``: a
+  modelled rate above every peak (its model over-counts); that rate is no evidence for the class.
 - ``apply_counters(kernels, counters)``: Nsight Compute's counters, joined per step
   (tracekit.analysis.counters), decide the class of every kernel they measured (``source`` = ncu).
 - ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside each step's

@@ -221,6 +221,9 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
         "requests": len(result["requests"]),
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
+        # kernels whose modelled rate is above every peak: their model over-counts (kernel_bound.over_peak)
+        "kernels_over_peak": int(result["kernel_bound"]["over_peak"].sum())
+        if result.get("kernel_bound") is not None and "over_peak" in result["kernel_bound"] else 0,
         # Request ids left out of the run-level phase rows (first N asked for, and those marked).
         "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
     }

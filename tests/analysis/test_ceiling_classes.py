@@ -163,4 +163,6 @@ def test_resolve_prefers_a_measured_ceiling_then_achievable_then_datasheet(tmp_p
     calibration.save_measured(m)
     got = calibration.resolve("NVIDIA H100 80GB HBM3")
     assert got.kind == "measured" and got.is_achieved("bf16") and not got.is_achieved("fp8")
+    # its copy (3.0 TB/s) is under the H100's published read stream (3.18): the cached ceiling takes 3.18
+    assert got.peak_bytes_per_s == 3.18e12 and "over the 3.00 measured" in got.source
     assert calibration.resolve("NVIDIA H100 80GB HBM3", kind="achievable").kind == "achievable"

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from tracekit.errors import UsageError
-from tracekit.model.achievable import achievable
+from tracekit.model.achievable import achievable, with_published_bandwidth
 from tracekit.model.ceilings import Ceiling, datasheet, slug
 from tracekit.store.rundir import write_json
 
@@ -48,8 +48,9 @@ def load(path: Path) -> Ceiling:
 
 def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None = None,
             kind: str | None = None) -> Ceiling:
-    """The ceiling to use for a device: an explicit file, else a measured one from the cache, else its
-    achievable rates (tracekit.model.achievable), else the datasheet. ``kind`` ("measured", "achievable",
+    """The ceiling to use for a device: an explicit file (as it is), else a measured one from the cache
+    (its bandwidth raised to the published achievable one where that is higher: a calibration times a
+    copy), else its achievable rates (tracekit.model.achievable), else the datasheet. ``kind`` ("measured", "achievable",
     "datasheet") asks for that one alone; UsageError where the device has none."""
     if path is not None:
         return load(path)
@@ -58,7 +59,7 @@ def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None
     if (prefer_measured and kind is None) or kind == "measured":
         p = cache_path(device_name)
         if p.is_file():
-            return load(p)
+            return with_published_bandwidth(load(p))
         if kind == "measured":
             raise UsageError(f"no measured ceiling for GPU {device_name!r}: run `tracekit calibrate` on it")
     if kind in (None, "achievable"):

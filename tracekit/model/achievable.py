@@ -45,6 +45,8 @@ _MAF = ("AMD ROCm blog 'Measuring Max-Achievable FLOPs - Part 2', AMD MAF result
         "software-tools-optimization/measuring-max-achievable-flops-part2/), as tabulated by AMD's TraceLens "
         "(AMD-AGI/TraceLens, TraceLens/Agent/Analysis/utils/arch/README.md: matrix_bf16 708, matrix_fp16 654, "
         "matrix_fp8 1273)")
+_MAMF = ("Stas Bekman's Maximum Achievable Matmul FLOPS table (github.com/stas00/ml-engineering, "
+         "compute/accelerator/README.md, mamf-finder.py: mean of 100 matmuls at the best shape found), {}")
 _TL_SPECS = ("AMD TraceLens platform specs (AMD-AGI/TraceLens, AgenticMode platform_specs: max_achievable_tflops, "
              "after the AMD MAF blog)")
 _TL_MI355X = "AMD TraceLens arch file TraceLens/Agent/Analysis/utils/arch/MI355X.json (max_achievable_tflops)"
@@ -53,48 +55,63 @@ _TL_B200 = ("AMD TraceLens arch file TraceLens/Agent/Analysis/utils/arch/B200.js
 _AZ = "Azure AI-benchmarking-guide (github.com/Azure/AI-benchmarking-guide), Azure_Results/{}: {}"
 _TK_H200 = ("tracekit calibrate on an H200 (torch 2.11 + CUDA 13; docs/roofline.md §8): 8192^3 matmul, median of "
             "10 after 3 warm-ups")
+_ONE_RATE = "the {} figure: this part's tensor cores run bf16 and fp16 at one rate (datasheet)"
 
 ACHIEVABLE: dict[str, Entry] = {
     e.gpu: e
     for e in [
         Entry("AMD Instinct MI300X", {
-            "bf16": Figure(708, _MAF), "fp16": Figure(654, _MAF), "fp8": Figure(1273, _MAF),
+            "bf16": Figure(708, _MAF, note="the MAMF table gives 668.4 (ROCm 6.3) and earlier 781.9 (ROCm 6.2)"),
+            "fp16": Figure(654, _MAF), "fp8": Figure(1273, _MAF),
             BANDWIDTH: Figure(4.26, _AZ.format("ND_MI300X_v5_results.md (as kept in the fork "
                                                "samuel-bohman/AI-benchmarking-guide)",
                                                "HBM STREAM mul 4.26 TB/s (copy 4.11, add 4.14, triad 4.09, dot 3.87)")),
         }),
         Entry("AMD Instinct MI325X", {
-            "bf16": Figure(843, _TL_SPECS), "fp16": Figure(794, _TL_SPECS), "fp8": Figure(1519, _TL_SPECS),
-        }, note="an earlier TraceLens table gave the MI300X's figures (708 bf16) for it; no bandwidth figure "
-                "found: datasheet"),
+            "bf16": Figure(843, _TL_SPECS, note="the MAMF table gives 784.9 (1000 W, TunableOp)"),
+            "fp16": Figure(794, _TL_SPECS), "fp8": Figure(1519, _TL_SPECS),
+        }, note="no bandwidth figure found: datasheet"),
         Entry("AMD Instinct MI355X", {
-            "bf16": Figure(1613, _TL_MI355X), "fp16": Figure(1518, _TL_MI355X), "fp8": Figure(2905, _TL_MI355X),
-        }, note="TraceLens' AgenticMode platform specs give 1686 bf16/fp16 and 3567 fp8: +-5-20%; no bandwidth "
-                "figure found: datasheet"),
+            "bf16": Figure(1613, _TL_MI355X, note="TraceLens' platform specs give 1686, the MAMF table 1565"),
+            "fp16": Figure(1518, _TL_MI355X), "fp8": Figure(2905, _TL_MI355X, note="TraceLens' platform specs: 3567"),
+        }, note="no bandwidth figure found: datasheet"),
+        Entry("AMD Instinct MI250X (1 GCD)", {
+            "bf16": Figure(147.0, _MAMF.format("AMD MI250X, one GCD, ROCm 6.2 (an earlier version of the table)")),
+            "fp16": Figure(147.0, _MAMF.format("AMD MI250X, one GCD, ROCm 6.2 (an earlier version of the table)"),
+                           note=_ONE_RATE.format("bf16")),
+        }, note="no bandwidth figure found: datasheet"),
         Entry("NVIDIA B200", {
-            "bf16": Figure(1401, _TL_B200), "fp16": Figure(1347, _TL_B200), "fp8": Figure(2816, _TL_B200),
+            "bf16": Figure(1745.0, _MAMF.format("NVIDIA B200 SXM, torch 2.7.1+cu128"),
+                           note="TraceLens' B200.json gives 1401"),
+            "fp16": Figure(1347, _TL_B200), "fp8": Figure(3432.5, _MAMF.format("NVIDIA B200 SXM, FP8 e4m3")),
             "int8": Figure(2927, _TL_B200), BANDWIDTH: Figure(7.476, _TL_B200),
         }),
         Entry("NVIDIA GB200", {
-            "fp8": Figure(2906.9, _AZ.format("ND_GB200_v6_results.md", "cuBLASLt FP8 GEMM 16384^3")),
-        }, note="no bf16 or bandwidth figure found: datasheet"),
+            "bf16": Figure(1822.0, _MAMF.format("NVIDIA GB200 SXM, torch 2.10 dev + cu130")),
+            "fp8": Figure(3615.6, _MAMF.format("NVIDIA GB200 SXM, FP8 e4m3"),
+                          note="Azure ND GB200 v6: cuBLASLt FP8 2906.9 at 16384^3"),
+        }, note="no bandwidth figure found: datasheet"),
         Entry("NVIDIA H200", {
-            "bf16": Figure(788, _TK_H200), "fp16": Figure(735, _TK_H200), "tf32": Figure(400, _TK_H200),
-            "fp32": Figure(50.6, _TK_H200),
-            "fp8": Figure(1366.3, _AZ.format("ND_H200_v5_results.md", "cuBLASLt FP8 GEMM 16384^3")),
+            "bf16": Figure(788, _TK_H200, note="the MAMF table gives the H100's 794.5 for it"),
+            "fp16": Figure(735, _TK_H200), "tf32": Figure(400, _TK_H200), "fp32": Figure(50.6, _TK_H200),
+            "fp8": Figure(1453.4, _MAMF.format("NVIDIA H200 SXM, FP8 e4m3"),
+                          note="Azure ND H200 v5: cuBLASLt FP8 1366.3"),
             BANDWIDTH: Figure(4.48, _AZ.format("ND_H200_v5_results.md",
                                                "HBM STREAM dot 4.48 TB/s (copy 4.01, add/triad 4.15)"),
                               note="tracekit calibrate's device copy (read + write) measured 4.04"),
         }),
         Entry("NVIDIA H100 SXM", {
-            "fp8": Figure(1382.2, _AZ.format("ND_H100_v5_results.md", "cuBLASLt FP8 GEMM 32768^3")),
+            "bf16": Figure(794.5, _MAMF.format("NVIDIA H100 SXM, torch 2.7.0+cu126")),
+            "fp16": Figure(760.0, "torch matmul benchmark on an NVIDIA H100 80GB HBM3, torch 2.7.0+cu128, 4096^2 "
+                                  "(github.com/zzc0721/torch-performance-test-data issue #79; bf16 797.5 there)"),
+            "fp8": Figure(1402.6, _MAMF.format("NVIDIA H100 SXM, FP8 e4m3"),
+                          note="Azure ND H100 v5: cuBLASLt FP8 1382.2"),
             BANDWIDTH: Figure(3.18, _AZ.format("ND_H100_v5_results.md",
                                                "HBM STREAM dot 3.18 TB/s (copy 2.90, add/triad 2.97)")),
         }),
         Entry("NVIDIA A100-SXM4-80GB", {
+            "bf16": Figure(271.2, _MAMF.format("NVIDIA A100 SXM, torch 2.6.0+cu126")),
             "fp16": Figure(256.5, _AZ.format("ND_A100_v4_results.md", "cuBLASLt FP16 GEMM 16384^3")),
-            "bf16": Figure(256.5, _AZ.format("ND_A100_v4_results.md", "cuBLASLt FP16 GEMM 16384^3"),
-                           note="the fp16 figure: the A100's tensor cores run bf16 and fp16 at one rate (datasheet)"),
             BANDWIDTH: Figure(1.75, _AZ.format("ND_A100_v4_results.md",
                                                "HBM STREAM dot 1.75 TB/s (copy 1.61, add/triad 1.70)")),
         }),

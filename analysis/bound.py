@@ -396,14 +396,33 @@ def _lines(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, opts: BoundOptio
 def _over_peak(k: pd.DataFrame, tensor: np.ndarray, ceiling: Ceiling, overhead_ns: float
                ) -> tuple[np.ndarray, np.ndarray]:
     """(FLOP rate over the peak, bandwidth over the peak) per kernel: its modelled rate above both the
-    ceiling in use and the GPU's datasheet (a rate no kernel can reach: the model over-counts)."""
+    ceiling in use and the GPU's datasheet (a rate no kernel can reach: the model over-counts).
+
+    The highest rate a kernel could run at is taken: a GEMM or attention kernel's dtype rate, TF32's
+    for fp32 (cuBLAS may run fp32 GEMMs on TF32 tensor cores), and for a dtype the GPU has no rate for
+    (block-scaled fp4, say) its fastest rate; the fp32 CUDA-core rate for the rest."""
     ds = datasheet(ceiling.gpu)
-    top = ceiling if ds is None else Ceiling(
-        gpu=ceiling.gpu, source=ceiling.source,
-        peak_flops={d: max(ceiling.flops(d) or 0.0, ds.flops(d) or 0.0) for d in {*ceiling.peak_flops, *ds.peak_flops}},
-        peak_bytes_per_s=max(ceiling.peak_bytes_per_s, ds.peak_bytes_per_s))
-    f, b = _pct_of_peak(k, tensor, top, overhead_ns)
-    return np.nan_to_num(f) > 100.0, np.nan_to_num(b) > 100.0
+    rates = {d: max(ceiling.flops(d) or 0.0, ds.flops(d) or 0.0 if ds is not None else 0.0)
+             for d in {*ceiling.peak_flops, *(ds.peak_flops if ds is not None else ())}}
+    bw = max(ceiling.peak_bytes_per_s, ds.peak_bytes_per_s if ds is not None else 0.0)
+    fastest = max(rates.values(), default=0.0)
+    fp32 = rates.get("fp32") or np.nan
+
+    def tensor_peak(d: Any) -> float:
+        if d is None:
+            return np.nan
+        if str(d) == "fp32":
+            return max(rates.get("fp32", 0.0), rates.get("tf32", 0.0)) or np.nan
+        return rates.get(str(d)) or fastest or np.nan
+
+    peak_f = np.where(tensor, map_values(k["dtype"], tensor_peak).astype(float), fp32)
+    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
+    dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, np.nan) * 1e-9
+    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = k["flops"].to_numpy(dtype=float) / dur_s
+        b = k["bytes"].to_numpy(dtype=float) / dur_s
+    return modelled & (np.nan_to_num(f) > peak_f), modelled & (np.nan_to_num(b) > bw)
 
 
 def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, overhead_ns: float = 0.0

@@ -166,3 +166,14 @@ def test_resolve_prefers_a_measured_ceiling_then_achievable_then_datasheet(tmp_p
     # its copy (3.0 TB/s) is under the H100's published read stream (3.18): the cached ceiling takes 3.18
     assert got.peak_bytes_per_s == 3.18e12 and "over the 3.00 measured" in got.source
     assert calibration.resolve("NVIDIA H100 80GB HBM3", kind="achievable").kind == "achievable"
+
+
+def test_an_fp32_gemm_may_run_at_the_tf32_rate_without_being_over_the_peak() -> None:
+    # H200 datasheet: fp32 67, tf32 494.5 TFLOP/s. An fp32 GEMM at 300 TFLOP/s ran on TF32 tensor cores
+    # (allow_tf32): not over the peak; at 600 it is over every rate an fp32 GEMM can run at.
+    h200 = datasheet("NVIDIA H200")
+    assert h200 is not None
+    f32 = ("aten::mm", [[N, N], [N, N]], ["float", "float"])
+    k = kernels([(f32, GEMM_FLOPS / 300e12 * 1e9, "sm90_xmma_gemm_tf32f32_tf32f32_f32"),
+                 (f32, GEMM_FLOPS / 600e12 * 1e9, "sm90_xmma_gemm_tf32f32_tf32f32_f32")], h200)
+    assert list(k["over_peak"]) == [False, True]

@@ -1,8 +1,10 @@
 """Hardware ceilings: datasheet peaks per GPU, and the Ceiling a ``tracekit calibrate`` measurement makes.
 
 A ceiling is what a kernel is compared against: peak FLOP/s per dtype and peak
-DRAM bytes/s. Every ceiling carries ``source`` (datasheet name and date, or
-"measured ...") so that every report can say which one it used.
+DRAM bytes/s. Its kind is ``datasheet`` (this module's table), ``achievable`` (what the
+GPU's best kernels reach, published: tracekit.model.achievable) or ``measured`` (``tracekit
+calibrate``); ``achieved`` names its rates that are achievable figures rather than datasheet
+ones. Every ceiling carries ``source`` so that every report can say which one it used.
 
 All FLOP/s here are DENSE (no 2:4 sparsity): NVIDIA datasheets print the sparse
 figure first for Ampere and later; we halve it. Bytes/s are decimal (1 TB/s =

@@ -38,6 +38,7 @@ floor, and counters from the same timing model written in Nsight Compute's CSV l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import gzip
 import json
@@ -208,18 +209,16 @@ def analyse_trace(path: Path, gpu: str, synthetic: bool, kind: str | None = None
     import pandas as pd
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-    from tracekit.ingest import read_trace_tables
     from tracekit.errors import UsageError
+    from tracekit.ingest import read_trace_tables
     from tracekit.store.calibration import resolve
 
     tables: dict[str, Any] = {k: v.to_pandas() for k, v in read_trace_tables(path).items()}
     if synthetic:
         tables["gpu_activity"] = synthetic_kernels(tables["cpu_ops"])
     tables["manifest"] = {"environment": {"gpu": gpu}}
-    try:
+    with contextlib.suppress(UsageError):  # no ceiling of that kind: the pass classes what it can without one
         tables["ceiling"] = resolve(gpu, kind=kind)
-    except UsageError:
-        pass  # no ceiling of that kind: the pass classes what it can without one
     res = run_passes(tables, DEFAULT_PASSES)
     kb = res.get("kernel_bound")
     return (kb if kb is not None else pd.DataFrame()), res["steps"]

@@ -145,7 +145,7 @@ def test_an_h100_pair_agrees_with_nsight_compute_against_either_ceiling(kind: st
     kb, counters = _analysed(H100, gpu="NVIDIA H100 80GB HBM3", kind=kind)
     every = C.launch_order(kb)
     for sid in sorted(counters["step_id"].dropna().unique()):
-        joined, rep = C.join(every[every["step_id"] == sid], counters[counters["step_id"] == sid])
+        _, rep = C.join(every[every["step_id"] == sid], counters[counters["step_id"] == sid])
         assert rep.kernels_matched == (every["step_id"] == sid).sum() > 10, (sid, rep)
     agree = _agreement(kb, counters)
     assert len(agree) == 2 and min(agree.values()) >= 0.9, agree

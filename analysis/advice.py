@@ -23,7 +23,7 @@ from typing import Any
 
 # (column, what it is, what would help)
 CAUSES: tuple[tuple[str, str, str], ...] = (
-    ("latency_bound_ns", "latency-bound kernels (under 60% of both peak compute and peak bandwidth)",
+    ("latency_bound_ns", "latency-bound kernels (under the latency line of both peak compute and peak bandwidth)",
      "fuse kernels, capture CUDA graphs or raise the batch so each launch does more work"),
     ("memory_bound_ns", "memory-bound kernels",
      "quantize the weights or the KV cache, or raise the batch so each byte read serves more tokens"),

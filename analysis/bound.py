@@ -5,10 +5,12 @@ Pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
 - ``kernel_costs(gpu_activity, cpu_ops, ceiling)``: each GPU activity gets FLOPs and bytes from the op
   that launched it (opmodels), its kernel-name class (kernels), the roof it is closer to (``roof``:
   intensity against the ridge), its achieved share of peak compute and bandwidth, and a bound:
-  compute | memory | latency | other | comm | memcpy. Latency: under ``latency_threshold`` of both
-  peaks (Nsight Compute's 60% rule), rates taken over the kernel's duration plus its fixed overhead
+  compute | memory | latency | other | comm | memcpy. Latency: under the line on both peaks of the
+  ceiling in use (Nsight Compute's 60% rule: ``latency_threshold`` of a datasheet rate,
+  ``achievable_threshold`` of an achievable one), rates taken over the kernel's duration plus its fixed overhead
   (``kernel_overhead_ns``), and an elementwise / reduction / copy kernel whose footprint fits in the
-  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters.
+  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters. ``over_peak``: a
+  modelled rate above every peak (its model over-counts); that rate is no evidence for the class.
 - ``apply_counters(kernels, counters)``: Nsight Compute's counters, joined per step
   (tracekit.analysis.counters), decide the class of every kernel they measured (``source`` = ncu).
 - ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside each step's
@@ -75,14 +77,21 @@ class BoundOptions:
     class_fallback_memory: bool = True
     assume_causal: bool = True  # see opmodels: profiler shapes do not carry is_causal
     max_parent_depth: int = 64
-    # A modelled kernel whose achieved FLOP/s and bytes/s are both under this fraction of the peaks
-    # is latency-bound (Nsight Compute: under 60% of peak on both "typically indicate latency
-    # issues"). None: no latency class, only the roof (intensity against the ridge).
+    # A modelled kernel whose achieved FLOP/s and bytes/s are both under the line on each is
+    # latency-bound (Nsight Compute: under 60% of the theoretical peak on both "typically indicate
+    # latency issues"). The line is this fraction of a datasheet rate ... None: no latency class,
+    # only the roof (intensity against the ridge).
     latency_threshold: float | None = 0.6
-    # Peaks the threshold is taken against: "datasheet" (the GPU's theoretical peaks, which Nsight
-    # Compute's % of peak are relative to; the ceiling in use where the GPU has no datasheet entry)
-    # or "ceiling" (the ceiling the run uses, measured or datasheet).
-    latency_peaks: str = "datasheet"
+    # ... and this fraction of an achievable rate (measured by calibrate or published: what the
+    # GPU's best kernels reach). Nsight Compute's 60% of the theoretical peak, on parts whose best
+    # streaming kernel reaches ~93% of it (H200: 4.48 of 4.8 TB/s), is 0.6 / 0.93 = 0.65 of what they
+    # reach (docs/roofline.md §2).
+    achievable_threshold: float = 0.65
+    # Peaks the line and the rates are taken against: "ceiling" (the ceiling in use: measured,
+    # achievable or datasheet, each rate at its own fraction) or "datasheet" (the GPU's datasheet
+    # peaks at latency_threshold, as Nsight Compute's % of peak are; the ceiling in use where the
+    # GPU has no datasheet entry).
+    latency_peaks: str = "ceiling"
     # Size rule for kernels classified by name only (no bytes to rate): shorter than this, latency;
     # longer, memory. On the H200 no modelled elementwise/reduction/copy kernel under 20 us reached
     # 60% of peak bandwidth in a 1,000-token prefill and decode (docs/roofline.md).
@@ -109,7 +118,8 @@ def _empty_kernels(gpu_activity: pd.DataFrame) -> pd.DataFrame:
     for c, dt in [
         ("kclass", object), ("model", object), ("op_name", object), ("flops", float), ("bytes", float),
         ("dtype", object), ("intensity", float), ("ridge", float), ("roof", object),
-        ("flops_pct_of_peak", float), ("bw_pct_of_peak", float), ("bound", object), ("source", object),
+        ("flops_pct_of_peak", float), ("bw_pct_of_peak", float), ("over_peak", bool), ("bound", object),
+        ("source", object),
     ]:
         out[c] = pd.Series(dtype=dt)
     return out
@@ -277,19 +287,32 @@ def kernel_costs(
     shape = (k["model"] == MODEL_SHAPE).to_numpy()
     roof = np.full(len(k), None, dtype=object)
     roof[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
-    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), _latency_peaks(ceiling, opts), opts.kernel_overhead_ns)
+    peaks = _latency_peaks(ceiling, opts)
+    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), peaks, opts.kernel_overhead_ns)
     k["flops_pct_of_peak"], k["bw_pct_of_peak"] = flops_pct, bw_pct
+    l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
+    resident = shape & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy() & (
+        k["bytes"].to_numpy(dtype=float) <= l2) if l2 else np.zeros(len(k), dtype=bool)
+    over_f, over_b = _over_peak(k, tensor.to_numpy(), ceiling, opts.kernel_overhead_ns)
+    over_b &= ~resident  # an L2-resident kernel's bytes are served from L2, not rated against DRAM
+    over = shape & (over_f | over_b)
+    k["over_peak"] = over
     bound = np.full(len(k), OTHER, dtype=object)
     bound[shape] = roof[shape]
     if opts.latency_threshold is not None:
-        below = np.fmax(flops_pct, bw_pct) < 100.0 * opts.latency_threshold  # NaN (no duration) -> False
+        f_line, b_line = _lines(k, tensor.to_numpy(), peaks, opts)
+        below = np.fmax(flops_pct - f_line, bw_pct - b_line) < 0  # NaN (no duration) -> False
         bound[shape & below] = LATENCY
-        l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
-        if l2:
-            resident = shape & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy() & (
-                k["bytes"].to_numpy(dtype=float) <= l2)
-            bound[resident & ~(flops_pct >= 100.0 * opts.latency_threshold)] = LATENCY
-    _finish(k, bound, roof, shape, is_kernel, kinds, gpu_activity, opts)
+        reach_f, reach_b = flops_pct >= f_line, bw_pct >= b_line
+        bound[resident & ~reach_f] = LATENCY
+        # A rate over the peak is no evidence: its model over-counts. What is left decides: the other
+        # rate where it reaches its line, else the rules for a kernel without a model.
+        ok_f, ok_b = reach_f & ~over_f, reach_b & ~over_b
+        bound[over] = np.where(ok_f, COMPUTE, np.where(ok_b, MEMORY, OTHER))[over]
+        unproven = over & ~ok_f & ~ok_b
+    else:  # the roofline alone: the roof under the intensity, whatever the rates (flagged all the same)
+        unproven = None
+    _finish(k, bound, roof, shape, is_kernel, kinds, gpu_activity, opts, unproven=unproven)
     return k.drop(columns=["_tensor"], errors="ignore")
 
 
@@ -299,6 +322,7 @@ def _without_ceiling(k: pd.DataFrame, is_kernel: np.ndarray, kinds: pd.Series, g
         k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
     k["ridge"] = np.nan
     k["flops_pct_of_peak"], k["bw_pct_of_peak"] = np.nan, np.nan
+    k["over_peak"] = False
     shape = (k["model"] == MODEL_SHAPE).to_numpy()
     _finish(k, np.full(len(k), OTHER, dtype=object), np.full(len(k), None, dtype=object), shape, is_kernel, kinds,
             gpu_activity, opts)
@@ -306,16 +330,23 @@ def _without_ceiling(k: pd.DataFrame, is_kernel: np.ndarray, kinds: pd.Series, g
 
 
 def _finish(k: pd.DataFrame, bound: np.ndarray, roof: np.ndarray, shape: np.ndarray, is_kernel: np.ndarray,
-            kinds: pd.Series, gpu_activity: pd.DataFrame, opts: BoundOptions) -> None:
-    """The classes every path shares: the name-class size rule, communication, memcpy (in place)."""
+            kinds: pd.Series, gpu_activity: pd.DataFrame, opts: BoundOptions,
+            unproven: np.ndarray | None = None) -> None:
+    """The classes every path shares: the name-class size rule, communication, memcpy (in place).
+
+    ``unproven``: modelled kernels whose model gave no usable evidence (over the peak): the size rule
+    classes them as it classes kernels without a model (their model and roof stay)."""
     if opts.class_fallback_memory:
-        fb = ~shape & is_kernel & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy()
+        named = is_kernel & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy()
+        fb = ~shape & named
         roof[fb] = MEMORY
+        k.loc[fb, "model"] = MODEL_CLASS
+        if unproven is not None:
+            fb = fb | (unproven & named)
         bound[fb] = MEMORY
         if opts.latency_threshold is not None:
             dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
             bound[fb & (dur < opts.short_kernel_ns)] = LATENCY
-        k.loc[fb, "model"] = MODEL_CLASS
     bound[(k["kclass"] == kc.COMMUNICATION).to_numpy()] = COMM
     memcpy = kinds.isin(["memcpy", "memset"]).to_numpy()
     bound[memcpy] = MEMCPY
@@ -337,6 +368,61 @@ def _latency_peaks(ceiling: Ceiling, opts: BoundOptions) -> Ceiling:
         if ds is not None:
             return ds
     return ceiling
+
+
+def _rate_keys(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> np.ndarray:
+    """The FLOP rate each kernel is compared with: its dtype's tensor rate (fp16, then fp32, where the GPU
+    lacks it) for GEMM and attention kernels, fp32 for the rest."""
+    def key(d: Any) -> str:
+        if d is None:
+            return "fp32"
+        return str(d) if peaks.flops(str(d)) else "fp16" if peaks.flops("fp16") else "fp32"
+
+    return np.where(tensor, map_values(k["dtype"], key), "fp32")
+
+
+def _lines(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, opts: BoundOptions) -> tuple[np.ndarray, np.ndarray]:
+    """The latency line of each kernel, % of ``peaks``, on FLOPs and on bandwidth: achievable_threshold
+    where the rate is an achievable figure, latency_threshold where it is a datasheet one."""
+    ds = 100.0 * (opts.latency_threshold or 0.0)
+    ach = 100.0 * opts.achievable_threshold
+    keys = _rate_keys(k, tensor, peaks)
+    achieved = {d for d in set(keys.tolist()) if peaks.is_achieved(str(d))}
+    f_line = np.where(np.isin(keys, list(achieved)), ach, ds) if achieved else np.full(len(k), ds)
+    b_line = np.full(len(k), ach if peaks.is_achieved("bandwidth") else ds)
+    return f_line, b_line
+
+
+def _over_peak(k: pd.DataFrame, tensor: np.ndarray, ceiling: Ceiling, overhead_ns: float
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP rate over the peak, bandwidth over the peak) per kernel: its modelled rate above both the
+    ceiling in use and the GPU's datasheet (a rate no kernel can reach: the model over-counts).
+
+    The highest rate a kernel could run at is taken: a GEMM or attention kernel's dtype rate, TF32's
+    for fp32 (cuBLAS may run fp32 GEMMs on TF32 tensor cores), and for a dtype the GPU has no rate for
+    (block-scaled fp4, say) its fastest rate; the fp32 CUDA-core rate for the rest."""
+    ds = datasheet(ceiling.gpu)
+    rates = {d: max(ceiling.flops(d) or 0.0, ds.flops(d) or 0.0 if ds is not None else 0.0)
+             for d in {*ceiling.peak_flops, *(ds.peak_flops if ds is not None else ())}}
+    bw = max(ceiling.peak_bytes_per_s, ds.peak_bytes_per_s if ds is not None else 0.0)
+    fastest = max(rates.values(), default=0.0)
+    fp32 = rates.get("fp32") or np.nan
+
+    def tensor_peak(d: Any) -> float:
+        if d is None:
+            return np.nan
+        if str(d) == "fp32":
+            return max(rates.get("fp32", 0.0), rates.get("tf32", 0.0)) or np.nan
+        return rates.get(str(d)) or fastest or np.nan
+
+    peak_f = np.where(tensor, map_values(k["dtype"], tensor_peak).astype(float), fp32)
+    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
+    dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, np.nan) * 1e-9
+    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = k["flops"].to_numpy(dtype=float) / dur_s
+        b = k["bytes"].to_numpy(dtype=float) / dur_s
+    return modelled & (np.nan_to_num(f) > peak_f), modelled & (np.nan_to_num(b) > bw)
 
 
 def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, overhead_ns: float = 0.0

@@ -18,7 +18,8 @@ Method (docs/roofline.md, "Checking the latency class against Nsight Compute"):
    steps are profiled (cudaProfilerStart/Stop around each, NVTX range `tracekit.step id=N`), with
    tracekit counters' command: the one-pass metric set, kernel replay, `--graph-profiling node`,
    `--cache-control none`, `--import-sass no`, `--clock-control none`.
-3. analysis, here: each trace through tracekit's default passes (datasheet ceiling of the GPU) for
+3. analysis, here: each trace through tracekit's default passes (the ceiling analyze would use for the
+   GPU: a cached calibration, else its achievable rates, else its datasheet; `--ceiling KIND` picks one) for
    the model-only class; the counters CSV read and joined per step exactly as `tracekit counters`
    does (a step whose kernel sequence differs is aligned by name instead, and the aligned share is
    reported); the ncu class is Nsight Compute's SOL rule on the counters.
@@ -37,6 +38,7 @@ floor, and counters from the same timing model written in Nsight Compute's CSV l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import gzip
 import json
@@ -201,21 +203,22 @@ def child_cmd(stage: str, mode: str, out: Path, a: argparse.Namespace) -> list[s
     return cmd + (["--cpu"] if a.cpu else []) + (["--compile-dynamic"] if a.compile_dynamic else [])
 
 
-def analyse_trace(path: Path, gpu: str, synthetic: bool) -> tuple[Any, Any]:
-    """(kernel_bound, steps) of one cell's trace through tracekit's default passes (datasheet ceiling)."""
+def analyse_trace(path: Path, gpu: str, synthetic: bool, kind: str | None = None) -> tuple[Any, Any]:
+    """(kernel_bound, steps) of one cell's trace through tracekit's default passes, against the GPU's
+    ceiling as analyze resolves it (``kind``: measured, achievable or datasheet only)."""
     import pandas as pd
 
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.errors import UsageError
     from tracekit.ingest import read_trace_tables
-    from tracekit.model.ceilings import datasheet
+    from tracekit.store.calibration import resolve
 
     tables: dict[str, Any] = {k: v.to_pandas() for k, v in read_trace_tables(path).items()}
     if synthetic:
         tables["gpu_activity"] = synthetic_kernels(tables["cpu_ops"])
     tables["manifest"] = {"environment": {"gpu": gpu}}
-    ceiling = datasheet(gpu)
-    if ceiling is not None:
-        tables["ceiling"] = ceiling
+    with contextlib.suppress(UsageError):  # no ceiling of that kind: the pass classes what it can without one
+        tables["ceiling"] = resolve(gpu, kind=kind)
     res = run_passes(tables, DEFAULT_PASSES)
     kb = res.get("kernel_bound")
     return (kb if kb is not None else pd.DataFrame()), res["steps"]
@@ -378,7 +381,7 @@ def analyse(out: Path, a: argparse.Namespace, modes: list[str]) -> list[dict[str
             trace = out / cell["trace"]
             if not trace.is_file() and trace.with_suffix(".json.gz").is_file():
                 trace = trace.with_suffix(".json.gz")
-            kb, _ = analyse_trace(trace, plan["gpu"] if not a.cpu else "NVIDIA H200", a.cpu)
+            kb, _ = analyse_trace(trace, plan["gpu"] if not a.cpu else "NVIDIA H200", a.cpu, a.ceiling)
             if kb.empty:
                 rows.append({"mode": mode, "shape": cell["shape"], "batch": cell["batch"], "error": "no kernels"})
                 continue
@@ -461,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analyse-only", action="store_true",
                     help="no stages: compare again from OUT's kept traces (--keep-traces; .json or .json.gz), plans "
                          "and counters with the installed tracekit")
+    ap.add_argument("--ceiling", default=None, choices=["measured", "achievable", "datasheet"],
+                    help="classify against this kind of ceiling of the GPU (default: the one analyze uses)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-mode", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

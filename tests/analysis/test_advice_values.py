@@ -33,8 +33,8 @@ def test_host_idle_with_and_without_the_profilers_share() -> None:
 def test_latency_compute_and_communication() -> None:
     lat = {"phase": "decode", "time_ns": 10 * MS, "latency_bound_ns": 6 * MS, "gpu_busy_ns": 8 * MS,
            "pct_peak_bandwidth": 12, "idle_ns": 2 * MS, "idle_host_ns": 2 * MS, "idle_wait_ns": 0}
-    assert advice(lat) == ("decode: 60% of its 10.0 ms is latency-bound kernels (under 60% of both peak compute and "
-                           "peak bandwidth) (75% of the GPU's busy time, the busy GPU reaches 12% of peak bandwidth); "
+    assert advice(lat) == ("decode: 60% of its 10.0 ms is latency-bound kernels (under the latency line of both "
+                           "peak compute and peak bandwidth) (75% of the GPU's busy time, the busy GPU reaches 12% of peak bandwidth); "
                            "fuse kernels, capture CUDA graphs or raise the batch so each launch does more work.")
     comp = {"phase": "prefill", "time_ns": 10 * MS, "compute_bound_ns": 9 * MS, "achieved_tflops": 700,
             "pct_peak_flops": 71}

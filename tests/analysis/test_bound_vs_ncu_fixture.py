@@ -20,17 +20,20 @@ from tracekit.analysis import counters as C
 from tracekit.analysis.bound import BoundOptions
 from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 from tracekit.ingest import ncu, read_trace_tables
-from tracekit.model.ceilings import datasheet
+from tracekit.store.calibration import resolve
 
 PAIRS = [FIXTURES / "ncu" / f"compiled_{cell}"
          for cell in ("qwen2.5-0.5b_b1", "llama-3.2-1b_b1", "llama-3.2-1b_b8", "llama-3.1-8b_b64")]
 pairs = pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)
 
 
-def _analysed(pair: Any, options: BoundOptions | None = None) -> tuple[Any, Any]:
+def _analysed(pair: Any, options: BoundOptions | None = None, gpu: str = "NVIDIA H200",
+              kind: str = "achievable") -> tuple[Any, Any]:
+    """The pair's kernel_bound (model_bound: the model-only class) and its counters; the ceiling is the
+    one analyze uses where no calibration is cached (the GPU's achievable rates), or ``kind``'s."""
     tables: dict[str, Any] = {k: v.to_pandas() for k, v in read_trace_tables(f"{pair}.json.gz").items()}
-    tables["manifest"] = {"environment": {"gpu": "NVIDIA H200"}}
-    tables["ceiling"] = datasheet("NVIDIA H200")
+    tables["manifest"] = {"environment": {"gpu": gpu}}
+    tables["ceiling"] = resolve(gpu, kind=kind)
     if options is not None:
         tables["bound_options"] = options
     res = run_passes(tables, DEFAULT_PASSES)
@@ -63,8 +66,11 @@ def _agreement(kb: Any, counters: Any) -> dict[int, float]:
 
 
 @pairs
-def test_model_class_agrees_with_nsight_compute_on_nine_tenths_of_kernel_time(pair: Any) -> None:
-    kb, counters = _analysed(pair)
+@pytest.mark.parametrize("kind", ["achievable", "datasheet"])
+def test_model_class_agrees_with_nsight_compute_on_nine_tenths_of_kernel_time(pair: Any, kind: str) -> None:
+    """Against the H200's achievable rates (the default: 65% of 788 bf16 TFLOP/s and of 4.48 TB/s) and
+    against its datasheet (60% of 989.5 and of 4.8, Nsight Compute's own peaks)."""
+    kb, counters = _analysed(pair, kind=kind)
     agree = _agreement(kb, counters)
     assert len(agree) == 2 and min(agree.values()) >= 0.9, agree
     if pair.name.endswith("_b1"):  # batch 1 on an H200: Nsight Compute calls most kernel time latency-bound
@@ -127,6 +133,24 @@ def test_an_expanded_index_is_read_once() -> None:
     assert float(row["bw_pct_of_peak"].iloc[0]) < 100.0
 
 
+H100 = FIXTURES / "ncu" / "h100_eager_llama-3.2-1b_b8"
+
+
+@pytest.mark.parametrize("kind", ["achievable", "datasheet"])
+def test_an_h100_pair_agrees_with_nsight_compute_against_either_ceiling(kind: str) -> None:
+    """A pair recorded on an NVIDIA H100 80GB HBM3 (eager Llama-3.2-1B shape, batch 8, a 128-token prefill
+    and a decode step; torch 2.11 + CUDA 13): the model-only class against the H100's achievable rates
+    (794.5 bf16 TFLOP/s, 3.18 TB/s: 91.4% and 93.5%) and against its datasheet (989.5, 3.35 TB/s: 97.1%
+    and 96.5%) is Nsight Compute's on nine tenths of each step's kernel time."""
+    kb, counters = _analysed(H100, gpu="NVIDIA H100 80GB HBM3", kind=kind)
+    every = C.launch_order(kb)
+    for sid in sorted(counters["step_id"].dropna().unique()):
+        _, rep = C.join(every[every["step_id"] == sid], counters[counters["step_id"] == sid])
+        assert rep.kernels_matched == (every["step_id"] == sid).sum() > 10, (sid, rep)
+    agree = _agreement(kb, counters)
+    assert len(agree) == 2 and min(agree.values()) >= 0.9, agree
+
+
 MOE = [FIXTURES / "ncu" / f"eager_{cell}" for cell in ("qwen3-30b-a3b_b1", "mixtral-8x7b_b8")]
 
 
@@ -139,7 +163,7 @@ def test_moe_decode_agrees_with_nsight_compute_and_no_kernel_passes_the_roof(pai
     agree = _agreement(kb, counters)
     decode = max(agree)  # the later measured step is the decode
     assert agree[decode] >= 0.9, agree
-    assert (kb.loc[kb["step_id"] == decode, "bw_pct_of_peak"].dropna() <= 100.0).all()
+    assert not kb.loc[kb["step_id"] == decode, "over_peak"].any()
 
 
 def test_the_routed_experts_gather_moves_what_it_gathered() -> None:

@@ -80,8 +80,11 @@ def test_measured_roundtrip_and_resolve_prefers_it(tmp_path: Path, monkeypatch: 
     assert path == tmp_path / "ceilings" / "nvidia-h200.json"
     assert json.loads(path.read_text())["ridge_points"]["fp16"] == pytest.approx(720 / 4.1)
     got = calibration.resolve("NVIDIA H200")
-    assert got == calibration.load(path) and got.kind == "measured" and got.peak_bytes_per_s == 4.1e12
-    assert calibration.resolve("NVIDIA H200", prefer_measured=False).kind == "datasheet"
+    assert got.kind == "measured" and got.flops("fp16") == 720e12
+    # the copy's 4.1 TB/s is under the H200's published read stream (4.48): the ceiling takes that
+    assert calibration.load(path).peak_bytes_per_s == 4.1e12 and got.peak_bytes_per_s == 4.48e12
+    assert calibration.resolve("NVIDIA H200", prefer_measured=False).kind == "achievable"
+    assert calibration.resolve("NVIDIA H200", kind="datasheet").kind == "datasheet"
 
 
 def test_calibrate_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -103,21 +103,30 @@ def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataF
     return out
 
 
+CEILING_KINDS = ("measured", "achievable", "datasheet")
+
+
 def resolve_ceiling(manifest: dict[str, Any], override: str | None = None) -> tuple[Any, str | None]:
     """(Ceiling or None, why not / how found) for the run's GPU.
 
-    ``override`` (``--ceiling``): a ceiling JSON file, or a GPU name (its measured calibration, else its
-    datasheet); unknown is an error. Otherwise the GPU run.json or the trace names (measured calibration
-    first, else the datasheet); where that name is empty, generic ("AMD Radeon Graphics") or unknown, the
+    ``override`` (``--ceiling``): a ceiling JSON file, a GPU name (its measured calibration, else its
+    achievable rates, else its datasheet; unknown is an error), or one of CEILING_KINDS (that kind of
+    ceiling for the run's GPU). Otherwise the GPU run.json or the trace names (measured calibration
+    first, then achievable rates, then the datasheet); where that name is empty, generic ("AMD Radeon Graphics") or unknown, the
     GPU the trace's deviceProperties identify (tracekit.model.ceilings.identify), said in the note.
     """
     from tracekit.analysis.bound import gpu_name
     from tracekit.model.ceilings import GENERIC_NAMES, identify
 
+    name = gpu_name(manifest)
+    if override in CEILING_KINDS:  # that kind of ceiling for the GPU the run names or identifies
+        found, why = resolve_ceiling(manifest)
+        if found is None:
+            return None, why
+        return resolve(found.gpu, kind=override), why
     if override:
         path = Path(override)
         return (resolve(override, path=path) if path.is_file() else resolve(override)), None
-    name = gpu_name(manifest)
     why = f"the trace names the GPU only {name!r}" if name else "no GPU named in run.json or the trace"
     if name and not GENERIC_NAMES.match(name):
         try:
@@ -212,6 +221,9 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
         "requests": len(result["requests"]),
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
+        # kernels whose modelled rate is above every peak: their model over-counts (kernel_bound.over_peak)
+        "kernels_over_peak": int(result["kernel_bound"]["over_peak"].sum())
+        if result.get("kernel_bound") is not None and "over_peak" in result["kernel_bound"] else 0,
         # Request ids left out of the run-level phase rows (first N asked for, and those marked).
         "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
     }

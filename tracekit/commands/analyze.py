@@ -18,9 +18,10 @@ import click
               help="A graph-capture trace (or a folder of them) to merge: replayed CUDA/HIP graph kernels get the "
                    "captured ops' shapes. Repeatable. Default: a capture_traces/ folder beside the trace.")
 @click.option("--ceiling", "ceiling", default=None, metavar="NAME|FILE",
-              help="The GPU's ceiling: a datasheet name (e.g. 'AMD Instinct MI300X') or a ceiling JSON file "
-                   "(tracekit calibrate's). Default: the GPU the trace names, or identifies from its "
-                   "deviceProperties.")
+              help="The ceiling classes are taken against: a GPU name (e.g. 'AMD Instinct MI300X': its "
+                   "calibration, else its achievable rates, else its datasheet), a ceiling JSON file "
+                   "(tracekit calibrate's), or measured / achievable / datasheet (that kind for the run's GPU). "
+                   "Default: the best known for the GPU the trace names, or identifies from its deviceProperties.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal for work over ~2 s).")
 def command(target: Path, out: Path | None, force: bool, warmup_requests: int | None, captures: tuple[str, ...],
             ceiling: str | None, quiet: bool) -> int:

@@ -1,8 +1,10 @@
 """Hardware ceilings: datasheet peaks per GPU, and the Ceiling a ``tracekit calibrate`` measurement makes.
 
 A ceiling is what a kernel is compared against: peak FLOP/s per dtype and peak
-DRAM bytes/s. Every ceiling carries ``source`` (datasheet name and date, or
-"measured ...") so that every report can say which one it used.
+DRAM bytes/s. Its kind is ``datasheet`` (this module's table), ``achievable`` (what the
+GPU's best kernels reach, published: tracekit.model.achievable) or ``measured`` (``tracekit
+calibrate``); ``achieved`` names its rates that are achievable figures rather than datasheet
+ones. Every ceiling carries ``source`` so that every report can say which one it used.
 
 All FLOP/s here are DENSE (no 2:4 sparsity): NVIDIA datasheets print the sparse
 figure first for Ampere and later; we halve it. Bytes/s are decimal (1 TB/s =
@@ -44,10 +46,17 @@ class Ceiling:
     peak_flops: Mapping[str, float]
     peak_bytes_per_s: float
     source: str
-    kind: str = "datasheet"  # datasheet | measured
+    kind: str = "datasheet"  # datasheet | achievable | measured
     date: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = field(default=())
+    # The rates (dtype names, and "bandwidth") that are what kernels reach, measured or published,
+    # rather than datasheet figures (tracekit.model.achievable; measured_ceiling).
+    achieved: tuple[str, ...] = field(default=())
+
+    def is_achieved(self, rate: str) -> bool:
+        """Whether a rate (a dtype, or "bandwidth") is an achievable figure rather than a datasheet peak."""
+        return _DTYPE_FALLBACK.get(rate, rate) in self.achieved
 
     def flops(self, dtype: str) -> float | None:
         """Peak FLOP/s for a dtype, or None where the GPU has no such rate."""
@@ -77,6 +86,7 @@ class Ceiling:
         d = dataclasses.asdict(self)
         d["peak_flops"] = dict(self.peak_flops)
         d["aliases"] = list(self.aliases)
+        d["achieved"] = list(self.achieved)
         d["ridge_points"] = self.ridge_points()
         return d
 
@@ -84,7 +94,8 @@ class Ceiling:
     def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
         """The ceiling ``to_dict`` wrote. ValueError (saying which field) unless ``gpu`` is a name,
         ``peak_bytes_per_s`` a finite rate above 0, ``peak_flops`` an object of finite rates (0 or
-        null: no such rate) and ``aliases`` a list of names."""
+        null: no such rate) and ``aliases`` a list of names. Without ``achieved``, every rate of a
+        ``measured`` or ``achievable`` ceiling is an achievable figure, none of another kind's."""
         if not isinstance(d, Mapping):
             raise ValueError(f"not a JSON object but {type(d).__name__}")
         missing = [k for k in ("gpu", "peak_flops", "peak_bytes_per_s") if k not in d]
@@ -100,15 +111,22 @@ class Ceiling:
         aliases = d.get("aliases", ())
         if not isinstance(aliases, list | tuple) or not all(isinstance(a, str) for a in aliases):
             raise ValueError("aliases is not a list of names")
+        kind = str(d.get("kind", "datasheet"))
+        achieved = d.get("achieved")
+        if achieved is None:
+            achieved = [*d["peak_flops"], "bandwidth"] if kind in ("measured", "achievable") else []
+        if not isinstance(achieved, list | tuple) or not all(isinstance(a, str) for a in achieved):
+            raise ValueError("achieved is not a list of rate names")
         return cls(
             gpu=d["gpu"],
             peak_flops={str(k): r for k, v in d["peak_flops"].items() if (r := _rate(v, f"peak_flops.{k}"))},
             peak_bytes_per_s=bw,
             source=str(d.get("source", "")),
-            kind=str(d.get("kind", "datasheet")),
+            kind=kind,
             date=str(d.get("date", "")),
             notes=str(d.get("notes", "")),
             aliases=tuple(aliases),
+            achieved=tuple(str(a) for a in achieved),
         )
 
 
@@ -356,6 +374,7 @@ def measured_ceiling(device_name: str, measurement: Mapping[str, Any]) -> Ceilin
         kind="measured",
         date=str(measurement.get("date", "")),
         notes=json.dumps({k: v for k, v in measurement.items() if k not in ("matmul_flops_per_s",)}, default=str),
+        achieved=(*sorted(measured), "bandwidth"),
     )
 
 

@@ -393,6 +393,7 @@ SCHEMAS["kernel_bound"] = _schema(
     ("intensity", _f64),  # flops / bytes
     ("flops_pct_of_peak", _f64),
     ("bw_pct_of_peak", _f64),
+    ("over_peak", pa.bool_()),  # a modelled rate above every peak (ceiling in use and datasheet): the model over-counts
     ("roof", _str),  # compute | memory: the roof under the kernel's intensity
     ("bound", _str),  # compute | memory | latency | comm | memcpy | other
     ("source", _str),  # model | ncu: what decided ``bound``

@@ -30,12 +30,14 @@ from tracekit.report.view import (
     advice_lines,
     assisted_rows,
     ceiling_of,
+    ceiling_source_line,
     cell,
     cost_rows,
     has_columns,
     meta_rows,
     op_rows,
     outside_line,
+    over_peak_line,
     phase_rows,
     request_rows,
     shown_phases,
@@ -116,7 +118,7 @@ def run_section(run: RunView) -> str:
     for w in m.get("warnings") or []:
         parts.append(f'<p class="warn">warning: {_esc(w)}</p>')
     parts.append(_section_table("Phases: three-way split", *phase_rows(run.df("phases"))))
-    for line in (outside_line(run.df("phases")), warmup_line(run)):
+    for line in (outside_line(run.df("phases")), warmup_line(run), ceiling_source_line(run), over_peak_line(run)):
         if line:
             parts.append(f'<p class="outside">{_esc(line)}</p>')
     parts.append(_img(split_svg(run.df("phases")), "time split per phase"))
@@ -148,7 +150,7 @@ def comparison(runs: list[RunView]) -> str:
             rows.append([str(run.run_id), str(r.get("phase")), cell(n), cell(t, "ms"),
                          cell(t / n, "ms") if t and n else "—",
                          cell(r["idle_ns"] / t, "pct") if t and r.get("idle_ns") is not None else "—"])
-        for line in (outside_line(run.df("phases")), warmup_line(run)):
+        for line in (outside_line(run.df("phases")), warmup_line(run), over_peak_line(run)):
             if line:
                 notes.append(f'<p class="outside">{_esc(run.run_id)}: {_esc(line)}</p>')
     return _section_table("Runs compared", headers, rows) + "".join(notes)

@@ -19,9 +19,12 @@ from tracekit.report.view import (
     advice_lines,
     assisted_rows,
     ceiling_of,
+    ceiling_source_line,
     cost_rows,
     op_rows,
     outside_line,
+    over_peak_line,
+    over_peak_text,
     phase_rows,
     request_rows,
     verdicts,
@@ -80,6 +83,10 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     warm = (result.get("warmup") or {}).get("requests") or []
     if warm:
         lines.append(f"warm-up requests {', '.join(map(str, warm))}: left out of the phase totals above")
+    kb = result.get("kernel_bound")
+    over = int(kb["over_peak"].sum()) if kb is not None and "over_peak" in kb else 0
+    if over:
+        lines.append(over_peak_text(over))
     ks = result["kernel_steps"]
     if len(ks):
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
@@ -198,7 +205,7 @@ def render_terminal(views: list[Any], out: Any) -> None:
             console.print(f"  {visible(line.strip())}", markup=False)
         for w in v.manifest.get("warnings") or []:
             console.print(f"  warning: {visible(w)}", markup=False)
-        for note in (outside_line(v.df("phases")), warmup_line(v)):
+        for note in (outside_line(v.df("phases")), warmup_line(v), ceiling_source_line(v), over_peak_line(v)):
             if note:
                 console.print(f"  {visible(note)}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),

@@ -144,6 +144,26 @@ def outside_line(phases: pd.DataFrame) -> str | None:
             "requests; in no phase's totals)")
 
 
+def ceiling_source_line(view: RunView) -> str | None:
+    """Which ceiling the analysis used, of which kind, and its source (run.json ``analysis.ceiling``), or None."""
+    c = (view.manifest.get("analysis") or {}).get("ceiling")
+    if not isinstance(c, dict) or not c.get("gpu"):
+        return None
+    return f"ceiling in use: {c['gpu']} ({c.get('kind', 'datasheet')}); source: {c.get('source') or 'not recorded'}"
+
+
+def over_peak_line(view: RunView) -> str | None:
+    """How many kernels the analysis modelled above the peak (run.json ``analysis.kernels_over_peak``), or None."""
+    n = (view.manifest.get("analysis") or {}).get("kernels_over_peak")
+    return over_peak_text(int(n)) if isinstance(n, int) and n > 0 else None
+
+
+def over_peak_text(n: int) -> str:
+    """The line that counts kernels modelled above the peak."""
+    return (f"{n} kernel{'s' if n != 1 else ''} modelled above the peak: their model over-counts "
+            "(kernel_bound.over_peak; that rate is left out of their class)")
+
+
 def warmup_line(view: RunView) -> str | None:
     """Which requests are warm-ups, left out of the phase totals, or None."""
     if not view.warmups:
@@ -161,7 +181,7 @@ LIMITERS = (("idle_host_ns", "the host: GPU idle while the host issues work (Pyt
             ("idle_profiler_ns", "the profiler: GPU idle the unprofiled run does not have"),
             ("memory_bound_ns", "memory bandwidth: memory-bound kernels"),
             ("compute_bound_ns", "compute: compute-bound kernels"),
-            ("latency_bound_ns", "latency: kernels under 60% of both peaks (launch, occupancy, dependencies)"),
+            ("latency_bound_ns", "latency: kernels under the latency line of both peaks (launch, occupancy, dependencies)"),
             ("other_ns", "kernels without a cost model"),
             ("comm_ns", "communication"), ("memcpy_ns", "memcpy"))
 SHORT_LIMITER = {"idle_host_ns": "host (GPU idle)", "idle_wait_ns": "waiting (GPU idle)",

@@ -1,7 +1,8 @@
 """The per-user cache of measured ceilings, and which ceiling a run uses.
 
 ``tracekit calibrate`` saves a measured Ceiling per GPU under $TRACEKIT_CACHE_DIR/ceilings (default
-$XDG_CACHE_HOME/tracekit/ceilings); ``resolve`` prefers it to the datasheet.
+$XDG_CACHE_HOME/tracekit/ceilings); ``resolve`` prefers it to the published achievable rates
+(tracekit.model.achievable), and those to the datasheet.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 from tracekit.errors import UsageError
+from tracekit.model.achievable import achievable, with_published_bandwidth
 from tracekit.model.ceilings import Ceiling, datasheet, slug
 from tracekit.store.rundir import write_json
 
@@ -44,14 +46,28 @@ def load(path: Path) -> Ceiling:
         raise UsageError(f"cannot read ceiling file {path}: {exc}") from None
 
 
-def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None = None) -> Ceiling:
-    """The ceiling to use for a device: an explicit file, else a measured one from the cache, else the datasheet."""
+def resolve(device_name: str, *, prefer_measured: bool = True, path: Path | None = None,
+            kind: str | None = None) -> Ceiling:
+    """The ceiling to use for a device: an explicit file (as it is), else a measured one from the cache
+    (its bandwidth raised to the published achievable one where that is higher: a calibration times a
+    copy), else its achievable rates (tracekit.model.achievable), else the datasheet. ``kind`` ("measured", "achievable",
+    "datasheet") asks for that one alone; UsageError where the device has none."""
     if path is not None:
         return load(path)
-    if prefer_measured:
+    if kind not in (None, "measured", "achievable", "datasheet"):
+        raise UsageError(f"no ceiling kind {kind!r} (measured, achievable or datasheet)")
+    if (prefer_measured and kind is None) or kind == "measured":
         p = cache_path(device_name)
         if p.is_file():
-            return load(p)
+            return with_published_bandwidth(load(p))
+        if kind == "measured":
+            raise UsageError(f"no measured ceiling for GPU {device_name!r}: run `tracekit calibrate` on it")
+    if kind in (None, "achievable"):
+        ach = achievable(device_name)
+        if ach is not None:
+            return ach
+        if kind == "achievable":
+            raise UsageError(f"no achievable rates known for GPU {device_name!r} (docs/roofline.md §6)")
     ds = datasheet(device_name)
     if ds is None:
         raise UsageError(

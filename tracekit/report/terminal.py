@@ -91,7 +91,8 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _bound_text(r: Mapping[Any, Any]) -> str:
-    """"; compute .. memory .. latency ..; idle: host .., waiting .., profiler .." where the bound pass ran."""
+    """"; compute .. memory .. latency ..; idle: host .., waiting .., [before window ..,] profiler .." where the
+    bound pass ran (before window: only where some idle is behind work the trace does not show)."""
     if r.get("latency_bound_ns") is None or pd.isna(r.get("latency_bound_ns")):
         return ""
     text = (f"; compute {_ms(r.get('compute_bound_ns'))}, memory {_ms(r.get('memory_bound_ns'))}, "
@@ -99,7 +100,9 @@ def _bound_text(r: Mapping[Any, Any]) -> str:
     if r.get("idle_host_ns") is not None and not pd.isna(r.get("idle_host_ns")):
         prof = r.get("idle_profiler_ns")
         ptxt = "unknown" if prof is None or pd.isna(prof) else _ms(prof)
-        text += (f"; idle: host {_ms(r['idle_host_ns'])}, waiting {_ms(r.get('idle_wait_ns'))}, "
+        before = r.get("idle_before_window_ns")
+        btxt = f"before window {_ms(before)}, " if before is not None and not pd.isna(before) and before > 0 else ""
+        text += (f"; idle: host {_ms(r['idle_host_ns'])}, waiting {_ms(r.get('idle_wait_ns'))}, {btxt}"
                  f"profiler {ptxt}")
     return text
 

@@ -154,10 +154,12 @@ def warmup_line(view: RunView) -> str | None:
 
 # Where a phase's time can go (they add up to the phase's wall time), and how a
 # summary names the one that dominates. GPU idle is split by cause (idle_host_ns +
-# idle_wait_ns + idle_profiler_ns == idle_ns); a table written before that split has
+# idle_wait_ns + idle_before_window_ns + idle_profiler_ns == idle_ns); a table written before that split has
 # only idle_ns, which then counts as the host's.
 LIMITERS = (("idle_host_ns", "the host: GPU idle while the host issues work (Python, kernel launches)"),
             ("idle_wait_ns", "waiting: GPU idle on a sync, a copy or another stream"),
+            ("idle_before_window_ns", "unseen work: the GPU ran work launched before the trace window "
+                                      "(or by another process)"),
             ("idle_profiler_ns", "the profiler: GPU idle the unprofiled run does not have"),
             ("memory_bound_ns", "memory bandwidth: memory-bound kernels"),
             ("compute_bound_ns", "compute: compute-bound kernels"),
@@ -165,6 +167,7 @@ LIMITERS = (("idle_host_ns", "the host: GPU idle while the host issues work (Pyt
             ("other_ns", "kernels without a cost model"),
             ("comm_ns", "communication"), ("memcpy_ns", "memcpy"))
 SHORT_LIMITER = {"idle_host_ns": "host (GPU idle)", "idle_wait_ns": "waiting (GPU idle)",
+                 "idle_before_window_ns": "unseen work (before the window)",
                  "idle_profiler_ns": "profiler (GPU idle)", "memory_bound_ns": "memory BW",
                  "compute_bound_ns": "compute", "latency_bound_ns": "latency", "other_ns": "unmodelled kernels",
                  "comm_ns": "communication", "memcpy_ns": "memcpy"}

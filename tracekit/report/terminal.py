@@ -83,6 +83,9 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     ks = result["kernel_steps"]
     if len(ks):
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
+    verdict = result.get("check")
+    if verdict is not None:
+        lines.append(f"check: {verdict.headline} (`tracekit check` gives each finding and its fix)")
     for w in result["warnings"]:
         lines.append(f"warning: {w}")
     return [visible(line) for line in lines]
@@ -231,3 +234,17 @@ def render_terminal(views: list[Any], out: Any) -> None:
             for r in g.itertuples(index=False):
                 table.add_row(*[cell(_cell(x)) for x in r[: len(keys)]], str(r[-3]), f"{r[-2]:.4g}", f"{r[-1]:.4g}")
             console.print(table)
+
+
+CHECK_MARK = {"ok": "ok    ", "caveat": "caveat", "wrong": "WRONG "}
+
+
+def check_lines(label: str, verdict: Any) -> list[str]:
+    """``tracekit check``'s screen: the target and its verdict, then a line per check and the fix of
+    each finding (tracekit.analysis.health.Verdict)."""
+    lines = [f"{label}: {verdict.headline}"]
+    for f in verdict.findings:
+        lines.append(f"  {CHECK_MARK.get(f.severity, f.severity)}  {f.code:<13}  {f.what}")
+        if f.fix and f.severity != "ok":
+            lines.append(f"  {'':6}  {'':<13}  fix: {f.fix}")
+    return [visible(line) for line in lines]

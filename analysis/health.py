@@ -111,7 +111,8 @@ def check(t: Mapping[str, Any]) -> Verdict:
     if len(gpu):
         steps = _steps_frame(t)
         runtime = as_df(t.get("runtime"))
-        out += [_window_cut(gpu, runtime, steps), _before_window(t, steps), _unlinked(gpu, runtime),
+        links = Links.of(gpu, runtime)
+        out += [_window_cut(gpu, links, steps), _before_window(t, steps), _unlinked(gpu, links, runtime),
                 _clocks(gpu, runtime, t), _steps_found(steps), _shapes(gpu, t), _unmodelled(gpu, t),
                 _profiler(t, steps), _ceiling(t)]
     return Verdict(tuple(out))
@@ -216,9 +217,24 @@ def _unknown_events(other: Any) -> dict[str, int]:
 
 
 def _launches(runtime: pd.DataFrame) -> pd.DataFrame:
-    if runtime.empty or "name" not in runtime:
-        return runtime
-    return runtime[matches(runtime["name"], lambda n: bool(LAUNCH.search(n)))]
+    """Launch calls (LAUNCH), less those made while a stream was being captured into a graph (between
+    a BeginCapture and its EndCapture on the thread): they record work, the GPU runs none of it."""
+    if runtime.empty or "name" not in runtime or "ts_ns" not in runtime:
+        return runtime.iloc[0:0]
+    out = runtime[matches(runtime["name"], lambda n: bool(LAUNCH.search(n)))]
+    names = runtime["name"].astype(str)
+    begins = runtime[names.str.contains("BeginCapture", regex=False)]
+    if begins.empty or out.empty:
+        return out
+    ends = runtime[names.str.contains("EndCapture", regex=False)]
+    keep = np.ones(len(out), dtype=bool)
+    ts = _num(out, "ts_ns").to_numpy(dtype=float)
+    tid = out["tid"].to_numpy() if "tid" in out else np.zeros(len(out))
+    for b in begins.itertuples(index=False):
+        same = ends[(ends["ts_ns"] > b.ts_ns) & ((ends["tid"] == b.tid) if "tid" in ends else True)]
+        stop = float(same["ts_ns"].min()) if len(same) else np.inf
+        keep &= ~((ts >= b.ts_ns) & (ts < stop) & ((tid == b.tid) if "tid" in out else True))
+    return out[keep]
 
 
 def _corr_set(df: pd.DataFrame) -> set[int]:
@@ -227,52 +243,66 @@ def _corr_set(df: pd.DataFrame) -> set[int]:
     return set(_num(df, "correlation").dropna().astype("int64").tolist())
 
 
-def _window_cut(gpu: pd.DataFrame, runtime: pd.DataFrame, steps: pd.DataFrame) -> Finding:
-    """The window closed before the GPU ran the last launches (launch calls after the last one that
-    has GPU activity, with none of their own), or opened on work launched before it (GPU activities
-    with no launching call in the trace, before the first one that has one)."""
-    launches = _launches(runtime)
-    gcorr = _corr_set(gpu)
-    bits, fixes, cut_steps = [], [], set()
-    if len(launches) and "correlation" in launches:
-        corr = _num(launches, "correlation")
-        linked = corr.isin(gcorr).to_numpy()
-        ts = _num(launches, "ts_ns").to_numpy(dtype=float)
-        if linked.any():
-            last = np.nanmax(ts[linked])
-            tail = (~linked) & (ts > last)
-            if tail.any():
-                n = int(tail.sum())
-                cut_steps |= _steps_at(steps, ts[tail])
-                bits.append(f"the window ends mid-step: the last {n:,} launch call{'s' * (n != 1)} (from "
-                            f"{_ms(float(np.nanmax(ts) - np.nanmin(ts[tail])))} before the last) ran on the GPU "
-                            "after the trace stopped")
-                fixes.append("stop the profiler after a synchronise (torch.cuda.synchronize() before prof.stop() "
-                             "or the schedule's last step)")
-    rcorr = _corr_set(runtime)
-    if len(rcorr):
+@dataclass(frozen=True)
+class Links:
+    """Which GPU activities link to a runtime call and which launch calls to GPU activity, by correlation
+    id; ``head``: activities launched before the window (unlinked, before the first linked one);
+    ``tail``: launch calls the GPU ran after the window closed (unlinked, after the last linked one)."""
+
+    gpu_linked: np.ndarray
+    head: np.ndarray
+    launches: pd.DataFrame
+    launch_linked: np.ndarray
+    tail: np.ndarray
+
+    @staticmethod
+    def of(gpu: pd.DataFrame, runtime: pd.DataFrame) -> Links:
+        rcorr, gcorr = _corr_set(runtime), _corr_set(gpu)
         gts = _num(gpu, "ts_ns").to_numpy(dtype=float)
-        linked = _num(gpu, "correlation").isin(rcorr).to_numpy()
-        if linked.any():
-            head = (~linked) & (gts < np.nanmin(gts[linked]))
-            if head.any():
-                n = int(head.sum())
-                cut_steps |= _steps_at(steps, gts[head])
-                bits.append(f"the window opens mid-step: {n:,} GPU activit{'ies' if n != 1 else 'y'} "
-                            f"({_ms(float(_num(gpu[head], 'dur_ns').sum()))}) ran before the first launch the "
-                            "trace has, launched before it")
-                fixes.append("start the profiler between steps (schedule(wait=..., warmup=...) and prof.step() at "
-                             "each step's end)")
+        gl = _num(gpu, "correlation").isin(rcorr).to_numpy() if rcorr else np.zeros(len(gpu), dtype=bool)
+        head = (~gl) & (gts < np.nanmin(gts[gl])) if gl.any() else np.zeros(len(gpu), dtype=bool)
+        launches = _launches(runtime)
+        ll = _num(launches, "correlation").isin(gcorr).to_numpy() if len(launches) else np.zeros(0, dtype=bool)
+        lts = _num(launches, "ts_ns").to_numpy(dtype=float)
+        tail = (~ll) & (lts > np.nanmax(lts[ll])) if ll.any() else np.zeros(len(launches), dtype=bool)
+        return Links(gl, head, launches, ll, tail)
+
+
+def _window_cut(gpu: pd.DataFrame, links: Links, steps: pd.DataFrame) -> Finding:
+    """The window closed before the GPU ran the last launches, or opened on work launched before it
+    (Links' tail and head)."""
+    bits, fixes = [], []
+    total = _step_time(steps)
+    affected = 0.0
+    if links.tail.any():
+        n = int(links.tail.sum())
+        lts = _num(links.launches, "ts_ns").to_numpy(dtype=float)
+        cut = _steps_at(steps, lts[links.tail])
+        cut_time = _step_time(steps[steps["step_id"].isin(cut)]) if cut else 0.0
+        affected += cut_time  # the GPU part of those steps is missing: their numbers are partial
+        where = (f": {len(cut)} step{'s' * (len(cut) != 1)} ({_pct(cut_time / total) if total else '-'} of the step "
+                 "time) lack their GPU work") if cut else " (outside every step)"
+        bits.append(f"the window ends mid-step: the last {n:,} launch call{'s' * (n != 1)} ran on the GPU after the "
+                    f"trace stopped{where}")
+        fixes.append("stop the profiler after a synchronise (torch.cuda.synchronize() before prof.stop(), or end the "
+                     "schedule's active steps one step before the loop's last)")
+    if links.head.any():
+        n = int(links.head.sum())
+        head = gpu[links.head]
+        dur = float(_num(head, "dur_ns").fillna(0).sum())
+        cut = _steps_at(steps, _num(head, "ts_ns").to_numpy(dtype=float))
+        affected += dur if cut else 0.0  # that much of those steps' busy time is an earlier step's work
+        where = (f", inside {len(cut)} step{'s' * (len(cut) != 1)}, whose busy time it inflates") if cut \
+            else " (outside every step)"
+        bits.append(f"the window opens mid-step: {n:,} GPU activit{'ies' if n != 1 else 'y'} ({_ms(dur)}) launched "
+                    f"before it ran at its start{where}")
+        fixes.append("start the profiler between steps (schedule(wait=..., warmup=...), prof.step() at each step's "
+                     "end, a synchronise before the first active step)")
     if not bits:
         return Finding("window_cut", OK, "the window cuts no step: every launch ran inside it and every GPU "
                        "activity was launched inside it")
-    total = _step_time(steps)
-    cut = _step_time(steps[steps["step_id"].isin(cut_steps)]) if cut_steps and "step_id" in steps else 0.0
-    share = cut / total if total else 0.0
-    sev = WRONG if share >= WRONG_SHARE else CAVEAT
-    where = (f"; {len(cut_steps)} step{'s' * (len(cut_steps) != 1)} cut ({_pct(share)} of the step time), "
-             "their numbers partial") if cut_steps else "; no step is cut (outside every step)"
-    return Finding("window_cut", sev, "; ".join(bits) + where, "; ".join(fixes))
+    share = affected / total if total else 0.0
+    return Finding("window_cut", WRONG if share >= WRONG_SHARE else CAVEAT, "; ".join(bits), "; ".join(fixes))
 
 
 def _steps_at(steps: pd.DataFrame, ts: np.ndarray) -> set[Any]:
@@ -316,32 +346,30 @@ def _before_window(t: Mapping[str, Any], steps: pd.DataFrame) -> Finding:
                    "host syncs will not help")
 
 
-def _unlinked(gpu: pd.DataFrame, runtime: pd.DataFrame) -> Finding:
-    rcorr = _corr_set(runtime)
-    linked = _num(gpu, "correlation").isin(rcorr).to_numpy() if rcorr else np.zeros(len(gpu), dtype=bool)
+def _unlinked(gpu: pd.DataFrame, links: Links, runtime: pd.DataFrame) -> Finding:
+    """Correlation ids that link nothing, less the window's edges (``_window_cut`` reports those)."""
     dur = _num(gpu, "dur_ns").fillna(0).to_numpy(dtype=float)
     busy = float(dur.sum()) or 1.0
-    n_un = int((~linked).sum())
-    launches = _launches(runtime)
-    gcorr = _corr_set(gpu)
-    orphans = int((~_num(launches, "correlation").isin(gcorr)).sum()) if len(launches) else 0
-    if not n_un and not orphans:
+    lost = (~links.gpu_linked) & (~links.head)
+    orphans = int(((~links.launch_linked) & (~links.tail)).sum())
+    n_launch = len(links.launches)
+    if not lost.any() and not orphans:
         return Finding("unlinked", OK, f"every GPU activity links to its launch call and every one of the "
-                       f"{len(launches):,} launch calls to GPU activity")
-    share = float(dur[~linked].sum()) / busy
-    bits = []
-    if n_un:
-        bits.append(f"{n_un:,} of {len(gpu):,} GPU activities ({_pct(share)} of the GPU's busy time) link to no "
-                    "runtime call: their issue time is unknown (the idle before them counts as the host's) and "
-                    "their launching op only by time")
-    if orphans:
-        bits.append(f"{orphans:,} of {len(launches):,} launch calls link to no GPU activity")
+                       f"{n_launch:,} launch calls to GPU activity")
+    share = float(dur[lost].sum()) / busy
+    bits, fixes = [], []
+    if lost.any():
+        bits.append(f"{int(lost.sum()):,} of {len(gpu):,} GPU activities ({_pct(share)} of the GPU's busy time) link "
+                    "to no runtime call: their issue time is unknown (the idle before them counts as the host's) and "
+                    "their launching op is found only by time")
+        fixes.append("record the CUDA runtime calls (torch.profiler's ProfilerActivity.CUDA records both)")
     if runtime.empty:
         bits.append("the trace has no runtime calls at all")
-    return Finding("unlinked", WRONG if share >= WRONG_SHARE else CAVEAT, "; ".join(bits),
-                   "record with the CUDA runtime activities on (torch.profiler records them with "
-                   "ProfilerActivity.CUDA); calls without GPU work are dropped GPU records: record a shorter "
-                   "window")
+    if orphans:
+        bits.append(f"{orphans:,} of {n_launch:,} launch calls link to no GPU activity (the profiler dropped their GPU "
+                    "records, or never records that kind: the GPU time is missing)")
+        fixes.append("record a shorter window (the profiler's activity buffers overflow on long ones)")
+    return Finding("unlinked", WRONG if share >= WRONG_SHARE else CAVEAT, "; ".join(bits), "; ".join(fixes))
 
 
 def _clocks(gpu: pd.DataFrame, runtime: pd.DataFrame, t: Mapping[str, Any]) -> Finding:

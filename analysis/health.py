@@ -25,6 +25,7 @@ import pandas as pd
 
 from tracekit.analysis import idle as _idle
 from tracekit.analysis.columns import matches
+from tracekit.analysis.intervals import union
 from tracekit.analysis.steps import as_df, live_ops
 
 OK, CAVEAT, WRONG = "ok", "caveat", "wrong"
@@ -290,8 +291,10 @@ def _window_cut(gpu: pd.DataFrame, links: Links, steps: pd.DataFrame) -> Finding
         n = int(links.head.sum())
         head = gpu[links.head]
         dur = float(_num(head, "dur_ns").fillna(0).sum())
-        cut = _steps_at(steps, _num(head, "ts_ns").to_numpy(dtype=float))
-        affected += dur if cut else 0.0  # that much of those steps' busy time is an earlier step's work
+        starts = _num(head, "ts_ns").to_numpy(dtype=float)
+        cut = _steps_at(steps, starts)
+        inside = _in_steps(steps, starts)
+        affected += float(_num(head, "dur_ns").fillna(0).to_numpy()[inside].sum())  # an earlier step's work
         where = (f", inside {len(cut)} step{'s' * (len(cut) != 1)}, whose busy time it inflates") if cut \
             else " (outside every step)"
         bits.append(f"the window opens mid-step: {n:,} GPU activit{'ies' if n != 1 else 'y'} ({_ms(dur)}) launched "
@@ -305,12 +308,31 @@ def _window_cut(gpu: pd.DataFrame, links: Links, steps: pd.DataFrame) -> Finding
     return Finding("window_cut", WRONG if share >= WRONG_SHARE else CAVEAT, "; ".join(bits), "; ".join(fixes))
 
 
+def _windows(steps: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Each step's window [start, end): step_bound's, else [cpu start, max(cpu end, gpu end))."""
+    if "start_ns" in steps and "end_ns" in steps:
+        return _num(steps, "start_ns"), _num(steps, "end_ns")
+    return _num(steps, "cpu_start_ns"), pd.Series(np.fmax(_num(steps, "cpu_end_ns"), _num(steps, "gpu_end_ns")))
+
+
+def _in_steps(steps: pd.DataFrame, ts: np.ndarray) -> np.ndarray:
+    """Per instant of ``ts``: whether some step's window holds it."""
+    if not len(steps) or not len(ts):
+        return np.zeros(len(ts), dtype=bool)
+    s, e = _windows(steps)
+    ok = (s.notna() & e.notna()).to_numpy()
+    w = union(s.to_numpy()[ok].astype(np.int64), e.to_numpy()[ok].astype(np.int64))
+    if not len(w):
+        return np.zeros(len(ts), dtype=bool)
+    i = np.searchsorted(w[:, 0], ts, side="right") - 1
+    return (i >= 0) & (ts < w[np.clip(i, 0, None), 1])
+
+
 def _steps_at(steps: pd.DataFrame, ts: np.ndarray) -> set[Any]:
     """The step ids whose window [start, end) holds any of the instants ``ts``."""
     if not len(steps) or "step_id" not in steps or not len(ts):
         return set()
-    s = _num(steps, "start_ns") if "start_ns" in steps else _num(steps, "cpu_start_ns")
-    e = _num(steps, "end_ns") if "end_ns" in steps else np.fmax(_num(steps, "cpu_end_ns"), _num(steps, "gpu_end_ns"))
+    s, e = _windows(steps)
     out = set()
     for sid, lo, hi in zip(steps["step_id"], s, e, strict=True):
         if pd.notna(lo) and pd.notna(hi) and ((ts >= lo) & (ts < hi)).any():
@@ -461,7 +483,7 @@ def _unmodelled(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
     if share <= UNMODELLED_SHARE:
         return Finding("unmodelled", OK, f"{_pct(share)} of the kernel time has no cost model")
     top = dur[none].groupby(kernels.loc[none, "name"].astype(str)).sum().sort_values(ascending=False).head(3)
-    names = ", ".join(f"{n[:40]} {_ms(float(v))}" for n, v in top.items())
+    names = ", ".join(f"{str(n)[:40]} {_ms(float(v))}" for n, v in top.items())
     return Finding("unmodelled", CAVEAT, f"{_pct(share)} of the kernel time ({_ms(float(dur[none].sum()))}) has no "
                    f"cost model and counts as other_ns (most: {names})",
                    "run `tracekit counters` to measure those kernels with Nsight Compute")

@@ -40,8 +40,9 @@ def _is_blocking(name: str) -> bool:
     """Runtime / driver calls that block the host until the GPU has finished something."""
     if "Synchronize" in name:
         return True
-    # cudaMemcpy (synchronous) blocks; cudaMemcpyAsync / cuMemcpy*Async do not (pageable DtoH aside).
-    return name.startswith(("cudaMemcpy", "cuMemcpy")) and "Async" not in name
+    # cudaMemcpy / hipMemcpy (synchronous, hipMemcpyWithStream too) block; the *Async ones do not
+    # (pageable DtoH aside).
+    return name.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in name
 
 
 UNKNOWN = np.iinfo(np.int64).min  # an issue time the trace does not give

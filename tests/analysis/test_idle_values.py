@@ -27,6 +27,10 @@ def test_blocking_calls() -> None:
     # [0, 100) and [50, 150) merge; the async copy and the launch do not block; [400, 430) and [420, 450) merge
     assert idle.sync_intervals(rt).tolist() == [[0, 150], [400, 450]]
     assert idle.sync_intervals(None).shape == (0, 2)
+    # HIP's synchronous copies block too; its async ones do not
+    hip = pd.DataFrame({"name": ["hipMemcpyWithStream", "hipMemcpyAsync", "hipMemcpy"], "ts_ns": [0, 20, 40],
+                        "dur_ns": [10, 10, 10]})
+    assert idle.sync_intervals(hip).tolist() == [[0, 10], [40, 50]]
 
 
 def test_wait_is_the_part_of_a_gap_after_the_work_was_issued() -> None:

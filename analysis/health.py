@@ -213,7 +213,8 @@ def _unknown_events(other: Any) -> dict[str, int]:
         return {}
     timed = o[o["dur_ns"].notna()] if "dur_ns" in o else o  # complete events (flows and metadata have none)
     cats = timed["cat"].fillna("").astype(str)
-    cats = cats[~cats.str.lower().isin(KNOWN_OTHER)]
+    low = cats.str.lower()
+    cats = cats[~(low.isin(KNOWN_OTHER) | low.str.startswith("tracekit"))]  # tracekit's own tracks too
     return {str(k): int(v) for k, v in cats.value_counts().items()}
 
 
@@ -420,6 +421,11 @@ def _clocks(gpu: pd.DataFrame, runtime: pd.DataFrame, t: Mapping[str, Any]) -> F
             bits.append(f"the counter samples ({len(cts):,}) lie outside the trace's GPU span: another clock")
             sev = WRONG if sev == WRONG else CAVEAT
     files = ((manifest.get("ingest") or {}).get("files") or [])
+    if "rank" in gpu and gpu["rank"].nunique() > 1:  # several ranks' files merged into one run
+        ranks = rank_clocks({r: _span(g) or (np.nan, np.nan) for r, g in gpu.groupby("rank")})
+        if ranks.severity != OK:
+            bits.append(ranks.what)
+            sev = WRONG
     if not bits:
         merged = f"; {len(files)} files merged" if len(files) > 1 else ""
         return Finding("clocks", OK, "GPU activities start after their launch calls" +
@@ -427,6 +433,24 @@ def _clocks(gpu: pd.DataFrame, runtime: pd.DataFrame, t: Mapping[str, Any]) -> F
     return Finding("clocks", sev, "; ".join(bits),
                    "record every file with one profiler session on one host clock (Kineto's baseTimeNanoseconds), "
                    "or align them before merging")
+
+
+def rank_clocks(spans: Mapping[Any, tuple[float, float]]) -> Finding:
+    """The ranks (files) of one job ran at the same time: where their GPU spans [first start, last end)
+    do not all overlap, their clocks differ (or they recorded different windows), and every cross-rank
+    number (skew, stragglers, NCCL wait) would be wrong."""
+    ok = {r: s for r, s in spans.items() if not (np.isnan(s[0]) or np.isnan(s[1]))}
+    if len(ok) < 2:
+        return Finding("clocks", OK, "one rank")
+    late = max(ok, key=lambda r: ok[r][0])
+    early = min(ok, key=lambda r: ok[r][1])
+    gap = ok[late][0] - ok[early][1]
+    if gap < 0:
+        return Finding("clocks", OK, f"the GPU spans of the {len(ok)} ranks overlap")
+    return Finding("clocks", WRONG, f"rank {late}'s GPU activity starts {gap / 1e9:,.3f} s after rank {early}'s "
+                   "ends: the ranks' clocks differ (or they recorded different windows)",
+                   "record every rank in one profiler session (one schedule, started together) on synchronised "
+                   "host clocks")
 
 
 def _span(gpu: pd.DataFrame) -> tuple[float, float] | None:
@@ -506,19 +530,22 @@ def _profiler(t: Mapping[str, Any], steps: pd.DataFrame) -> Finding:
     py = int((cpu["cat"].astype(str) == "python_function").sum()) if len(cpu) and "cat" in cpu else 0
     on = [k for k in ("with_stack", "profile_memory") if meta.get(k) not in (None, 0, False)]
     overhead = _overhead_in_steps(t.get("other_events"), steps)
-    bits = []
+    bits, fixes = [], []
     if py or "with_stack" in on:
         bits.append(f"Python stack tracing was on ({py:,} python_function events): the host's times include the "
                     "tracer's cost, so host idle is an upper bound")
     if "profile_memory" in on:
         bits.append("memory profiling was on (profile_memory)")
+    if bits:
+        fixes.append("record without with_stack / profile_memory")
     total = _step_time(steps)
     if overhead and total and overhead / total >= OVERHEAD_SHARE:
         bits.append(f"the profiler's own buffer work takes {_ms(overhead)} ({_pct(overhead / total)}) of the steps")
+        fixes.append("record fewer steps (a shorter active window)")
     if bits:
+        fixes.append("or record with `tracekit record`, which times the same requests without the profiler")
         return Finding("profiler", CAVEAT, "; ".join(bits) + "; no unprofiled timing pass to measure it",
-                       "record without with_stack / profile_memory, or with `tracekit record` (it times the same "
-                       "requests without the profiler)")
+                       ", ".join(fixes))
     buffers = f"; its buffer work takes {_ms(overhead)} of the steps" if overhead else ""
     return Finding("profiler", OK, f"no Python or memory tracing{buffers}; the profiler's share is unknown (no "
                    "unprofiled timing pass)")

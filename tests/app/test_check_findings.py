@@ -250,3 +250,25 @@ def test_before_window_threshold(before_ns: int, severity: str) -> None:
                           "idle_before_window_ns": [before_ns]})
     v = health.check({"gpu_activity": gpu, "step_bound": steps})
     assert severities(v)["before_window"] == severity
+
+
+def test_clocks_across_ranks() -> None:
+    # two ranks of one job: spans [0, 10) and [5, 20) s overlap; [0, 10) and [3,600, 3,610) s do not
+    s = 1_000_000_000
+    assert health.rank_clocks({0: (0, 10 * s), 1: (5 * s, 20 * s)}).severity == health.OK
+    f = health.rank_clocks({0: (0, 10 * s), 1: (3600 * s, 3610 * s)})
+    assert f.severity == health.WRONG
+    assert f.what.startswith("rank 1's GPU activity starts 3,590.000 s after rank 0's ends")
+    assert health.rank_clocks({0: (0, 1)}).severity == health.OK
+
+
+def test_a_multirank_run_is_checked_per_rank_and_across(tmp_path: Path) -> None:
+    import shutil
+
+    from helpers import FIXTURES
+
+    run = tmp_path / "tp"
+    shutil.copytree(FIXTURES / "tp_h200", run)
+    checked = check(run)
+    assert [c.label for c in checked] == [f"{run} rank 0", f"{run} rank 1", f"{run} across ranks"]
+    assert checked[-1].verdict.findings[0].what == "the GPU spans of the 2 ranks overlap"

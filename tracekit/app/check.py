@@ -3,7 +3,7 @@
 ``check(target)`` gives one Verdict per run analysed: a trace file is ingested and analysed into
 ``out`` (default: a temporary directory, removed afterwards: a check leaves nothing behind); a run
 directory already analysed is checked from its stored tables, one not analysed yet is analysed
-first (as ``tracekit analyze`` would); a multi-rank run directory is checked rank by rank.
+first (as ``tracekit analyze`` would); a multi-rank run directory is checked rank by rank, then across ranks (their clocks: health.rank_clocks).
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ def check(target: Path, out: Path | None = None, force: bool = False, captures: 
           ceiling: str | None = None) -> list[Checked]:
     """One Checked per run analysed (one, or one per rank); see the module doc."""
     if target.is_dir() and is_multirank(target):
-        return [Checked(f"{target} rank {d.name}", _check_run(RunDir.open(d), ceiling)) for d in rank_dirs(target)]
+        dirs = rank_dirs(target)
+        out = [Checked(f"{target} rank {d.name}", _check_run(open_or_ingest(d, None, False), ceiling)) for d in dirs]
+        spans = {int(d.name): _gpu_span(RunDir.open(d)) for d in dirs}
+        return [*out, Checked(f"{target} across ranks", health.Verdict((health.rank_clocks(spans),)))]
     if target.is_dir():
         return [Checked(str(target), _check_run(open_or_ingest(target, None, False, captures), ceiling, captures))]
     tmp = None
@@ -65,3 +68,13 @@ def _check_run(run: RunDir, ceiling: str | None, captures: list[str] | None = No
 def _verdict(result: dict[str, Any]) -> health.Verdict:
     v = result.get("check")
     return v if isinstance(v, health.Verdict) else health.check(result)
+
+
+def _gpu_span(run: RunDir) -> tuple[float, float]:
+    """[first start, last end) ns of a run's GPU activity (NaN, NaN: none)."""
+    if not run.has_table("gpu_activity"):
+        return (float("nan"), float("nan"))
+    t = run.read_columns("gpu_activity", ("ts_ns", "dur_ns")).to_pandas()
+    if t.empty:
+        return (float("nan"), float("nan"))
+    return float(t["ts_ns"].min()), float((t["ts_ns"] + t["dur_ns"].fillna(0)).max())

@@ -126,6 +126,10 @@ def multirank_lines(result: Any) -> list[str]:
             f"skew {r['phase']}: {r['steps']} steps, p50 {r['skew_p50_ns'] / 1e3:.1f} us, "
             f"max {r['skew_max_ns'] / 1e3:.1f} us, stragglers {r['straggler_counts']}"
         )
+    for rank in result.ranks:
+        verdict = (result.per_rank.get(rank) or {}).get("check")
+        if verdict is not None:
+            lines.append(f"rank {rank} check: {verdict.headline}")
     return [visible(line) for line in lines]
 
 

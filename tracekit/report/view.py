@@ -205,6 +205,9 @@ def idle_text(r: dict[Any, Any]) -> str:
         bits.append("the profiler's share is unknown (no unprofiled timing pass)")
     if wait and wait / idle >= 0.005:
         bits.append(f"{100 * wait / idle:.0f}% waiting on syncs, copies or other streams")
+    before = finite(r.get("idle_before_window_ns"))
+    if before and before / idle >= 0.005:
+        bits.append(f"{100 * before / idle:.0f}% behind work the trace does not show (launched before its window)")
     return f"GPU idle {100 * idle / t:.0f}% of the time" + (": " + ", ".join(bits) if bits else "")
 
 
@@ -362,7 +365,8 @@ def cell(v: Any, kind: str = "") -> str:
 def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     ph = shown_phases(phases)
     headers = ["phase", "steps", "time (ms)", "ms / step", "compute", "memory", "latency", "other", "idle (host)",
-               "idle (wait)", "idle (profiler)", "limited by", "TFLOP/s", "% peak", "TB/s", "% peak"]
+               "idle (wait)", "idle (before window)", "idle (profiler)", "limited by", "TFLOP/s", "% peak", "TB/s",
+               "% peak"]
     rows = []
 
     def share(r: dict[Any, Any], c: str) -> str:
@@ -382,7 +386,7 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
                      share(r, "compute_bound_ns"), share(r, "memory_bound_ns"), share(r, "latency_bound_ns"),
                      cell(other / t, "pct") if t else "—", host, share(r, "idle_wait_ns"),
-                     share(r, "idle_profiler_ns"),
+                     share(r, "idle_before_window_ns"), share(r, "idle_profiler_ns"),
                      str(SHORT_LIMITER[lim[0]]) if lim else "—",
                      cell(r.get("achieved_tflops")), pct(r.get("pct_peak_flops")),
                      cell(r.get("achieved_tbps")), pct(r.get("pct_peak_bandwidth"))])

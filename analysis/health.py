@@ -173,24 +173,29 @@ def _gpu(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
     if len(gpu):
         devices = gpu["device"].nunique() if "device" in gpu else 1
         return Finding("gpu", OK, f"{len(gpu):,} GPU activities on {devices} device{'s' * (devices != 1)}")
-    ingest = ((t.get("manifest") or {}).get("ingest") or {}).get("counts") or {}
-    why = "; ".join(str(w) for w in (ingest.get("warnings") or {}))
+    ingest = _mapping(_mapping(_mapping(t.get("manifest")).get("ingest")).get("counts"))
+    why = "; ".join(str(w) for w in _mapping(ingest.get("warnings")))
     return Finding("gpu", WRONG, "no GPU activity: there is no GPU time to split" + (f" ({why})" if why else ""),
                    "record with the GPU activities on: torch.profiler(activities=[ProfilerActivity.CPU, "
                    "ProfilerActivity.CUDA]) (tracekit reads CUDA and HIP kernels, copies and memsets)")
 
 
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
 def _events(t: Mapping[str, Any]) -> Finding:
-    ingest = (t.get("manifest") or {}).get("ingest") or {}
-    counts = ingest.get("counts") or {}
-    files = ingest.get("files") or []
+    ingest = _mapping(_mapping(t.get("manifest")).get("ingest"))
+    counts = _mapping(ingest.get("counts"))
+    files = ingest.get("files")
+    files = files if isinstance(files, list) else []
     truncated = [str(f.get("truncated")) for f in files if isinstance(f, Mapping) and f.get("truncated")]
     if truncated:
         return Finding("events", WRONG, f"the trace file is cut short ({'; '.join(truncated)}): the events after "
                        "the cut are lost", "copy the trace again from where it was written (it was cut while "
                        "being written or copied)")
-    skipped = {str(k): int(v) for k, v in (counts.get("skipped") or {}).items() if v}
-    read = int(counts.get("events_read") or 0)
+    skipped = {str(k): int(v) for k, v in _mapping(counts.get("skipped")).items() if isinstance(v, int) and v}
+    read = counts.get("events_read") if isinstance(counts.get("events_read"), int) else 0
     unknown = _unknown_events(t.get("other_events"))
     bits = []
     if skipped:
@@ -412,7 +417,7 @@ def _clocks(gpu: pd.DataFrame, runtime: pd.DataFrame, t: Mapping[str, Any]) -> F
             bits.append(f"{int(early.sum()):,} of {n_linked:,} GPU activities start before the call that launched "
                         f"them (by up to {_ms(float(np.nanmax(lead)))}): the GPU's and the host's clocks disagree")
             sev = WRONG if share >= WRONG_SHARE else CAVEAT
-    manifest = t.get("manifest") or {}
+    manifest = _mapping(t.get("manifest"))
     span = _span(gpu)
     counters = as_df(t.get("counters"))
     if len(counters) and span is not None and "ts_ns" in counters:
@@ -420,7 +425,7 @@ def _clocks(gpu: pd.DataFrame, runtime: pd.DataFrame, t: Mapping[str, Any]) -> F
         if len(cts) and (cts.max() < span[0] or cts.min() > span[1]):
             bits.append(f"the counter samples ({len(cts):,}) lie outside the trace's GPU span: another clock")
             sev = WRONG if sev == WRONG else CAVEAT
-    files = ((manifest.get("ingest") or {}).get("files") or [])
+    files = _mapping(manifest.get("ingest")).get("files") or []
     if "rank" in gpu and gpu["rank"].nunique() > 1:  # several ranks' files merged into one run
         ranks = rank_clocks({r: _span(g) or (np.nan, np.nan) for r, g in gpu.groupby("rank")})
         if ranks.severity != OK:
@@ -472,11 +477,8 @@ def _steps_found(steps: pd.DataFrame) -> Finding:
 
 def _shapes(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
     cpu = live_ops(as_df(t.get("cpu_ops")))
-    meta = (t.get("manifest") or {}).get("trace_meta") or {}
-    has = False
-    if len(cpu) and "input_dims" in cpu:
-        dims = cpu["input_dims"].dropna().astype(str)
-        has = bool((~dims.isin(["", "[]", "null", "None"])).any())
+    meta = _mapping(_mapping(t.get("manifest")).get("trace_meta"))
+    has = len(cpu) > 0 and "input_dims" in cpu and any(_has_dims(v) for v in cpu["input_dims"].to_numpy())
     if not has:
         off = " (record_shapes off in the trace's metadata)" if meta.get("record_shapes") in (0, False) else ""
         return Finding("shapes", CAVEAT, f"no op shapes in the trace{off}: kernels are classed by name only, "
@@ -494,6 +496,18 @@ def _shapes(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
     graphs = int(gpu["launch_name"].astype(str).str.contains("GraphLaunch", na=False).sum()) if "launch_name" in gpu else 0
     return Finding("shapes", OK, "op shapes recorded" + (f" (the {graphs:,} graph-replayed kernels' from the capture "
                                                           "trace)" if graphs else ""))
+
+
+def _has_dims(v: Any) -> bool:
+    """An op's Input Dims value holds at least one shape (a list / array, or its text)."""
+    if v is None or (isinstance(v, float) and v != v):
+        return False
+    if isinstance(v, str):
+        return v not in ("", "[]", "null", "None")
+    try:
+        return len(v) > 0
+    except TypeError:
+        return False
 
 
 def _unmodelled(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
@@ -514,7 +528,7 @@ def _unmodelled(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
 
 
 def _profiler(t: Mapping[str, Any], steps: pd.DataFrame) -> Finding:
-    manifest = t.get("manifest") or {}
+    manifest = _mapping(t.get("manifest"))
     over = _idle.overheads(manifest)
     if over:
         shares = {k: (extra / (step - extra) if step > extra else 0.0) for k, (extra, step) in over.items()}
@@ -525,7 +539,7 @@ def _profiler(t: Mapping[str, Any], steps: pd.DataFrame) -> Finding:
                            "idle_profiler_ns holds that part of the idle time",
                            "record fewer steps (--trace-steps) and read latency from the unprofiled pass")
         return Finding("profiler", OK, f"the profiled pass is within {_pct(PROFILER_SHARE)} of the unprofiled one ({text})")
-    meta = manifest.get("trace_meta") or {}
+    meta = _mapping(manifest.get("trace_meta"))
     cpu = live_ops(as_df(t.get("cpu_ops")))
     py = int((cpu["cat"].astype(str) == "python_function").sum()) if len(cpu) and "cat" in cpu else 0
     on = [k for k in ("with_stack", "profile_memory") if meta.get(k) not in (None, 0, False)]

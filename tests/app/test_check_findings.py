@@ -225,6 +225,21 @@ def test_cli_exit_status_and_lines(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["check", str(tmp_path / "missing.json")]) == 2
     (tmp_path / "not.json").write_text('{"a": 1}')
     assert main(["check", str(tmp_path / "not.json")]) == 2
+    # a trace cut short (a copy that stopped): ingest refuses it, the check says why and exits 2
+    cut = build().write(tmp_path / "cut.json")
+    cut.write_bytes(cut.read_bytes()[: len(cut.read_bytes()) * 7 // 10])
+    capsys.readouterr()
+    assert main(["check", str(cut)]) == 2
+    assert "JSON ends early" in capsys.readouterr().err
+
+
+def test_a_file_cut_short_makes_the_analysis_wrong() -> None:
+    # a run whose ingest kept the events before a cut (run.json ingest.files[].truncated)
+    manifest = {"ingest": {"files": [{"path": "t.json", "truncated": "t.json: JSON ends early"}],
+                           "counts": {"events_read": 10}}}
+    v = health.check({"manifest": manifest})
+    assert [(f.code, f.severity) for f in v.findings] == [("gpu", health.WRONG), ("events", health.WRONG)]
+    assert v.findings[1].what.startswith("the trace file is cut short (t.json: JSON ends early)")
 
 
 def test_a_run_directory_is_checked_from_its_tables(tmp_path: Path) -> None:

@@ -34,9 +34,9 @@ def check(target: Path, out: Path | None = None, force: bool = False, captures: 
     """One Checked per run analysed (one, or one per rank); see the module doc."""
     if target.is_dir() and is_multirank(target):
         dirs = rank_dirs(target)
-        out = [Checked(f"{target} rank {d.name}", _check_run(open_or_ingest(d, None, False), ceiling)) for d in dirs]
+        ranks = [Checked(f"{target} rank {d.name}", _check_run(open_or_ingest(d, None, False), ceiling)) for d in dirs]
         spans = {int(d.name): _gpu_span(RunDir.open(d)) for d in dirs}
-        return [*out, Checked(f"{target} across ranks", health.Verdict((health.rank_clocks(spans),)))]
+        return [*ranks, Checked(f"{target} across ranks", health.Verdict((health.rank_clocks(spans),)))]
     if target.is_dir():
         return [Checked(str(target), _check_run(open_or_ingest(target, None, False, captures), ceiling, captures))]
     tmp = None

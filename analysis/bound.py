@@ -448,14 +448,19 @@ def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.Data
     return k
 
 
-def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray | None = None) -> dict[str, Any]:
+def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray | None = None,
+                      context: pd.DataFrame | None = None) -> dict[str, Any]:
     """Time classes, FLOPs, bytes and kernel counts of one group: disjoint sorted windows and its kernels.
+
+    ``context``: every GPU activity of the trace (default: ``kern``), whose busy time says whether a
+    device ran visible work while the group's work was queued (idle_before_window_ns).
 
     idle_ns is split into idle_before_window_ns and idle_wait_ns (tracekit.analysis.idle.before_window_ns
     and wait_ns; they need the kernels' ``issued_ns``) and idle_host_ns; idle_profiler_ns is None here (``with_profiler`` takes its part from the host's).
     """
     arrays = KernelArrays.of(kern)
-    return arrays.attribute(windows, np.arange(len(kern)), syncs)
+    return arrays.attribute(windows, np.arange(len(kern)), syncs,
+                            KernelArrays.of(context) if context is not None else None)
 
 
 @dataclass(frozen=True)
@@ -527,8 +532,10 @@ class KernelArrays:
             cache[dev] = union(self.ts[rows], self.te[rows])
         return cache[dev]
 
-    def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None) -> dict[str, Any]:
-        """attribute_windows' row for the kernels at rows ``idx`` (in frame order)."""
+    def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None,
+                  context: KernelArrays | None = None) -> dict[str, Any]:
+        """attribute_windows' row for the kernels at rows ``idx`` (in frame order); ``context``: the arrays
+        whose device busy time counts as visible work (default: these)."""
         time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
         devices = self.devices[idx] if len(idx) else np.zeros(0)
         devs = unique(devices) if len(idx) else devices
@@ -542,7 +549,7 @@ class KernelArrays:
             total += _sweep(ts, te, self.cls[part], windows)
             issued = self.issued_of(part)
             wait += _idle.wait_ns(windows, ts, te, issued, syncs)
-            before += _idle.before_window_ns(windows, ts, te, issued, self.device_busy(dev))
+            before += _idle.before_window_ns(windows, ts, te, issued, (context or self).device_busy(dev))
         if not len(idx):
             none = np.zeros(0, dtype=np.int64)
             wait = _idle.wait_ns(windows, none, none, none, syncs)

@@ -237,7 +237,7 @@ def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[
         inside = intervals.window_union(w) if w is not None and len(w) else intervals.EMPTY
         windows = intervals.complement(inside, *span)
         k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
-        row = _bound.attribute_windows(windows, k)
+        row = _bound.attribute_windows(windows, k, context=kern)
         for c in (*_bound.TIME_COLUMNS.values(), *_bound.IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
             if c in after.columns or not len(steps):  # no steps: the phases pass made no bound columns
                 after.loc[mask, c] = row[c]

@@ -136,3 +136,21 @@ def test_step_split_names_the_unseen_work() -> None:
     text = advice(ph)
     assert text is not None and text.startswith("decode: 62% of its 12.0 ms is the GPU running work the trace does "
                                                 "not show") and "longer window" in text and "syncs will not help" in text
+
+
+def test_visible_work_of_other_groups_is_not_unseen() -> None:
+    # the outside row's kernel A [8, 9) ms was issued at 0.5 ms; a step's kernel V ran [1, 7.9) ms on the same
+    # device: A queued behind visible work. Alone A looks behind unseen work (7.495 ms); with the whole
+    # trace as context it is not
+    from tracekit.analysis import bound
+
+    def frame(ts: list[int], dur: list[int], issued: list[int]) -> pd.DataFrame:
+        return pd.DataFrame({"ts_ns": ts, "dur_ns": dur, "device": 0, "bound": "other", "model": "none",
+                             "flops": np.nan, "bytes": np.nan, "issued_ns": pd.array(issued, dtype="Int64")})
+
+    a = frame([8 * MS], [1 * MS], [500 * US])
+    both = frame([1 * MS, 8 * MS], [6_900 * US, 1 * MS], [900 * US, 500 * US])
+    w = np.array([[0, 10 * MS]], dtype=np.int64)
+    assert bound.attribute_windows(w, a)["idle_before_window_ns"] == 7_495 * US
+    row = bound.attribute_windows(w, a, context=both)
+    assert row["idle_before_window_ns"] == 0 and row["idle_wait_ns"] == 7_495 * US

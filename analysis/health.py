@@ -44,8 +44,9 @@ OVERHEAD_SHARE = 0.01
 CLOCK_SLACK_NS = 10_000
 # Runtime / driver calls that put work on the GPU (a kernel, a graph, a copy, a memset): each should
 # link to at least one GPU activity by its correlation id.
-LAUNCH = re.compile(r"(LaunchKernel|LaunchCooperativeKernel|GraphLaunch|ModuleLaunchKernel|cuLaunch|Memcpy|Memset)"
-                    r"(?!.*(Attribute|GetInfo))")
+# (Not a host function launch, nor a query such as cudaMemcpy...Attribute.)
+LAUNCH = re.compile(r"^(?!.*(HostFunc|Attribute|GetInfo)).*"
+                    r"(LaunchKernel|LaunchCooperativeKernel|GraphLaunch|ModuleLaunchKernel|cuLaunch|Memcpy|Memset)")
 # other_events categories tracekit knows and needs no rows from (flows, Kineto's overhead, metadata).
 KNOWN_OTHER = frozenset({"ac2g", "overhead", "trace", "", "none"})
 

@@ -287,3 +287,12 @@ def test_a_multirank_run_is_checked_per_rank_and_across(tmp_path: Path) -> None:
     checked = check(run)
     assert [c.label for c in checked] == [f"{run} rank 0", f"{run} rank 1", f"{run} across ranks"]
     assert checked[-1].verdict.findings[0].what == "the GPU spans of the 2 ranks overlap"
+
+
+def test_which_runtime_calls_put_work_on_the_gpu() -> None:
+    launches = ["cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "hipExtModuleLaunchKernel",
+                "hipModuleLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "hipMemcpyWithStream", "cudaMemsetAsync"]
+    others = ["cudaLaunchHostFunc", "cuLaunchHostFunc", "cudaPointerGetAttributes", "cudaStreamIsCapturing",
+              "cudaFuncGetAttributes", "cudaDeviceSynchronize", "cudaEventRecord"]
+    assert all(health.LAUNCH.search(n) for n in launches)
+    assert not any(health.LAUNCH.search(n) for n in others)

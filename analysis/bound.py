@@ -524,13 +524,14 @@ class KernelArrays:
             object.__setattr__(self, "_issued_cache", cached)
         return cached
 
-    def device_busy(self, dev: Any) -> np.ndarray:
-        """The busy intervals of device ``dev`` over every row (disjoint, sorted), made once per device."""
-        cache: dict[Any, np.ndarray] = self.__dict__.setdefault("_busy_cache", {})
-        if dev not in cache:
-            rows = self.devices == dev
-            cache[dev] = union(self.ts[rows], self.te[rows])
-        return cache[dev]
+    def busy(self) -> np.ndarray:
+        """The busy intervals of every row, on any device (disjoint, sorted), made once: work the trace
+        shows anywhere (a device waiting on another device's visible work is not behind unseen work)."""
+        cached = self.__dict__.get("_busy_cache")
+        if cached is None:
+            cached = union(self.ts, self.te)
+            object.__setattr__(self, "_busy_cache", cached)
+        return cached
 
     def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None,
                   context: KernelArrays | None = None) -> dict[str, Any]:
@@ -549,7 +550,7 @@ class KernelArrays:
             total += _sweep(ts, te, self.cls[part], windows)
             issued = self.issued_of(part)
             wait += _idle.wait_ns(windows, ts, te, issued, syncs)
-            before += _idle.before_window_ns(windows, ts, te, issued, (context or self).device_busy(dev))
+            before += _idle.before_window_ns(windows, ts, te, issued, (context or self).busy())
         if not len(idx):
             none = np.zeros(0, dtype=np.int64)
             wait = _idle.wait_ns(windows, none, none, none, syncs)

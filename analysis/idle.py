@@ -191,9 +191,9 @@ def before_window_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, 
     trace does not show: launched before the trace window, or by another process.
 
     A gap counts when the activity that ends it started more than ``unseen_lag_ns`` after the host
-    issued it and the device ran no visible work between the issue and the start (``device_busy``:
-    the device's busy intervals over the whole trace, disjoint and sorted; default: the union of
-    ``starts``/``ends``). A GPU with work queued and nothing visible running was running something
+    issued it and no visible work ran between the issue and the start (``device_busy``: the busy
+    intervals of every device over the whole trace, disjoint and sorted, so that a wait on another
+    device's visible work is not unseen; default: the union of ``starts``/``ends``). A GPU with work queued and nothing visible running was running something
     else. Its queued part [issue + launch latency, start) counts; the part before the issue stays the
     host's (the trace cannot say whether the unseen work ran then too).
     """

@@ -154,3 +154,18 @@ def test_visible_work_of_other_groups_is_not_unseen() -> None:
     assert bound.attribute_windows(w, a)["idle_before_window_ns"] == 7_495 * US
     row = bound.attribute_windows(w, a, context=both)
     assert row["idle_before_window_ns"] == 0 and row["idle_wait_ns"] == 7_495 * US
+
+
+def test_a_wait_on_another_devices_visible_work_is_not_unseen() -> None:
+    # device 1's kernel [8, 9) ms, issued at 0.5 ms, waited on device 0's kernel [1, 7.9) ms (a peer copy, an
+    # event of the other GPU): visible work, so waiting; device 0's leading gap [0, 1) is the host's
+    from tracekit.analysis import bound
+
+    k = pd.DataFrame({"ts_ns": [1 * MS, 8 * MS], "dur_ns": [6_900 * US, 1 * MS], "device": [0, 1], "bound": "other",
+                      "model": "none", "flops": np.nan, "bytes": np.nan,
+                      "issued_ns": pd.array([900 * US, 500 * US], dtype="Int64")})
+    row = bound.attribute_windows(np.array([[0, 10 * MS]], dtype=np.int64), k)
+    assert row["idle_before_window_ns"] == 0
+    # device 1: 7.495 ms queued; device 0: its kernel was queued from 0.905 ms: 95 us
+    assert row["idle_wait_ns"] == 7_495 * US + 95 * US
+    assert row["idle_ns"] == 2 * 10 * MS - 6_900 * US - 1 * MS

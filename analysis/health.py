@@ -2,11 +2,11 @@
 
 ``check(t)`` reads the tables an analysis holds (the pipeline's dict, or the same tables read back
 from a run directory): gpu_activity or kernel_bound, runtime, cpu_ops, steps, step_bound, phases,
-other_events, counters, ``manifest`` (run.json) and ``ceiling`` (a Ceiling or its dict; default:
-the datasheet entry of the GPU run.json names). Each check gives one
-Finding: ``ok`` (checked, nothing wrong), ``caveat`` (the numbers hold, with a limit the line names)
-or ``wrong`` (the analysis' numbers would mislead: fix the trace first). The verdict is ``unfit``
-when any finding is wrong, ``fit, with caveats`` when any is a caveat, else ``fit``.
+other_events, counters, ``manifest`` (run.json) and ``ceiling`` (a Ceiling or its dict; default: the
+datasheet entry of the GPU run.json names). Each check gives one Finding: ``ok`` (checked, nothing
+wrong), ``caveat`` (the numbers hold, with a limit the line names) or ``wrong`` (the analysis'
+numbers would mislead: fix the trace first). The verdict is ``unfit`` when any finding is wrong,
+``fit, with caveats`` when any is a caveat, else ``fit``.
 
 Checks, in order: GPU activity present, dropped or unknown events, window cut mid-step, work before
 the window, correlation ids that link nothing, clock domains, steps found, op shapes recorded, kernel
@@ -43,8 +43,7 @@ OVERHEAD_SHARE = 0.01
 # and the host's timestamps are on different clocks (an activity cannot start before its launch).
 CLOCK_SLACK_NS = 10_000
 # Runtime / driver calls that put work on the GPU (a kernel, a graph, a copy, a memset): each should
-# link to at least one GPU activity by its correlation id.
-# (Not a host function launch, nor a query such as cudaMemcpy...Attribute.)
+# link to at least one GPU activity by its correlation id. Not a host function's launch, nor a query.
 LAUNCH = re.compile(r"^(?!.*(HostFunc|Attribute|GetInfo)).*"
                     r"(LaunchKernel|LaunchCooperativeKernel|GraphLaunch|ModuleLaunchKernel|cuLaunch|Memcpy|Memset)")
 # other_events categories tracekit knows and needs no rows from (flows, Kineto's overhead, metadata).

@@ -484,18 +484,28 @@ def _shapes(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
         return Finding("shapes", CAVEAT, f"no op shapes in the trace{off}: kernels are classed by name only, "
                        "FLOPs and bytes unknown",
                        "record with record_shapes=True, or run `tracekit counters` to measure the kernels")
-    if "launch_name" in gpu and "op_id" in gpu:
-        graph = gpu["launch_name"].astype(str).str.contains("GraphLaunch", na=False)
-        blind = graph & gpu["op_id"].isna()
-        if blind.any():
-            share = float(_num(gpu[blind], "dur_ns").sum()) / (float(_num(gpu, "dur_ns").sum()) or 1.0)
-            return Finding("shapes", CAVEAT, f"op shapes recorded, but {int(blind.sum()):,} graph-replayed kernels "
-                           f"({_pct(share)} of the GPU's busy time) carry none",
-                           "pass the graph-capture trace (--capture FILE, or a capture_traces/ folder beside the "
-                           "trace)")
-    graphs = int(gpu["launch_name"].astype(str).str.contains("GraphLaunch", na=False).sum()) if "launch_name" in gpu else 0
-    return Finding("shapes", OK, "op shapes recorded" + (f" (the {graphs:,} graph-replayed kernels' from the capture "
-                                                          "trace)" if graphs else ""))
+    if "launch_name" not in gpu or "op_id" not in gpu:
+        return Finding("shapes", OK, "op shapes recorded")
+    graph = gpu["launch_name"].astype(str).str.contains("GraphLaunch", na=False).to_numpy()
+    if not graph.any():
+        return Finding("shapes", OK, "op shapes recorded")
+    # A replayed graph's kernels get shapes from the op that launched each at capture (a capture trace's op,
+    # cpu_ops.captured); the op around the replay (e.g. a compiled region) has none.
+    ops = as_df(t.get("cpu_ops"))
+    captured = (set(_num(ops, "op_id")[ops["captured"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+                    .dropna().astype("int64").tolist()) if "captured" in ops and "op_id" in ops else set())
+    blind = graph & ~_num(gpu, "op_id").isin(captured).to_numpy()
+    dur = _num(gpu, "dur_ns").fillna(0).to_numpy(dtype=float)
+    share = float(dur[blind].sum()) / (float(dur.sum()) or 1.0)
+    n_graph, n_blind = int(graph.sum()), int(blind.sum())
+    if share > UNMODELLED_SHARE:
+        return Finding("shapes", CAVEAT, f"op shapes recorded, but {n_blind:,} of the {n_graph:,} graph-replayed "
+                       f"kernels ({_pct(share)} of the GPU's busy time) have no captured op to take shapes from",
+                       "pass the engine's graph-capture trace (--capture FILE, or a capture_traces/ folder beside "
+                       "the trace); graphs captured inside the trace itself lend no shapes: `tracekit counters` "
+                       "measures their kernels")
+    return Finding("shapes", OK, f"op shapes recorded; {n_graph - n_blind:,} of the {n_graph:,} graph-replayed "
+                   "kernels take them from a captured op")
 
 
 def _has_dims(v: Any) -> bool:

@@ -296,3 +296,20 @@ def test_which_runtime_calls_put_work_on_the_gpu() -> None:
               "cudaFuncGetAttributes", "cudaDeviceSynchronize", "cudaEventRecord"]
     assert all(health.LAUNCH.search(n) for n in launches)
     assert not any(health.LAUNCH.search(n) for n in others)
+
+
+def test_graph_replays_without_a_capture_have_no_shapes(tmp_path: Path) -> None:
+    # every step one cudaGraphLaunch replaying the forward's kernels; no capture trace to lend them the ops
+    k = Kineto(props=dict(H100_PROPS))
+    ts, g = 100.0, 0.0
+    for _ in range(4):
+        k.op("aten::copy_", ts + 1.0, 2.0, [[4], [4], []], ["long int", "long int", "Scalar"])  # the inputs' copy
+        ext = k.op("model.forward", ts + 5.0, 30.0)
+        t, g = k.replay(OPS, ts + 10.0, g, ext)
+        k.annotation("step[DECODE bs=4]", ts, t - ts + 5.0, gpu=False)
+        ts = max(t, g) + 300.0
+    v, _ = verdict(tmp_path, k)
+    f = next(f for f in v.findings if f.code == "shapes")
+    assert f.severity == health.CAVEAT
+    assert f.what == (f"op shapes recorded, but {4 * KERNELS_PER_STEP} of the {4 * KERNELS_PER_STEP} graph-replayed "
+                      "kernels (100% of the GPU's busy time) have no captured op to take shapes from")

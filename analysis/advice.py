@@ -9,6 +9,7 @@ largest share of the phase's time, with the numbers that justify it, and the fix
   host idle               CUDA graphs / torch.compile (launch overhead, Python)
   profiler idle           record fewer steps (--trace-steps)
   waiting idle            remove host syncs, overlap copies and other streams
+  before-window idle      not the host's and not a sync: record a longer or earlier window
   other / comm / memcpy   cost models (shapes, `tracekit counters`), overlap, fewer copies
 
 Every report view (terminal, HTML, Markdown) and the phases table's ``advice`` column use it.
@@ -34,6 +35,11 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
      "record fewer steps (--trace-steps) and read the host timings of the unprofiled pass"),
     ("idle_wait_ns", "GPU idle waiting on a sync, a copy or another stream",
      "remove host synchronisations (.item(), .cpu()) and overlap copies with compute"),
+    ("idle_before_window_ns",
+     "the GPU running work the trace does not show (launched before the trace window, or by another process), "
+     "not the host and not a sync",
+     "record a longer window, or start it earlier (skip the first steps: schedule(wait=..., warmup=...)), "
+     "so that the step's own work is all in it; removing syncs will not help"),
     ("other_ns", "kernels without a cost model",
      "record with shapes or run `tracekit counters` to classify them"),
     ("comm_ns", "exposed communication", "overlap communication with compute or shard less"),
@@ -53,7 +59,7 @@ def finite(v: Any) -> float | None:
 def shares(row: Mapping[str, Any]) -> dict[str, float]:
     """ns per cause of ``row``: the idle split where present, else all of idle_ns as host idle."""
     out = {c: finite(row.get(c)) or 0.0 for c, _, _ in CAUSES}
-    split = [finite(row.get(c)) for c in ("idle_host_ns", "idle_wait_ns")]
+    split = [finite(row.get(c)) for c in ("idle_host_ns", "idle_wait_ns", "idle_before_window_ns")]
     if all(v is None for v in split):  # a run analysed before the idle split: idle is the host's
         out["idle_host_ns"] = finite(row.get("idle_ns")) or 0.0
     return out
@@ -94,7 +100,7 @@ def _detail(row: Mapping[str, Any], col: str) -> str:
         if pb is not None:
             bits.append(f"the busy GPU reaches {pb:.0f}% of peak bandwidth")
         return f" ({', '.join(bits)})" if bits else ""
-    if col in ("idle_host_ns", "idle_profiler_ns", "idle_wait_ns"):
+    if col in ("idle_host_ns", "idle_profiler_ns", "idle_wait_ns", "idle_before_window_ns"):
         idle = finite(row.get("idle_ns"))
         prof = finite(row.get("idle_profiler_ns"))
         bits = []

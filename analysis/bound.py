@@ -15,8 +15,8 @@ Pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
   (tracekit.analysis.counters), decide the class of every kernel they measured (``source`` = ncu).
 - ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside each step's
   window: compute_bound_ns + memory_bound_ns + latency_bound_ns + other_ns + comm_ns + memcpy_ns +
-  idle_ns == time_ns exactly (integers); idle_ns == idle_profiler_ns + idle_host_ns + idle_wait_ns
-  (tracekit.analysis.idle).
+  idle_ns == time_ns exactly (integers); idle_ns == idle_profiler_ns + idle_host_ns + idle_wait_ns +
+  idle_before_window_ns (tracekit.analysis.idle).
 - ``attribute_phases(step_attr, kernels, ceiling, phases=None)``: the same sums per (request, phase)
   and per (run, phase), plus FLOPs, bytes, achieved rates and % of ceiling.
 
@@ -38,7 +38,7 @@ from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
 from tracekit.analysis.columns import by_value, factorize, map_values, matches, unique
-from tracekit.analysis.intervals import EMPTY, step_windows, window_union
+from tracekit.analysis.intervals import EMPTY, step_windows, union, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.model.ceilings import Ceiling, datasheet, l2_bytes
 
@@ -60,8 +60,9 @@ TIME_COLUMNS = {
     IDLE: "idle_ns",
 }
 # idle_ns by cause: the profiler's own cost (null without an unprofiled timing pass), the host still
-# issuing work, and waiting on something else (a sync, a copy, another stream, outside work).
-IDLE_COLUMNS = ("idle_profiler_ns", "idle_host_ns", "idle_wait_ns")
+# issuing work, waiting on something else (a sync, a copy, another stream), and queued behind work the
+# trace does not show (launched before its window, or by another process).
+IDLE_COLUMNS = ("idle_profiler_ns", "idle_host_ns", "idle_wait_ns", "idle_before_window_ns")
 
 MODEL_SHAPE = "shape"  # FLOPs/bytes from the launching op's input shapes
 MODEL_CLASS = "kernel_class"  # bound from the kernel's name class only (no FLOPs/bytes)
@@ -533,14 +534,19 @@ def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.Data
     return k
 
 
-def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray | None = None) -> dict[str, Any]:
+def attribute_windows(windows: np.ndarray, kern: pd.DataFrame, syncs: np.ndarray | None = None,
+                      context: pd.DataFrame | None = None) -> dict[str, Any]:
     """Time classes, FLOPs, bytes and kernel counts of one group: disjoint sorted windows and its kernels.
 
-    idle_ns is split into idle_wait_ns (tracekit.analysis.idle.wait_ns; needs the kernels' ``issued_ns``)
-    and idle_host_ns; idle_profiler_ns is None here (``with_profiler`` takes its part from the host's).
+    ``context``: every GPU activity of the trace (default: ``kern``), whose busy time says whether a
+    device ran visible work while the group's work was queued (idle_before_window_ns).
+
+    idle_ns is split into idle_before_window_ns and idle_wait_ns (tracekit.analysis.idle.before_window_ns
+    and wait_ns; they need the kernels' ``issued_ns``) and idle_host_ns; idle_profiler_ns is None here (``with_profiler`` takes its part from the host's).
     """
     arrays = KernelArrays.of(kern)
-    return arrays.attribute(windows, np.arange(len(kern)), syncs)
+    return arrays.attribute(windows, np.arange(len(kern)), syncs,
+                            KernelArrays.of(context) if context is not None else None)
 
 
 @dataclass(frozen=True)
@@ -604,20 +610,33 @@ class KernelArrays:
             object.__setattr__(self, "_issued_cache", cached)
         return cached
 
-    def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None) -> dict[str, Any]:
-        """attribute_windows' row for the kernels at rows ``idx`` (in frame order)."""
+    def busy(self) -> np.ndarray:
+        """The busy intervals of every row, on any device (disjoint, sorted), made once: work the trace
+        shows anywhere (a device waiting on another device's visible work is not behind unseen work)."""
+        cached = self.__dict__.get("_busy_cache")
+        if cached is None:
+            cached = union(self.ts, self.te)
+            object.__setattr__(self, "_busy_cache", cached)
+        return cached
+
+    def attribute(self, windows: np.ndarray, idx: np.ndarray, syncs: np.ndarray | None = None,
+                  context: KernelArrays | None = None) -> dict[str, Any]:
+        """attribute_windows' row for the kernels at rows ``idx`` (in frame order); ``context``: the arrays
+        whose device busy time counts as visible work (default: these)."""
         time_ns = int((windows[:, 1] - windows[:, 0]).sum()) if len(windows) else 0
         devices = self.devices[idx] if len(idx) else np.zeros(0)
         devs = unique(devices) if len(idx) else devices
         n_dev = max(len(devs), 1)
         total = np.zeros(len(PRIORITY) + 1, dtype=np.int64)
         syncs = EMPTY if syncs is None else syncs
-        wait = 0
+        wait = before = 0
         for dev in devs if len(idx) else []:
             part = idx[devices == dev]
             ts, te = self.ts[part], self.te[part]
             total += _sweep(ts, te, self.cls[part], windows)
-            wait += _idle.wait_ns(windows, ts, te, self.issued_of(part), syncs)
+            issued = self.issued_of(part)
+            wait += _idle.wait_ns(windows, ts, te, issued, syncs)
+            before += _idle.before_window_ns(windows, ts, te, issued, (context or self).busy())
         if not len(idx):
             none = np.zeros(0, dtype=np.int64)
             wait = _idle.wait_ns(windows, none, none, none, syncs)
@@ -626,8 +645,10 @@ class KernelArrays:
         # idle is what the sweep left: the windows (× devices) minus the union of activity in them
         row["idle_ns"] = time_ns * n_dev - busy
         row["idle_profiler_ns"] = None
-        row["idle_wait_ns"] = int(min(wait, row["idle_ns"]))
-        row["idle_host_ns"] = row["idle_ns"] - row["idle_wait_ns"]
+        waited = int(min(wait, row["idle_ns"]))
+        row["idle_before_window_ns"] = int(min(before, waited))
+        row["idle_wait_ns"] = waited - row["idle_before_window_ns"]
+        row["idle_host_ns"] = row["idle_ns"] - waited
         row["time_ns"] = time_ns
         row["gpu_busy_ns"] = busy
         row["flops"] = _nansum(self.flops[idx]) if len(idx) else 0.0
@@ -707,7 +728,7 @@ def attribute_phases(
     the phase's kernels are those of its steps. Then, exactly,
     compute_bound_ns + memory_bound_ns + latency_bound_ns + other_ns + comm_ns + memcpy_ns + idle_ns
     == time_ns × devices (one device: == time_ns), and idle_profiler_ns + idle_host_ns + idle_wait_ns
-    == idle_ns (idle_profiler_ns: the sum of its steps' from ``step_attr``, null if any is null).
+    + idle_before_window_ns == idle_ns (idle_profiler_ns: the sum of its steps' from ``step_attr``, null if any is null).
     achieved_* are over gpu_busy_ns (the GPU's working time), achieved_*_wall over time_ns; % of
     ceiling is on the busy-time rate, against the tensor-core peak of the phase's
     dominant GEMM dtype and the DRAM bandwidth peak.

@@ -4,7 +4,8 @@ One long table, one row per (scope, phase, key, metric):
 
   scope "phase":         key = the phase; metrics time_ns, time_per_step_ns, steps,
                          compute_bound_ns, memory_bound_ns, latency_bound_ns, idle_ns
-                         (and its causes idle_host_ns, idle_wait_ns, idle_profiler_ns), other_ns.
+                         (and its causes idle_host_ns, idle_wait_ns, idle_before_window_ns,
+                         idle_profiler_ns), other_ns.
                          share = metric / the phase's time_ns (time_ns itself:
                          / the run's total time), so a split that moved shows up
                          even when the total did not.
@@ -32,7 +33,8 @@ import pandas as pd
 from tracekit.analysis.kernels import kernel_classes as shared_kernel_classes
 
 PHASE_METRICS = ("time_ns", "time_per_step_ns", "steps", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns",
-                 "idle_ns", "idle_host_ns", "idle_wait_ns", "idle_profiler_ns", "other_ns")
+                 "idle_ns", "idle_host_ns", "idle_wait_ns", "idle_before_window_ns", "idle_profiler_ns",
+                 "other_ns")
 COLUMNS = ["scope", "phase", "key", "metric", "a", "b", "delta", "ratio", "share_a", "share_b"]
 
 

@@ -11,19 +11,22 @@ Pure functions over arrays and DataFrames (no I/O), used by the bound pass:
   part where the host had already issued the work that ended the gap, or sat in a blocking call: the
   GPU waited on something else (a dependency on another stream, a copy, work outside the trace).
   The rest of the idle time is the host's: it had not issued the next work yet.
+- ``before_window_ns(windows, starts, ends, issued, device_busy)``: of that waiting, the part behind
+  work the trace does not show (launched before the trace window, or by another process): the GPU
+  had the work queued, ran nothing visible, and started it far later than queueing explains.
 - ``overheads(manifest)``: the profiler's cost per step kind, from run.json's profiled and unprofiled
   timings (TTFT for a prefill step, TPOT for a decode step); None where there is no unprofiled pass.
 - ``profiler_share_ns(kind, time_ns, host_ns, overheads)``: the part of a step's host idle that is the
   profiler's: its extra time per step, spread evenly over the profiled step time, this window's part
   of it, never more than the host idle. None (null), never a silent 0, where it cannot be known.
 
-Invariant: idle_profiler_ns + idle_host_ns + idle_wait_ns == idle_ns (with a null profiler part
-counting 0). Method: docs/roofline.md, "Idle by cause".
+Invariant: idle_profiler_ns + idle_host_ns + idle_wait_ns + idle_before_window_ns == idle_ns (with a
+null profiler part counting 0). Method: docs/roofline.md, "Idle by cause".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,8 +40,9 @@ def _is_blocking(name: str) -> bool:
     """Runtime / driver calls that block the host until the GPU has finished something."""
     if "Synchronize" in name:
         return True
-    # cudaMemcpy (synchronous) blocks; cudaMemcpyAsync / cuMemcpy*Async do not (pageable DtoH aside).
-    return name.startswith(("cudaMemcpy", "cuMemcpy")) and "Async" not in name
+    # cudaMemcpy / hipMemcpy (synchronous, hipMemcpyWithStream too) block; the *Async ones do not
+    # (pageable DtoH aside).
+    return name.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in name
 
 
 UNKNOWN = np.iinfo(np.int64).min  # an issue time the trace does not give
@@ -112,32 +116,23 @@ def _overlap(a: np.ndarray, b: np.ndarray, syncs: np.ndarray) -> int:
 LAUNCH_LATENCY_NS = 5_000
 
 
-def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
-            syncs: np.ndarray, launch_latency_ns: int = LAUNCH_LATENCY_NS) -> int:
-    """Idle ns inside ``windows`` (one device) during which the GPU waited on something other than the host.
-
-    A gap ends where an activity starts (or at the window's end). Until the host finished issuing
-    that activity, plus the launch latency, the gap is the host's; after it the work was queued and
-    the GPU waited (on another stream, an event, a copy engine, outside work). Time the host spent
-    blocked in a synchronising call counts as waiting too. An activity with no known issue time
-    leaves its gap to the host.
-    """
-    if len(windows) == 0:
-        return 0
+def _gaps(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
+          launch_latency_ns: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per window ``(lo, hi, ga, gb, split, latest)``: its idle gaps [ga, gb) on one device, where the host's
+    part of each ends (``split``: the latest issue time, plus the launch latency, of the activity that ends
+    the gap, clipped into it; gb where it is unknown or no activity ends the gap) and that issue time
+    (``latest``; UNKNOWN there)."""
     busy = union(starts, ends)
-    total = 0
     ss = np.asarray(starts, dtype=np.int64)
     order = np.argsort(ss, kind="stable")
     ss, iss = ss[order], as_issued(issued)[order]
     padded = np.append(iss, UNKNOWN)  # i1 below may be len(iss)
     padded_unknown = padded == UNKNOWN
-    syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
     for lo, hi in windows:
-        # gaps = [lo, hi) minus busy. busy and syncs are disjoint and sorted (both ends ascend): the
-        # intervals meeting the window are one slice, found by bisection (a mask over all of them
-        # per window would make the pass quadratic in the trace's length).
+        # gaps = [lo, hi) minus busy. busy is disjoint and sorted (both ends ascend): the intervals
+        # meeting the window are one slice, found by bisection (a mask over all of them per window
+        # would make the pass quadratic in the trace's length).
         b = busy[np.searchsorted(busy[:, 1], lo, side="right"):max(0, np.searchsorted(busy[:, 0], hi, side="left"))]
-        near = syncs[np.searchsorted(syncs[:, 1], lo, side="right"):np.searchsorted(syncs[:, 0], hi, side="left")]
         edges_s = np.concatenate([[lo], np.clip(b[:, 1], lo, hi)]) if b.size else np.array([lo])
         edges_e = np.concatenate([np.clip(b[:, 0], lo, hi), [hi]]) if b.size else np.array([hi])
         keep = edges_e > edges_s
@@ -148,6 +143,7 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
         i0 = np.searchsorted(ss, gb, side="left")
         i1 = np.searchsorted(ss, gb, side="right")
         split = gb.copy()  # unknown, or no activity at the gap's end: all of it the host's
+        latest_of = np.full(gb.size, UNKNOWN, dtype=np.int64)
         has = np.flatnonzero(i1 > i0)
         if has.size:
             # Per gap, the max issue time and whether any is unknown over iss[i0:i1] (disjoint, sorted
@@ -156,9 +152,64 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
             latest = np.maximum.reduceat(padded, bounds)[::2]
             unknown = np.logical_or.reduceat(padded_unknown, bounds)[::2]
             ok = has[~unknown]
+            latest_of[ok] = latest[~unknown]
             split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
+        yield int(lo), int(hi), ga, gb, split, latest_of
+
+
+def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
+            syncs: np.ndarray, launch_latency_ns: int = LAUNCH_LATENCY_NS) -> int:
+    """Idle ns inside ``windows`` (one device) during which the GPU waited on something other than the host.
+
+    A gap ends where an activity starts (or at the window's end). Until the host finished issuing
+    that activity, plus the launch latency, the gap is the host's; after it the work was queued and
+    the GPU waited (on another stream, an event, a copy engine, outside work). Time the host spent
+    blocked in a synchronising call counts as waiting too. An activity with no known issue time
+    leaves its gap to the host. ``before_window_ns`` says how much of this was behind unseen work.
+    """
+    if len(windows) == 0:
+        return 0
+    total = 0
+    syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
+    for lo, hi, ga, gb, split, _ in _gaps(windows, starts, ends, issued, launch_latency_ns):
+        near = syncs[np.searchsorted(syncs[:, 1], lo, side="right"):np.searchsorted(syncs[:, 0], hi, side="left")]
         total += int((gb - split).sum())  # queued, not running
         total += _overlap(ga, split, near)  # host blocked in a sync while nothing was queued
+    return total
+
+
+# A launch that found the device idle and still started this much later than its runtime call
+# returned waited on work the trace does not show: far beyond the launch latency (on the H200 the
+# slowest of ~41,000 such launches in tests/fixtures/gpu started 7.4 us after its call returned).
+UNSEEN_LAG_NS = 100_000
+
+
+def before_window_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
+                     device_busy: np.ndarray | None = None, launch_latency_ns: int = LAUNCH_LATENCY_NS,
+                     unseen_lag_ns: int = UNSEEN_LAG_NS) -> int:
+    """Of ``wait_ns``' queued time inside ``windows`` (one device), the ns the GPU spent behind work the
+    trace does not show: launched before the trace window, or by another process.
+
+    A gap counts when the activity that ends it started more than ``unseen_lag_ns`` after the host
+    issued it and no visible work ran between the issue and the start (``device_busy``: the busy
+    intervals of every device over the whole trace, disjoint and sorted, so that a wait on another
+    device's visible work is not unseen; default: the union of ``starts``/``ends``). A GPU with work queued and nothing visible running was running something
+    else. Its queued part [issue + launch latency, start) counts; the part before the issue stays the
+    host's (the trace cannot say whether the unseen work ran then too).
+    """
+    if len(windows) == 0 or len(starts) == 0:
+        return 0
+    dbusy = union(starts, ends) if device_busy is None else np.asarray(device_busy, dtype=np.int64).reshape(-1, 2)
+    total = 0
+    for _, _, _, gb, split, latest in _gaps(windows, starts, ends, issued, launch_latency_ns):
+        known = latest != UNKNOWN
+        if not known.any():
+            continue
+        # the end of the device's last visible interval that starts before the gap's end
+        j = np.searchsorted(dbusy[:, 0], gb, side="left") - 1
+        prev_end = np.where(j >= 0, dbusy[np.clip(j, 0, None), 1] if len(dbusy) else UNKNOWN, UNKNOWN)
+        unseen = known & (gb - latest > unseen_lag_ns) & (prev_end <= latest)
+        total += int((gb - split)[unseen].sum())
     return total
 
 

@@ -11,9 +11,10 @@ launched outside every step. Per row:
 - time_ns: union of the phase's (captured) step windows, [cpu_start, max(cpu_end, gpu_end)).
 - gpu_busy_ns: union of the phase's GPU activities, per device, summed over devices.
 - comm_ns / memcpy_ns: unions of the NCCL kernels / memcpy+memset.
-- idle_ns: time_ns × devices − gpu_busy_ns: the GPU waiting inside a step, i.e.
-  host-bound time. Null when the trace has no GPU activity at all (a CPU trace
-  says nothing about GPU idleness).
+- idle_ns: time_ns × devices − gpu_busy_ns: the GPU idle inside a step. Null when the
+  trace has no GPU activity at all (a CPU trace says nothing about GPU idleness). The
+  bound pass splits it by cause: idle_host_ns, idle_wait_ns, idle_before_window_ns,
+  idle_profiler_ns (tracekit.analysis.idle).
 
 compute_bound_ns, memory_bound_ns, other_ns, flops and bytes are left null for
 the bound pass (analysis/bound.py) to fill.

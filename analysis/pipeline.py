@@ -8,7 +8,7 @@ the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
 ``warnings`` (a list of strings; what passes return under ``warnings`` is
 appended, never replaced).
 
-``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, cost, warmup.
+``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, cost, warmup, check.
 The warmup pass (tracekit.analysis.warmup) reads the non-table input ``warmup_first`` (the first N
 requests are warm-ups, ``--warmup-requests N``) besides run.json's marks.
 """
@@ -26,6 +26,7 @@ import pandas as pd
 from tracekit.analysis import bound as _bound
 from tracekit.analysis import cost as _cost
 from tracekit.analysis import energy as _energy
+from tracekit.analysis import health as _health
 from tracekit.analysis import intervals
 from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
@@ -236,7 +237,7 @@ def _outside_row(t: Mapping[str, Any], steps: Any, out: dict[str, Any]) -> dict[
         inside = intervals.window_union(w) if w is not None and len(w) else intervals.EMPTY
         windows = intervals.complement(inside, *span)
         k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
-        row = _bound.attribute_windows(windows, k)
+        row = _bound.attribute_windows(windows, k, context=kern)
         for c in (*_bound.TIME_COLUMNS.values(), *_bound.IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
             if c in after.columns or not len(steps):  # no steps: the phases pass made no bound columns
                 after.loc[mask, c] = row[c]
@@ -256,7 +257,11 @@ COST = Pass("cost", _cost.cost_pass, needs=("steps", "requests", "annotations", 
             adds=("requests", "step_requests"))
 # Warm-up requests out of the run-level phase rows (their own rows stay); first-use outliers flagged.
 WARMUP = Pass("warmup", _warmup.warmup_pass, needs=("phases", "requests"), adds=("phases", "warmup"))
-DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, COST, WARMUP]
+# Is the trace fit to analyse: one verdict over everything above (tracekit.analysis.health; ``tracekit check``).
+CHECK = Pass("check", lambda t: {"check": _health.check(t)},
+             needs=("gpu_activity", "runtime", "cpu_ops", "steps", "phases", "other_events", "counters"),
+             adds=("check",))
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, COST, WARMUP, CHECK]
 
 
 def to_frame(table: Any) -> pd.DataFrame:

@@ -22,6 +22,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "record": ("tracekit.commands.record", "Record a generation workload (or your script) into a run directory."),
     "ingest": ("tracekit.commands.ingest", "Read torch.profiler traces into Parquet tables."),
     "analyze": ("tracekit.commands.analyze", "Split a run or trace into requests, steps and phases."),
+    "check": ("tracekit.commands.check", "Say whether a trace is fit to analyse, with a fix per finding."),
     "calibrate": ("tracekit.commands.calibrate", "Measure this GPU's copy bandwidth and matmul rate."),
     "counters": ("tracekit.commands.counters", "Measure a run's kernels with Nsight Compute and classify them."),
     "report": ("tracekit.commands.report", "Summarise runs in the terminal and as a self-contained HTML file."),

@@ -34,8 +34,9 @@ def test_host_bound_only_for_host_time_and_the_profilers_share_is_said() -> None
     assert "latency-bound 93%" in v[1]
     assert v[0].startswith("prefill: 1 step(s), 26.0 ms. Limited by the host: GPU idle while the host issues work")
     headers, rows = phase_rows(phases())
-    assert headers[4:11] == ["compute", "memory", "latency", "other", "idle (host)", "idle (wait)", "idle (profiler)"]
-    assert rows[1][6] == "8.4%" and rows[1][8] == "30.0%" and rows[1][10] == "60.0%"
+    assert headers[4:12] == ["compute", "memory", "latency", "other", "idle (host)", "idle (wait)",
+                             "idle (before window)", "idle (profiler)"]
+    assert rows[1][6] == "8.4%" and rows[1][8] == "30.0%" and rows[1][10] == "—" and rows[1][11] == "60.0%"
 
 
 def test_every_view_says_what_would_help() -> None:

@@ -227,6 +227,8 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         # Request ids left out of the run-level phase rows (first N asked for, and those marked).
         "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
     }
+    if result.get("check") is not None:  # tracekit.analysis.health's verdict (``tracekit check``)
+        info["check"] = result["check"].to_dict()
     # The raw tables (and the passes' frames of them) are let go before the outputs are converted, one
     # at a time, each written and dropped: the largest output, kernel_bound, first, with gpu_activity
     # (its grid / block text) the only raw table still held.

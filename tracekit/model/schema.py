@@ -294,10 +294,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("compute_bound_ns", _i64),
         ("memory_bound_ns", _i64),
         ("latency_bound_ns", _i64),  # kernels under 60% of both peaks (docs/roofline.md)
-        ("idle_ns", _i64),  # = idle_profiler_ns + idle_host_ns + idle_wait_ns
+        ("idle_ns", _i64),  # = idle_profiler_ns + idle_host_ns + idle_wait_ns + idle_before_window_ns
         ("idle_profiler_ns", _i64),  # the profiler's own cost (null: no unprofiled timing pass)
         ("idle_host_ns", _i64),  # the host had not issued the next work yet
-        ("idle_wait_ns", _i64),  # work was issued; the GPU waited (sync, copy, other stream, outside work)
+        ("idle_wait_ns", _i64),  # work was issued; the GPU waited (sync, copy, other stream)
+        ("idle_before_window_ns", _i64),  # queued behind work the trace does not show (before its window, other process)
         ("other_ns", _i64),
         ("comm_ns", _i64),
         ("memcpy_ns", _i64),
@@ -442,6 +443,7 @@ SCHEMAS["step_bound"] = _schema(
     ("idle_ns", _i64),
     ("idle_profiler_ns", _i64),
     ("idle_wait_ns", _i64),
+    ("idle_before_window_ns", _i64),
     ("idle_host_ns", _i64),
     ("time_ns", _i64),
     ("gpu_busy_ns", _i64),

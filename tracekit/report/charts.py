@@ -28,6 +28,7 @@ SPLIT = (("compute_bound_ns", "compute-bound", "#2ca02c"), ("memory_bound_ns", "
          ("latency_bound_ns", "latency-bound", "#ff7f0e"),
          ("other_ns", "other", "#7f7f7f"), ("comm_ns", "comm", "#17becf"), ("memcpy_ns", "memcpy", "#bcbd22"),
          ("idle_host_ns", "idle: host issuing", "#dddddd"), ("idle_wait_ns", "idle: waiting", "#c5b0d5"),
+         ("idle_before_window_ns", "idle: before the window", "#9edae5"),
          ("idle_profiler_ns", "idle: profiler", "#f7e1a0"))
 CYCLE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 # What a performance engineer looks at first; anything else follows in table order.

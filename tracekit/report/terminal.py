@@ -90,6 +90,9 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     ks = result["kernel_steps"]
     if len(ks):
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
+    verdict = result.get("check")
+    if verdict is not None:
+        lines.append(f"check: {verdict.headline} (`tracekit check` gives each finding and its fix)")
     for w in result["warnings"]:
         lines.append(f"warning: {w}")
     return [visible(line) for line in lines]
@@ -98,7 +101,8 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _bound_text(r: Mapping[Any, Any]) -> str:
-    """"; compute .. memory .. latency ..; idle: host .., waiting .., profiler .." where the bound pass ran."""
+    """"; compute .. memory .. latency ..; idle: host .., waiting .., [before window ..,] profiler .." where the
+    bound pass ran (before window: only where some idle is behind work the trace does not show)."""
     if r.get("latency_bound_ns") is None or pd.isna(r.get("latency_bound_ns")):
         return ""
     text = (f"; compute {_ms(r.get('compute_bound_ns'))}, memory {_ms(r.get('memory_bound_ns'))}, "
@@ -106,7 +110,9 @@ def _bound_text(r: Mapping[Any, Any]) -> str:
     if r.get("idle_host_ns") is not None and not pd.isna(r.get("idle_host_ns")):
         prof = r.get("idle_profiler_ns")
         ptxt = "unknown" if prof is None or pd.isna(prof) else _ms(prof)
-        text += (f"; idle: host {_ms(r['idle_host_ns'])}, waiting {_ms(r.get('idle_wait_ns'))}, "
+        before = r.get("idle_before_window_ns")
+        btxt = f"before window {_ms(before)}, " if before is not None and not pd.isna(before) and before > 0 else ""
+        text += (f"; idle: host {_ms(r['idle_host_ns'])}, waiting {_ms(r.get('idle_wait_ns'))}, {btxt}"
                  f"profiler {ptxt}")
     return text
 
@@ -127,6 +133,10 @@ def multirank_lines(result: Any) -> list[str]:
             f"skew {r['phase']}: {r['steps']} steps, p50 {r['skew_p50_ns'] / 1e3:.1f} us, "
             f"max {r['skew_max_ns'] / 1e3:.1f} us, stragglers {r['straggler_counts']}"
         )
+    for rank in result.ranks:
+        verdict = (result.per_rank.get(rank) or {}).get("check")
+        if verdict is not None:
+            lines.append(f"rank {rank} check: {verdict.headline}")
     return [visible(line) for line in lines]
 
 
@@ -235,3 +245,17 @@ def render_terminal(views: list[Any], out: Any) -> None:
             for r in g.itertuples(index=False):
                 table.add_row(*[cell(_cell(x)) for x in r[: len(keys)]], str(r[-3]), f"{r[-2]:.4g}", f"{r[-1]:.4g}")
             console.print(table)
+
+
+CHECK_MARK = {"ok": "ok    ", "caveat": "caveat", "wrong": "WRONG "}
+
+
+def check_lines(label: str, verdict: Any) -> list[str]:
+    """``tracekit check``'s screen: the target and its verdict, then a line per check and the fix of
+    each finding (tracekit.analysis.health.Verdict)."""
+    lines = [f"{label}: {verdict.headline}"]
+    for f in verdict.findings:
+        lines.append(f"  {CHECK_MARK.get(f.severity, f.severity)}  {f.code:<13}  {f.what}")
+        if f.fix and f.severity != "ok":
+            lines.append(f"  {'':6}  {'':<13}  fix: {f.fix}")
+    return [visible(line) for line in lines]

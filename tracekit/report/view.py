@@ -174,10 +174,12 @@ def warmup_line(view: RunView) -> str | None:
 
 # Where a phase's time can go (they add up to the phase's wall time), and how a
 # summary names the one that dominates. GPU idle is split by cause (idle_host_ns +
-# idle_wait_ns + idle_profiler_ns == idle_ns); a table written before that split has
+# idle_wait_ns + idle_before_window_ns + idle_profiler_ns == idle_ns); a table written before that split has
 # only idle_ns, which then counts as the host's.
 LIMITERS = (("idle_host_ns", "the host: GPU idle while the host issues work (Python, kernel launches)"),
             ("idle_wait_ns", "waiting: GPU idle on a sync, a copy or another stream"),
+            ("idle_before_window_ns", "unseen work: the GPU ran work launched before the trace window "
+                                      "(or by another process)"),
             ("idle_profiler_ns", "the profiler: GPU idle the unprofiled run does not have"),
             ("memory_bound_ns", "memory bandwidth: memory-bound kernels"),
             ("compute_bound_ns", "compute: compute-bound kernels"),
@@ -185,6 +187,7 @@ LIMITERS = (("idle_host_ns", "the host: GPU idle while the host issues work (Pyt
             ("other_ns", "kernels without a cost model"),
             ("comm_ns", "communication"), ("memcpy_ns", "memcpy"))
 SHORT_LIMITER = {"idle_host_ns": "host (GPU idle)", "idle_wait_ns": "waiting (GPU idle)",
+                 "idle_before_window_ns": "unseen work (before the window)",
                  "idle_profiler_ns": "profiler (GPU idle)", "memory_bound_ns": "memory BW",
                  "compute_bound_ns": "compute", "latency_bound_ns": "latency", "other_ns": "unmodelled kernels",
                  "comm_ns": "communication", "memcpy_ns": "memcpy"}
@@ -222,6 +225,9 @@ def idle_text(r: dict[Any, Any]) -> str:
         bits.append("the profiler's share is unknown (no unprofiled timing pass)")
     if wait and wait / idle >= 0.005:
         bits.append(f"{100 * wait / idle:.0f}% waiting on syncs, copies or other streams")
+    before = finite(r.get("idle_before_window_ns"))
+    if before and before / idle >= 0.005:
+        bits.append(f"{100 * before / idle:.0f}% behind work the trace does not show (launched before its window)")
     return f"GPU idle {100 * idle / t:.0f}% of the time" + (": " + ", ".join(bits) if bits else "")
 
 
@@ -379,7 +385,8 @@ def cell(v: Any, kind: str = "") -> str:
 def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     ph = shown_phases(phases)
     headers = ["phase", "steps", "time (ms)", "ms / step", "compute", "memory", "latency", "other", "idle (host)",
-               "idle (wait)", "idle (profiler)", "limited by", "TFLOP/s", "% peak", "TB/s", "% peak"]
+               "idle (wait)", "idle (before window)", "idle (profiler)", "limited by", "TFLOP/s", "% peak", "TB/s",
+               "% peak"]
     rows = []
 
     def share(r: dict[Any, Any], c: str) -> str:
@@ -399,7 +406,7 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
                      share(r, "compute_bound_ns"), share(r, "memory_bound_ns"), share(r, "latency_bound_ns"),
                      cell(other / t, "pct") if t else "—", host, share(r, "idle_wait_ns"),
-                     share(r, "idle_profiler_ns"),
+                     share(r, "idle_before_window_ns"), share(r, "idle_profiler_ns"),
                      str(SHORT_LIMITER[lim[0]]) if lim else "—",
                      cell(r.get("achieved_tflops")), pct(r.get("pct_peak_flops")),
                      cell(r.get("achieved_tbps")), pct(r.get("pct_peak_bandwidth"))])

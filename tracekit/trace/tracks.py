@@ -16,7 +16,7 @@ Tracks:
                           viewer gets an explicit ``cname`` too.
   * tracekit / bound      the step's bound class: the class holding most of the step's
                           time in the bound pass's ``step_bound`` table (compute-bound,
-                          memory-bound, latency-bound, host-bound, waiting, profiler,
+                          memory-bound, latency-bound, host-bound, waiting, before-window, profiler,
                           other, comm, memcpy; every class's share in args), else the
                           steps' ``bound`` column, else ``host-bound`` / ``gpu-busy``
                           from the step's GPU busy share (source recorded in args).
@@ -85,6 +85,7 @@ BOUND_CNAME = {
     "host": "terrible",
     "host-bound": "terrible",
     "waiting": "grey",
+    "before-window": "grey",
     "profiler": "olive",
     "other": "generic_work",
     "comm": "thread_state_iowait",
@@ -94,7 +95,8 @@ BOUND_CNAME = {
 # step_bound's time columns and the name a step's bound slice takes when that column holds most of it
 STEP_CLASSES = (("compute_bound_ns", "compute-bound"), ("memory_bound_ns", "memory-bound"),
                 ("latency_bound_ns", "latency-bound"), ("idle_host_ns", "host-bound"), ("idle_wait_ns", "waiting"),
-                ("idle_profiler_ns", "profiler"), ("other_ns", "other"), ("comm_ns", "comm"), ("memcpy_ns", "memcpy"))
+                ("idle_before_window_ns", "before-window"), ("idle_profiler_ns", "profiler"), ("other_ns", "other"),
+                ("comm_ns", "comm"), ("memcpy_ns", "memcpy"))
 # Below this share of the step's wall time with a kernel running, the GPU mostly
 # waited for the host (DESIGN.md: idle inside a step is host-bound time).
 HOST_BOUND_BUSY_SHARE = 0.5

@@ -183,9 +183,10 @@ def project(profile: Profile, change: Change, ceiling_of: CeilingOf, constants: 
             raise WhatifError(f"unknown quantization {change.quant!r} (known: {', '.join(QUANT_MODES)})")
         if profile.quant not in ("none", "", None):
             raise WhatifError(f"the run is already quantized ({profile.quant}): project from an fp16/bf16 run")
-        ex = "compiled" if (change.graphs or _graphed(profile)) else "eager"
-        if (change.quant, ex) not in constants.quant:
-            raise WhatifError(f"no measured dequantization cost for {change.quant} {ex}: no projection")
+        for ph in profile.phases:
+            ex = _execution(profile, change, ph)
+            if (change.quant, ex) not in constants.quant:
+                raise WhatifError(f"no measured dequantization cost for {change.quant} {ex} ({ph}): no projection")
     ctx = _Ctx(profile, change, c_from, c_to, constants, notes)
     phases = {ph: _phase(ctx, ph, step) for ph, step in profile.phases.items()}
     notes.extend(_assumptions(ctx))
@@ -194,6 +195,12 @@ def project(profile: Profile, change: Change, ceiling_of: CeilingOf, constants: 
         measured_unprofiled=dict(profile.unprofiled),
         ceilings={"from": c_from.describe() if c_from else "none",
                   "to": c_to.describe() if c_to else "none"})
+
+
+def _execution(profile: Profile, change: Change, phase: str) -> str:
+    """How the phase's steps run: "compiled" (decode replayed as CUDA graphs) or "eager" (prefill always:
+    a compiled model replays graphs for fixed-shape decode only)."""
+    return "compiled" if phase == "decode" and (change.graphs or _graphed(profile)) else "eager"
 
 
 def _graphed(profile: Profile) -> bool:
@@ -308,7 +315,7 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
     graphed_now = step.graph_launches > 0
     pstep = step
     if quant:
-        ex = "compiled" if (c.graphs or graphed_now or p.mode == "compiled") else "eager"
+        ex = _execution(p, c, ph)
         qc = ctx.k.quant[(quant, ex)]
         n_lin = int(wc.linear_mask(proj).sum())
         gpu_extra = qc.gpu_ns + qc.gpu_ns_per_seq * new.batch
@@ -335,6 +342,9 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
         else:  # the part of the latency outside the step (TTFT's set-up) stays as profiled
             lat = measured_lat + (t_new - (t_base if s == 1.0 else _replay(step, base, 1.0, p.launch_ns)))
         shown = proj
+        if c.graphs and ph == "prefill" and not _graphed(p):
+            lat += ctx.k.static_prefill_ns
+            t_new += ctx.k.static_prefill_ns
     band = _band(ctx, step, base, proj, lat, t_new)
     measured = Times(step.period_ns, measured_lat, _by_class(step.kernels))
     projected = Times(t_new, lat, _by_class(shown))
@@ -386,7 +396,8 @@ def _assumptions(ctx: _Ctx) -> list[str]:
                        "sampling, the launch; measured on tracekit's compiled runs)"
                        + ("; elementwise / reduction / copy chains fused into one kernel each lasting the "
                           "longest of the chain" if c.fuse else "")
-                       + "; prefill stays eager (a compiled model replays graphs for fixed-shape decode only)")
+                       + "; prefill stays eager (a compiled model replays graphs for fixed-shape decode only) "
+                       f"and pays the static cache's measured {ctx.k.static_prefill_ns / 1e6:.2f} ms more")
     if c.no_profiler and not p.unprofiled:
         out.append("the run has no unprofiled timers: the profiler's cost from the per-op model")
     if not c.no_profiler:

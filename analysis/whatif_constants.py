@@ -27,6 +27,9 @@ class Constants:
     # Host time of one decode step under CUDA graphs outside the graph's GPU work (generate's loop,
     # sampling, the graph launch), ns, without the profiler.
     graph_host_ns: float = 1_550_000.0
+    # What a prefill costs more under the static cache a compiled decode needs (eager prefill either
+    # way), ns: compiled TTFT - eager TTFT of the same point.
+    static_prefill_ns: float = 4_000_000.0
     # Gap between two kernels of one CUDA graph replay, ns.
     graph_gap_ns: float = 500.0
     # The profiler's cost per CPU op it records (record_shapes on), ns of host time.

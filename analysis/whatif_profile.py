@@ -245,8 +245,8 @@ def phase_step(phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np
         "dur_ns": k["dur_ns"].to_numpy(dtype=float),
         "kclass": k["kclass"].to_numpy(object) if "kclass" in k else None,
         "bound": k["bound"].to_numpy(object) if "bound" in k else None,
-        "flops": pd.to_numeric(k.get("flops"), errors="coerce").to_numpy(dtype=float),
-        "bytes": pd.to_numeric(k.get("bytes"), errors="coerce").to_numpy(dtype=float),
+        "flops": _col(k, "flops"),
+        "bytes": _col(k, "bytes"),
         "dtype": k["dtype"].to_numpy(object) if "dtype" in k else None,
         "op_name": k["op_name"].to_numpy(object) if "op_name" in k else None,
         "rows": _rows_of(cpu_ops, k["op_id"]) if "op_id" in k else np.nan,
@@ -266,6 +266,12 @@ def phase_step(phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np
         period_ns=period, kernels=_typed(out),
         syncs=tuple((float(a - start), float(min(b, end) - start)) for a, b in in_period),
         cpu_ops=n_ops, launches=launches, graph_launches=_int(row.get("graph_launches"), 0), steps=len(mine))
+
+
+def _col(k: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in k:
+        return np.full(len(k), np.nan)
+    return np.asarray(pd.to_numeric(k[name], errors="coerce"), dtype=float)
 
 
 def _int(v: Any, default: int) -> int:
@@ -301,12 +307,16 @@ def profile(kernels: pd.DataFrame, steps: pd.DataFrame, runtime: pd.DataFrame | 
             prof[key] = phases[ph].period_ns
     shapes = bool(cpu_ops is not None and "input_dims" in cpu_ops and cpu_ops["input_dims"].notna().any())
     quant = point.get("quant") or wl.get("quant") or (manifest.get("quant") or {}).get("mode") or "none"
+    pre, dec = phases.get("prefill"), phases.get("decode")
+    # a foreign trace: the workload its steps show (output tokens: one per decode step, plus prefill's)
+    first = pre or dec
+    batch = _opt_int(point.get("batch", wl.get("batch"))) or (first.batch if first is not None else None)
+    n_in = _opt_int(point.get("input_tokens", wl.get("input_tokens"))) or (pre.q_len if pre else None)
+    n_out = _opt_int(point.get("output_tokens", wl.get("output_tokens"))) or (dec.steps + 1 if dec else None)
     return Profile(
         run=run, gpu=env.get("gpu") or (manifest.get("nvml") or {}).get("device_name"),
         dtype=wl.get("dtype"), mode=point.get("mode") or wl.get("mode"), quant=str(quant),
-        batch=_opt_int(point.get("batch", wl.get("batch"))),
-        input_tokens=_opt_int(point.get("input_tokens", wl.get("input_tokens"))),
-        output_tokens=_opt_int(point.get("output_tokens", wl.get("output_tokens"))),
+        batch=batch, input_tokens=n_in, output_tokens=n_out,
         phases=phases, profiled=prof, unprofiled=timers(manifest), launch_ns=launch_latency(kernels),
         model=dict((manifest.get("model") or {}).get("config") or {}), has_shapes=shapes)
 

@@ -14,14 +14,16 @@ launch-latency estimate: the tests check that on recorded steps.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 
-def replay(off_ns: Sequence[float], dur_ns: Sequence[float], graph_gap_ns: Sequence[float],
+def replay(off_ns: Any, dur_ns: Any, graph_gap_ns: Any,
            syncs: Sequence[tuple[float, float]], period_ns: float, host_scale: float = 1.0,
            launch_ns: float = 2000.0) -> float:
-    """The step's period (ns) under the replay described in the module doc."""
+    """The step's period (ns) under the replay described in the module doc; the first three are
+    per-kernel arrays (issue offset, duration, gap after the previous graph kernel), in ns."""
     off = np.asarray(off_ns, dtype=float)
     dur = np.asarray(dur_ns, dtype=float)
     gap = np.asarray(graph_gap_ns, dtype=float)
@@ -49,8 +51,8 @@ def replay(off_ns: Sequence[float], dur_ns: Sequence[float], graph_gap_ns: Seque
     return max(host, gpu)
 
 
-def solve_host_scale(target_ns: float, off_ns: Sequence[float], dur_ns: Sequence[float],
-                     graph_gap_ns: Sequence[float], syncs: Sequence[tuple[float, float]], period_ns: float,
+def solve_host_scale(target_ns: float, off_ns: Any, dur_ns: Any,
+                     graph_gap_ns: Any, syncs: Sequence[tuple[float, float]], period_ns: float,
                      launch_ns: float = 2000.0, lo: float = 0.02, hi: float = 4.0) -> tuple[float, bool]:
     """(host_scale, exact): the host speed that makes ``replay`` last ``target_ns``. Not exact where the
     GPU alone takes longer than the target (the smallest scale is returned) or the host is slower than

@@ -26,7 +26,7 @@ def command(run: Path, graphs: bool, batch: int | None, input_tokens: int | None
             gpu: str | None, quant: str | None, no_profiler: bool, as_json: bool) -> None:
     """Project a run's TTFT, TPOT and step time under a change (changes combine)."""
     from tracekit.analysis.whatif import Change
-    from tracekit.app.whatif import whatif
+    from tracekit.app.whatif_load import whatif
     from tracekit.report.whatif import render
 
     change = Change(graphs=graphs, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens, gpu=gpu,

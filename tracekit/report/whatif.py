@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tracekit.analysis.whatif import CLASSES, Projection
 
@@ -40,20 +41,39 @@ def render(p: Projection) -> str:
     return "\n".join(lines)
 
 
-def advice_lines(items: Sequence[tuple[str, Projection]]) -> list[str]:
-    """One line per projected fix: what it would give TTFT and TPOT, and the time saved."""
+def advice_lines(items: Sequence[tuple[str, Projection | None, Projection]]) -> list[str]:
+    """One line per projected fix: TTFT and TPOT before and after (band), and the time saved or lost;
+    a batch change also says what it does to decode throughput."""
     out = []
-    for label, p in items:
+    for label, base, p in items:
         bits = []
         for ph, name in (("prefill", "TTFT"), ("decode", "TPOT")):
             pp = p.phases.get(ph)
             if pp is None:
                 continue
-            base = p.measured_unprofiled.get("ttft_ns" if ph == "prefill" else "tpot_ns", pp.measured.latency_ns)
+            ref = base.phases.get(ph) if base is not None else None
+            old = ref.projected.latency_ns if ref is not None else pp.measured.latency_ns
             new = pp.projected.latency_ns
             lo, hi = pp.band
-            bits.append(f"{name} {_f(base)} -> {_f(new)} ms ({_f(lo)}-{_f(hi)}; "
-                        f"{'saves' if base >= new else 'costs'} {_f(abs(base - new))} ms)")
+            bits.append(f"{name} {_f(old)} -> {_f(new)} ms ({_f(lo)}-{_f(hi)}; "
+                        f"{'saves' if old >= new else 'costs'} {_f(abs(old - new))} ms)")
+            if ph == "decode" and p.change.batch is not None and ref is not None and new > 0 and old > 0:
+                before = ref.shape.get("batch", 1) / old * 1e9
+                after = pp.shape.get("batch", 1) / new * 1e9
+                bits.append(f"decode {before:,.0f} -> {after:,.0f} tokens/s")
         if bits:
             out.append(f"{label}: " + ", ".join(bits))
     return out
+
+
+def run_advice(run: Any) -> list[str]:
+    """The advice lines with projected savings of an analysed run directory (empty where the run
+    lacks what a projection needs: no kernels, no steps, a GPU without a ceiling)."""
+    from tracekit.app.whatif import advice_projections, analysed_profile
+    from tracekit.errors import TracekitError
+
+    try:
+        prof = analysed_profile(run)
+    except (TracekitError, ValueError, KeyError):
+        return []
+    return advice_lines(advice_projections(prof))

@@ -383,6 +383,10 @@ def _assumptions(ctx: _Ctx) -> list[str]:
                    "kernel choice at a new shape is not known); latency-bound kernels keep their measured time "
                    f"as a floor and reach {wc.ROOF_FRACTION:.0%} of the peaks at most; the host issues the same "
                    "ops at any batch")
+    experts = p.model.get("num_experts") or p.model.get("num_local_experts") or p.model.get("n_routed_experts")
+    if experts and c.batch is not None:
+        out.append(f"a mixture of {experts} experts: the experts' weights are read as at the source's batch (more "
+                   "sequences route to more experts: the weight bytes of a larger batch are a lower bound)")
     if c.gpu is not None:
         out.append(f"another GPU ({c.gpu}): compute- and memory-bound kernels scale by the ratio of the "
                    "ceilings; latency-bound kernels and launch latency stay as measured (same clocks assumed); "

@@ -13,8 +13,9 @@ Work at new shapes (``rescale``), per kernel, from its measured FLOPs F and byte
 
 Time (``retime``), from the roofline time t = max(F / peak FLOP/s of its dtype, B / peak bytes/s):
 compute- and memory-bound kernels scale with t (new work on the new GPU over old work on the old);
-latency-bound kernels keep their measured time as a floor and grow only where the new work's roof
-time over ``ROOF_FRACTION`` passes it; kernels with no model keep their measured time.
+a latency-bound kernel's measured time d is a floor plus its work at ``ROOF_FRACTION`` of the peaks:
+d' = d + (t' - t) / ROOF_FRACTION, never under ``LATENCY_FLOOR_NS`` (or d where d is less); kernels
+with no model keep their measured time.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from tracekit.model.ceilings import Ceiling
 # The fraction of a datasheet peak that a kernel with plenty of work reaches (GEMMs and copies on
 # Hopper: ~0.7-0.85); a latency-bound kernel's new time is at least its new roof time over this.
 ROOF_FRACTION = 0.75
+# The shortest a kernel runs on a recent GPU (launch to end of an empty kernel, ~2 us on Hopper).
+LATENCY_FLOOR_NS = 2000.0
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 FUSIBLE = ("elementwise", "reduction", "copy")
 
@@ -111,8 +114,11 @@ def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_c
     bound = old_k["bound"].astype(str).to_numpy()
     near = np.isin(bound, ("compute", "memory")) & (t0 > 0) & np.isfinite(t1)
     scaled = np.where(near, d * np.divide(t1, t0, out=np.ones_like(t1), where=t0 > 0), d)
-    lat = ~near & np.isfinite(t1)
-    return np.where(lat, np.maximum(d, t1 / ROOF_FRACTION), scaled)
+    lat = ~near & np.isfinite(t1) & np.isfinite(t0)
+    # latency-bound: its measured time is a floor plus its work at ROOF_FRACTION of the peaks; the work
+    # part follows the new work, the floor stays (never under LATENCY_FLOOR_NS or its own time if less)
+    grown = np.maximum(d + (np.nan_to_num(t1) - np.nan_to_num(t0)) / ROOF_FRACTION, np.minimum(d, LATENCY_FLOOR_NS))
+    return np.where(lat, grown, scaled)
 
 
 def fuse(k: pd.DataFrame) -> pd.DataFrame:

@@ -86,24 +86,31 @@ def test_rescale_attention_with_the_kv_length_and_others_with_tokens() -> None:
 
 def test_retime_scales_memory_bound_kernels_by_the_bandwidth_ratio() -> None:
     # 480 MB read by a memory-bound kernel: 100 us on an H200 (4.8 TB/s); on an H100 SXM (3.35 TB/s)
-    # 100 x 4.8 / 3.35 = 143.28 us. A latency-bound one of 3 us reading 1 MB keeps its 3 us (its roof
-    # time 1e6 / 3.35e12 / 0.75 = 0.4 us is under it).
+    # 100 x 4.8 / 3.35 = 143.28 us. A latency-bound one of 3 us reading 1 MB: its work part grows from
+    # 1e6 / 4.8e12 = 208.3 ns to 1e6 / 3.35e12 = 298.5 ns: 3 us + 90.2 ns / 0.75 = 3.1203 us
     h200, h100 = datasheet("NVIDIA H200"), datasheet("H100 SXM")
     assert h200 is not None and h100 is not None
     k = _kernels([{"bound": "memory", "bytes": 480e6, "flops": 1e6, "dur_ns": 100 * US},
                   {"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US}])
     got = wc.retime(k, k, h200, h100)
-    assert got.tolist() == pytest.approx([100 * US * 4.8 / 3.35, 3 * US])
+    assert got.tolist() == pytest.approx([100 * US * 4.8 / 3.35, 3 * US + (1e6 / 3.35e3 - 1e6 / 4.8e3) / 0.75])
 
 
-def test_retime_latency_kernel_grows_once_its_work_passes_its_floor() -> None:
-    # 3 us latency-bound kernel whose work grows to 48 MB on an H200: 48e6 / 4.8e12 = 10 us roof,
-    # over 0.75: 13.33 us
+def test_retime_latency_kernel_keeps_its_floor_and_follows_its_work() -> None:
+    # 3 us latency-bound kernel reading 1 MB (208.3 ns of roof) whose work grows to 48 MB (10 us):
+    # 3 us + (10 us - 208.3 ns) / 0.75 = 16.056 us; shrunk to nothing: 3 us - 277.8 ns = 2.722 us;
+    # a 5 us one shrunk by 4.8 MB (1 us of roof): 5 - 1.333 = 3.667 us, never under the 2 us floor
     h200 = datasheet("NVIDIA H200")
     assert h200 is not None
-    old = _kernels([{"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US}])
-    new = old.assign(bytes=48e6)
-    assert wc.retime(old, new, h200, h200)[0] == pytest.approx(10 * US / 0.75)
+    old = _kernels([{"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US},
+                    {"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US},
+                    {"bound": "latency", "bytes": 4.8e6, "flops": 1e3, "dur_ns": 5 * US},
+                    {"bound": "latency", "bytes": 48e6, "flops": 1e3, "dur_ns": 3 * US}])
+    new = old.assign(bytes=[48e6, 0.0, 0.0, 0.0])
+    got = wc.retime(old, new, h200, h200).tolist()
+    assert got[:3] == pytest.approx([3 * US + (10 * US - 1e6 / 4.8e3) / 0.75, 3 * US - 1e6 / 4.8e3 / 0.75,
+                                     5 * US - 1 * US / 0.75])
+    assert got[3] == 2 * US  # 3 us - 10 us / 0.75 is under the floor
 
 
 def test_fuse_keeps_gemms_and_merges_elementwise_runs() -> None:

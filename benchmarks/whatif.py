@@ -67,6 +67,7 @@ class Point:
     truth: dict[str, float]  # ttft_ns / tpot_ns without the profiler
     profile: Profile
     source: str  # the data file
+    same_process: bool = False  # its traced timers compare with those of the file's other points
 
 
 # --- extract ---------------------------------------------------------------------------------------
@@ -83,7 +84,7 @@ def _compact(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def extract(paths: list[Path], out: Path, model: str | None = None) -> None:
+def extract(paths: list[Path], out: Path, model: str | None = None, same_process: bool = False) -> None:
     from tracekit.app.whatif_load import load_profile
 
     points = []
@@ -112,7 +113,7 @@ def extract(paths: list[Path], out: Path, model: str | None = None) -> None:
                 "gpu": prof.gpu, "mode": mode, "group": pt.get("group") or "record",
                 "batch": prof.batch, "input_tokens": prof.input_tokens, "output_tokens": prof.output_tokens,
                 "quant": prof.quant, "truth": dict(prof.unprofiled), "profile": _compact(prof.to_dict()),
-                "env": man.get("environment") or {},
+                "env": man.get("environment") or {}, "same_process": same_process,
             })
             print(f"{d.name}: {prof.gpu} {len(prof.phases)} phases, truth {prof.unprofiled}", file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +137,8 @@ def load(files: Iterable[Path]) -> list[Point]:
             out.append(Point(id=p["id"], model=str(p["model"]), gpu=str(p["gpu"]), mode=str(p["mode"]),
                              group=str(p["group"]), batch=int(p["batch"]), input_tokens=int(p["input_tokens"]),
                              output_tokens=int(p["output_tokens"]), quant=str(p["quant"] or "none"),
-                             truth={k: float(v) for k, v in p["truth"].items()}, profile=prof, source=f.name))
+                             truth={k: float(v) for k, v in p["truth"].items()}, profile=prof, source=f.name,
+                             same_process=bool(p.get("same_process"))))
     return out
 
 
@@ -196,11 +198,14 @@ def pairs(points: list[Point]) -> list[tuple[str, Point, Point, Change]]:
                 out.append(("gpu", a, b, Change(gpu=b.gpu, no_profiler=True)))
         if a.truth:
             out.append(("profiler", a, a, Change(no_profiler=True, use_run_timers=False)))
-        for b in points:  # traces without timers, of one process: as traced, batch changed
+        for b in points:  # traces without timers: as traced, batch and prompt changed
             if b is not a and not a.truth and not b.truth and b.profile.phases and a.model == b.model \
-                    and a.gpu == b.gpu and a.mode == b.mode and a.group == b.group and a.batch != b.batch \
-                    and a.input_tokens == b.input_tokens:
-                out.append((TRACED, a, b, Change(batch=b.batch)))
+                    and a.gpu == b.gpu and a.quant == b.quant and (a.mode == b.mode or a.mode == "eager") \
+                    and (a.batch, a.input_tokens, a.mode) != (b.batch, b.input_tokens, b.mode):
+                out.append((TRACED, a, b, Change(graphs=a.mode != b.mode,
+                                                 batch=b.batch if b.batch != a.batch else None,
+                                                 input_tokens=b.input_tokens if b.input_tokens != a.input_tokens
+                                                 else None)))
     return out
 
 
@@ -243,7 +248,8 @@ def check(points: list[Point]) -> list[Row]:
         except WhatifError as exc:
             print(f"no projection {a.id} -> {b.id} ({change.describe()}): {exc}", file=sys.stderr)
             continue
-        truth = b.profile.profiled if kind == TRACED else b.truth
+        comparable = a.same_process and b.same_process and a.source == b.source
+        truth = (b.profile.profiled if comparable else {}) if kind == TRACED else b.truth
         where = b.id if b is not a else "(own unprofiled pass)"
         gpu = a.gpu if a.gpu == b.gpu else f"{a.gpu} -> {b.gpu}"
         for key, metric in (("ttft_ns", "TTFT"), ("tpot_ns", "TPOT")):
@@ -256,7 +262,7 @@ def check(points: list[Point]) -> list[Row]:
                                 ph.projected.latency_ns, ph.band))
             # the kernels alone: projected GPU time of the step against the target's traced step
             step = b.profile.phases.get(phase)
-            if step is not None and b is not a and not (change.graphs and phase == "decode"):
+            if step is not None and b is not a:
                 got = sum(ph.projected.gpu_ns.values())
                 rows.append(Row(kind, change.describe(), a.id, where, gpu, a.model, f"GPU/{phase} step",
                                 step.gpu_busy_ns, got, (got, got)))
@@ -307,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("paths", nargs="+", type=Path)
     ex.add_argument("--out", type=Path, required=True)
     ex.add_argument("--model", default=None, help="the model's name where run.json does not give it (a foreign trace)")
+    ex.add_argument("--same-process", action="store_true",
+                    help="the traces come from one process with one profiler setting: their traced TTFT / TPOT compare")
     ch = sub.add_parser("check")
     ch.add_argument("data", nargs="*", type=Path)
     ch.add_argument("--md", type=Path, default=None, help="also write the table and summary as Markdown")
@@ -316,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                          "tinyllama-1.1b:NVIDIA H200)")
     args = ap.parse_args(argv)
     if args.cmd == "extract":
-        extract(args.paths, args.out, args.model)
+        extract(args.paths, args.out, args.model, args.same_process)
         return 0
     files = args.data or sorted(DATA.glob("*.json.gz"))
     points = load(files)

@@ -229,29 +229,22 @@ def _costed(ctx: _Ctx, step: PhaseStep, shape: wc.Shape, ceiling: Ceiling | None
     old = wc.Shape(step.batch, step.q_len, step.kv_len, step.tokens)
     new = wc.rescale(k, old, shape, step.phase)
     if quant:
-        new = _quantized(new, quant)
+        new = _quantized(new, quant, shape)
     out = new.copy()
     out["dur_ns"] = wc.retime(k, new, ctx.c_from, ceiling)
     return out
 
 
-def _quantized(k: pd.DataFrame, mode: str) -> pd.DataFrame:
-    """Linear GEMMs reading their weights at ``mode``'s width (per element, 4096 x 4096 groups)."""
+def _quantized(k: pd.DataFrame, mode: str, shape: wc.Shape) -> pd.DataFrame:
+    """Linear GEMMs (at ``shape``) reading their weights at ``mode``'s width (per element, as a
+    4096 x 4096 weight: group scales included)."""
     out = k.copy()
-    lin = wc.linear_mask(k)
     eb = np.array([wc.element_bytes(d) for d in k["dtype"]], dtype=float)
-    ratio = np.array([quant_weight_bytes(mode, 4096, 4096, dtype_bytes=int(e)) / (4096 * 4096 * e) for e in eb])
-    w = _w(k)
-    out["bytes"] = np.where(lin, k["bytes"].to_numpy(dtype=float) - w * (1 - ratio), k["bytes"].to_numpy(dtype=float))
+    ratio = np.array([quant_weight_bytes(mode, 4096, 4096, dtype_bytes=max(int(e), 1)) / (4096 * 4096 * e)
+                      for e in eb])
+    w = wc.weight_bytes(k, shape)  # 0 outside linear GEMMs
+    out["bytes"] = k["bytes"].to_numpy(dtype=float) - w * (1 - ratio)
     return out
-
-
-def _w(k: pd.DataFrame) -> np.ndarray:
-    rows = k["rows"].fillna(1.0).clip(lower=1).to_numpy(dtype=float)
-    eb = np.array([wc.element_bytes(d) for d in k["dtype"]], dtype=float)
-    w = k["flops"].to_numpy(dtype=float) / (2 * rows) * eb
-    b = k["bytes"].fillna(0).to_numpy(dtype=float)
-    return np.where(np.isfinite(w), np.minimum(w, b), 0.0)
 
 
 def _host_scale(ctx: _Ctx, step: PhaseStep, base: pd.DataFrame, key: str) -> tuple[float, str]:

@@ -231,7 +231,9 @@ def _costed(ctx: _Ctx, step: PhaseStep, shape: wc.Shape, ceiling: Ceiling | None
     if quant:
         new = _quantized(new, quant, shape)
     out = new.copy()
-    out["dur_ns"] = wc.retime(k, new, ctx.c_from, ceiling)
+    dur = wc.retime(k, new, ctx.c_from, ceiling)
+    none = wc.unmodelled(k, old, shape, step.graph_launches > 0)
+    out["dur_ns"] = np.where(none != k["dur_ns"].to_numpy(dtype=float), none, dur)
     return out
 
 
@@ -263,9 +265,11 @@ def _host_scale(ctx: _Ctx, step: PhaseStep, base: pd.DataFrame, key: str) -> tup
         raise WhatifError("no unprofiled timers and no CPU ops in the trace: the profiler's cost is unknown")
     wait = sum(max(b - a - 20_000.0, 0.0) for a, b in step.syncs)
     host = max(step.period_ns - wait, 1.0)
-    s = max(1.0 - step.cpu_ops * ctx.k.profiler_ns_per_op / host, 0.05)
-    return s, (f"{step.phase}: host pace without the profiler from {ctx.k.profiler_ns_per_op / 1e3:.1f} us per "
-               f"recorded CPU op x {step.cpu_ops} ops: x{s:.2f}")
+    cost = step.cpu_ops * ctx.k.profiler_ns_per_op + step.launches * ctx.k.profiler_ns_per_launch
+    s = max(1.0 - cost / host, 0.05)
+    return s, (f"{step.phase}: host pace without the profiler from {ctx.k.profiler_ns_per_op / 1e3:.2f} us per "
+               f"recorded CPU op x {step.cpu_ops} and {ctx.k.profiler_ns_per_launch / 1e3:.2f} us per launch x "
+               f"{step.launches}: x{s:.2f}")
 
 
 def _replay(step: PhaseStep, k: pd.DataFrame, s: float, launch_ns: float) -> float:
@@ -303,6 +307,8 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
     if how:
         ctx.notes.append(how)
     measured_lat = p.profiled.get(key, step.period_ns)
+    # decode: the representative step's period (the trace's TPOT averages in its first, one-off step)
+    base_lat = step.period_ns if ph == "decode" else measured_lat
     anchor = p.unprofiled.get(key) if (c.no_profiler and c.use_run_timers and key in p.unprofiled) else None
     t_base = _replay(step, base, s, p.launch_ns)
     graphed_now = step.graph_launches > 0
@@ -333,7 +339,7 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
         if anchor is not None:
             lat = anchor + (t_new - t_base)
         else:  # the part of the latency outside the step (TTFT's set-up) stays as profiled
-            lat = measured_lat + (t_new - (t_base if s == 1.0 else _replay(step, base, 1.0, p.launch_ns)))
+            lat = base_lat + (t_new - (t_base if s == 1.0 else _replay(step, base, 1.0, p.launch_ns)))
         shown = proj
         if c.graphs and ph == "prefill" and not _graphed(p):
             lat += ctx.k.static_prefill_ns

@@ -1,8 +1,9 @@
 """Measured constants of the what-if projections (pure data; how each was measured: docs/whatif.md).
 
-Each is a median over tracekit's own runs on the GPUs named (Hugging Face generate, torch 2.11,
-transformers 5.17); ``Constants`` bundles them so that a caller (the benchmark's leave-one-out
-check) can pass others.
+The graph, static-cache and profiler constants are tracekit.analysis.whatif_calib.calibrate over the
+committed what-if runs (benchmarks/whatif/data: H100 sweeps of three models, an H200 recording;
+Hugging Face generate, torch 2.11, transformers 5.17); the quantization costs come from H200 runs.
+``Constants`` bundles them so that a caller (the benchmark's leave-one-out check) can pass others.
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ class QuantCost:
 class Constants:
     # Host time of one decode step under CUDA graphs outside the graph's GPU work (generate's loop,
     # sampling, the graph launch), ns, without the profiler.
-    graph_host_ns: float = 1_550_000.0
+    graph_host_ns: float = 2_030_000.0
     # What a prefill costs more under the static cache a compiled decode needs (eager prefill either
     # way), ns: compiled TTFT - eager TTFT of the same point.
-    static_prefill_ns: float = 4_000_000.0
+    static_prefill_ns: float = 4_940_000.0
     # Gap between two kernels of one CUDA graph replay, ns.
-    graph_gap_ns: float = 500.0
-    # The profiler's cost per CPU op it records (record_shapes on), ns of host time.
-    profiler_ns_per_op: float = 5_000.0
+    graph_gap_ns: float = 448.0
+    # The profiler's cost (record_shapes on), ns of host time: per CPU op it records and per kernel
+    # launch (its CUPTI activity); least squares over runs with both timers (whatif_calib).
+    profiler_ns_per_op: float = 736.0
+    profiler_ns_per_launch: float = 6_843.0
     # (mode, execution) -> cost per quantized linear call; a pair absent here cannot be projected.
     quant: Mapping[tuple[str, str], QuantCost] = field(default_factory=lambda: dict(QUANT))
 

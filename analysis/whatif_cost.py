@@ -95,6 +95,19 @@ def rescale(k: pd.DataFrame, old: Shape, new: Shape, phase: str) -> pd.DataFrame
     return out
 
 
+def unmodelled(k: pd.DataFrame, old: Shape, new: Shape, graphed: bool) -> np.ndarray:
+    """New durations of kernels without FLOPs or bytes: attention's work part (over the floor) scales
+    with batch x KV length (batch alone under CUDA graphs: a static cache's length does not change);
+    the others keep their time."""
+    d = k["dur_ns"].to_numpy(dtype=float)
+    none = ~(np.isfinite(k["flops"].to_numpy(dtype=float)) & (k["flops"].fillna(0).to_numpy(dtype=float) > 0)) & \
+        ~(np.isfinite(k["bytes"].to_numpy(dtype=float)) & (k["bytes"].fillna(0).to_numpy(dtype=float) > 0))
+    att = none & k["kclass"].astype(str).eq("attention").to_numpy()
+    r = new.batch / max(old.batch, 1) * (1.0 if graphed else new.kv_len / max(old.kv_len, 1))
+    floor = np.minimum(d, LATENCY_FLOOR_NS)
+    return np.where(att, floor + (d - floor) * r, d)
+
+
 def roof_ns(flops: np.ndarray, nbytes: np.ndarray, dtypes: pd.Series, ceiling: Ceiling) -> np.ndarray:
     """max(F / peak of the dtype, B / peak bandwidth), ns; NaN where neither is known."""
     peak = np.array([ceiling.flops(str(d)) or ceiling.flops("fp16") or np.nan for d in dtypes], dtype=float)

@@ -134,7 +134,7 @@ def load(files: Iterable[Path]) -> list[Point]:
             prof = Profile.from_dict(p["profile"])
             for ph in prof.phases.values():
                 assert tuple(ph.kernels.columns) == KERNEL_COLUMNS
-            out.append(Point(id=p["id"], model=str(p["model"]), gpu=str(p["gpu"]), mode=str(p["mode"]),
+            out.append(Point(id=p["id"], model=Path(str(p["model"])).name, gpu=str(p["gpu"]), mode=str(p["mode"]),
                              group=str(p["group"]), batch=int(p["batch"]), input_tokens=int(p["input_tokens"]),
                              output_tokens=int(p["output_tokens"]), quant=str(p["quant"] or "none"),
                              truth={k: float(v) for k, v in p["truth"].items()}, profile=prof, source=f.name,
@@ -181,7 +181,7 @@ def pairs(points: list[Point]) -> list[tuple[str, Point, Point, Change]]:
                             output_tokens=b.output_tokens if b.output_tokens != a.output_tokens else None)
                 out.append((CROSS, a, b, ch))
                 continue
-            if a.gpu == b.gpu:
+            if a.gpu == b.gpu and a.source == b.source:  # one sweep: one session, one host
                 if same(a, b, "group", "batch", "input_tokens", "output_tokens", "quant") and \
                         a.mode == "eager" and b.mode == "compiled":
                     out.append(("graphs", a, b, Change(graphs=True, no_profiler=True)))
@@ -194,7 +194,7 @@ def pairs(points: list[Point]) -> list[tuple[str, Point, Point, Change]]:
                 if same(a, b, "mode", "group", "batch", "input_tokens", "output_tokens") and a.quant == "none" \
                         and b.quant != "none":
                     out.append(("quant", a, b, Change(quant=b.quant, no_profiler=True)))
-            elif same(a, b, "mode", "group", "batch", "input_tokens", "output_tokens", "quant"):
+            elif a.gpu != b.gpu and same(a, b, "mode", "group", "batch", "input_tokens", "output_tokens", "quant"):
                 out.append(("gpu", a, b, Change(gpu=b.gpu, no_profiler=True)))
         if a.truth:
             out.append(("profiler", a, a, Change(no_profiler=True, use_run_timers=False)))

@@ -6,6 +6,7 @@ Every expected value is worked by hand in the comment beside it.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -144,17 +145,18 @@ def test_project_without_the_profiler_uses_the_runs_own_timers() -> None:
     assert p.phases["decode"].saved_ns == pytest.approx(1e6, rel=1e-3)
 
 
-def test_project_without_timers_uses_the_per_op_profiler_cost() -> None:
-    # decode: 200 ops x 5 us = 1 ms of a 2 ms host period: pace 0.5, TPOT 2 ms -> 1 ms
-    p = project(_profile(), Change(no_profiler=True), datasheet)
+def test_project_without_timers_uses_the_per_op_and_per_launch_profiler_cost() -> None:
+    # decode: 200 ops x 4 us + 4 launches x 50 us = 1 ms of a 2 ms host period: pace 0.5, TPOT 2 ms -> 1 ms
+    k = replace(DEFAULT, profiler_ns_per_op=4000.0, profiler_ns_per_launch=50_000.0)
+    p = project(_profile(), Change(no_profiler=True), datasheet, k)
     assert p.phases["decode"].projected.latency_ns == pytest.approx(1e6, rel=1e-3)
 
 
 def test_project_graphs_is_graph_host_time_plus_fused_kernels() -> None:
-    # decode under graphs: four 1 us elementwise kernels fuse into one of 1 us, plus one 500 ns gap and
-    # the graph host time 1.55 ms: 1,551.5 us; prefill pays the static cache's 4 ms more
+    # decode under graphs: four 1 us elementwise kernels fuse into one of 1 us, plus one graph gap and
+    # the graph host time; prefill pays the static cache's extra
     p = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(graphs=True, no_profiler=True), datasheet)
-    assert p.phases["decode"].projected.latency_ns == pytest.approx(DEFAULT.graph_host_ns + US + 500)
+    assert p.phases["decode"].projected.latency_ns == pytest.approx(DEFAULT.graph_host_ns + US + DEFAULT.graph_gap_ns)
     assert p.phases["prefill"].projected.latency_ns == pytest.approx(2.5e6 + DEFAULT.static_prefill_ns, rel=1e-3)
     assert any("CUDA graphs" in a for a in p.assumptions)
 
@@ -233,8 +235,9 @@ def test_profile_from_tables_takes_the_median_step_and_its_syncs() -> None:
     assert p.unprofiled == {"ttft_ns": 3e6, "tpot_ns": 2e6} and p.gpu == "NVIDIA H200"
 
 
-def test_calibrate_measures_the_profiler_cost_per_op() -> None:
-    # decode: (2 ms profiled - 1 ms unprofiled) / 200 ops = 5 us; prefill: (4.5 - 2.5) ms / 400 = 5 us
+def test_calibrate_fits_the_profiler_cost_per_op_and_launch() -> None:
+    # prefill: 2 ms over 400 ops and 4 launches; decode: 1 ms over 200 ops and 4 launches: 5 us per op
+    # and no launch cost fit both exactly
     c = calibrate([_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6})])
-    assert c.profiler_ns_per_op == pytest.approx(5000.0)
+    assert c.profiler_ns_per_op == pytest.approx(5000.0) and c.profiler_ns_per_launch == pytest.approx(0.0, abs=1e-6)
     assert c.graph_host_ns == DEFAULT.graph_host_ns  # no graph-launched run: kept

@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers import FIXTURES
+
 from tracekit.cli import main
 
 

@@ -272,6 +272,17 @@ def _host_scale(ctx: _Ctx, step: PhaseStep, base: pd.DataFrame, key: str) -> tup
                f"{step.launches}: x{s:.2f}")
 
 
+def _host_speed(ctx: _Ctx, ref_ns_per_linear: float) -> float:
+    """This run's host time per linear call of an eager decode step (its unprofiled TPOT, else its traced
+    step at the unprofiled pace) over the reference host's: how much slower (>1) or faster its host is."""
+    d = ctx.profile.phases.get("decode")
+    n = int(wc.linear_mask(d.kernels).sum()) if d is not None else 0
+    if d is None or n == 0 or d.graph_launches or ref_ns_per_linear <= 0:
+        return 1.0
+    tpot = ctx.profile.unprofiled.get("tpot_ns") or d.period_ns
+    return float(tpot / n / ref_ns_per_linear)
+
+
 def _replay(step: PhaseStep, k: pd.DataFrame, s: float, launch_ns: float) -> float:
     return sim.replay(k["off_ns"], k["dur_ns"], k["gap_ns"], step.syncs, step.period_ns, s, launch_ns)
 
@@ -321,8 +332,9 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
         if gpu_extra > 0:
             lin = wc.linear_mask(proj)
             proj = proj.assign(dur_ns=proj["dur_ns"].to_numpy(dtype=float) + np.where(lin, gpu_extra, 0.0))
-        proj, pstep = _with_host_quant(proj, step, qc.host_ns, s)
-        ctx.notes.append(f"{ph}: {quant} ({ex}): {n_lin} linear calls, each {qc.host_ns / 1e3:,.0f} us more host "
+        host_ns = qc.host_ns * _host_speed(ctx, qc.host_ref_ns_per_linear) if qc.host_ns > 0 else 0.0
+        proj, pstep = _with_host_quant(proj, step, host_ns, s)
+        ctx.notes.append(f"{ph}: {quant} ({ex}): {n_lin} linear calls, each {host_ns / 1e3:,.0f} us more host "
                          f"time and {gpu_extra / 1e3:,.1f} us more GPU time (torchao's measured dequantization "
                          f"paths), weights read at {quant}'s width")
     if c.graphs and ph == "decode" and not graphed_now:

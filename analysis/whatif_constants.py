@@ -21,6 +21,9 @@ class QuantCost:
     host_ns: float
     gpu_ns: float
     gpu_ns_per_seq: float = 0.0
+    # the fp16 eager decode step's host time per linear call on the host ``host_ns`` was measured on: a
+    # run on another host scales ``host_ns`` by its own (the dispatch runs at the host's pace)
+    host_ref_ns_per_linear: float = 124_400.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class Constants:
 
 
 # From docs/sweep.md's H200 table (TinyLlama-1.1B, 155 linear calls per step, 128 prompt / 16 answer
-# tokens): (quantized TPOT - fp16 TPOT) / 155 at batch 1 (and 16 for the per-sequence GPU term).
+# tokens): (quantized TPOT - fp16 TPOT) / 155 at batch 1 (and 16 for the per-sequence GPU term); the
+# fp16 TPOT there, 19.28 ms / 155 calls = 124.4 us, is the host reference.
 QUANT: dict[tuple[str, str], QuantCost] = {
     ("int8", "eager"): QuantCost(host_ns=92_000.0, gpu_ns=0.0),
     ("int4", "eager"): QuantCost(host_ns=148_000.0, gpu_ns=0.0),

@@ -24,7 +24,7 @@ HEADER = """# tracekit command line
 
 This page is generated from the commands' own `--help` by `scripts/gen_cli_docs.py`; a test fails
 when it is stale. The guides explain the options in context: docs/record.md, docs/ingest.md,
-docs/metrics.md, docs/roofline.md, docs/views.md, docs/sweep.md, docs/multi-gpu.md.
+docs/metrics.md, docs/roofline.md, docs/views.md, docs/sweep.md, docs/multi-gpu.md, docs/whatif.md.
 """
 
 

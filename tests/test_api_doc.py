@@ -28,7 +28,8 @@ def test_the_api_doc_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_public_api_is_exactly_what_all_lists() -> None:
-    assert sorted(tracekit.__all__) == ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup"]
+    assert sorted(tracekit.__all__) == ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup",
+                                       "whatif"]
     for name in tracekit.__all__:
         assert getattr(tracekit, name) is not None
     assert callable(tracekit.ingest)

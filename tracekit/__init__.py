@@ -8,6 +8,7 @@ The public API::
     run.analyze(); run.export(); run.report()
     tracekit.ingest(["trace.json.gz"], "runs/x") # traces -> a run directory
     tracekit.diff("runs/a", "runs/b")            # what changed, per phase and kernel class
+    tracekit.whatif("runs/a", graphs=True, no_profiler=True)  # projected TTFT / TPOT under a change
     with tracekit.record("name") as rec: ...     # record a block of generation
     with rec.warmup(): model.generate(...)      # a warm-up: out of the timing means and phase totals
     tracekit.warmup()                            # the same, in a script run by `tracekit record --`
@@ -29,7 +30,7 @@ if "pyarrow" not in sys.modules:
 
 from tracekit.model.version import VERSION as __version__
 
-__all__ = ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup"]
+__all__ = ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup", "whatif"]
 
 
 def open(path: Any, *, out: Any = None, force: bool = False) -> Any:
@@ -44,6 +45,14 @@ def diff(a: Any, b: Any) -> Any:
     from tracekit._api import diff as _diff
 
     return _diff(a, b)
+
+
+def whatif(run: Any, **changes: Any) -> Any:
+    """A run's prefill and decode projected under a change (graphs=True, batch=8, gpu="H100 SXM",
+    quant="int4", no_profiler=True, ...): a Projection; ``.to_dict()`` is ``tracekit whatif --json``."""
+    from tracekit._api import whatif as _whatif
+
+    return _whatif(run, **changes)
 
 
 def record(*args: Any, **kwargs: Any) -> Any:

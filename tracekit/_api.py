@@ -50,6 +50,10 @@ class Run:
         """The names of the tables this run holds."""
         return self._dir.tables()
 
+    def whatif(self, **changes: Any) -> Any:
+        """This run projected under a change: see ``tracekit.whatif``."""
+        return whatif(self, **changes)
+
     def table(self, name: str) -> pd.DataFrame:
         """A table as a DataFrame (``kernels`` is ``kernel_bound``); an empty one of the right columns if
         the run lacks a table tracekit knows, UsageError for a name it does not."""
@@ -169,6 +173,15 @@ def open_run(path: PathLike, *, out: PathLike | None = None, force: bool = False
     from tracekit.app.analyze import open_or_ingest
 
     return Run(open_or_ingest(p, Path(out) if out is not None else None, force).path)
+
+
+def whatif(run: PathLike | Run, **changes: Any) -> Any:
+    """The run projected under a change (tracekit.analysis.whatif.Projection; ``.to_dict()`` is
+    ``tracekit whatif --json``'s object). Keywords: graphs, batch, input_tokens, output_tokens, gpu,
+    quant, no_profiler (and fuse, use_run_timers); they combine."""
+    from tracekit.app.whatif_load import whatif as project
+
+    return project(run.path if isinstance(run, Run) else Path(run), **changes)
 
 
 def diff(a: PathLike | Run, b: PathLike | Run) -> pd.DataFrame:

@@ -28,6 +28,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "report": ("tracekit.commands.report", "Summarise runs in the terminal and as a self-contained HTML file."),
     "query": ("tracekit.commands.query", "SQL over the tables of many runs (DuckDB)."),
     "diff": ("tracekit.commands.diff", "What changed between two runs, per phase and kernel class."),
+    "whatif": ("tracekit.commands.whatif", "Project a run's TTFT, TPOT and step time under a change (graphs, batch, GPU, ...)."),
     "sweep": ("tracekit.commands.sweep", "Run a latency study over request shapes, batch sizes and modes."),
     "export": ("tracekit.commands.export", "Write a run's trace for Perfetto (JSON or protobuf, windowed)."),
     "doctor": ("tracekit.commands.doctor", "Say what this machine can record and measure, and how to fix the rest."),

@@ -90,6 +90,7 @@ def summary_html(run: RunView) -> str:
     lines = verdicts(run.df("phases"))
     items = "".join(f"<li>{_esc(v)}</li>" for v in lines) or f"<li>phases: {NOT_RECORDED}</li>"
     helps = "".join(f'<p class="advice">What would help: {_esc(a)}</p>' for a in advice_lines(run.df("phases")))
+    helps += "".join(f'<p class="advice">Projected: {_esc(a)}</p>' for a in run.projected)
     mem = "".join(f"<li>{_esc(line.strip())}</li>" for line in memory_text(run.manifest, run.tables.get("step_memory")))
     mem = f'<ul class="memory">{mem}</ul>' if mem else ""
     return (f'<div class="summary"><p class="workload">{_esc(workload_text(run.manifest))}</p>'

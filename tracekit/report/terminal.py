@@ -211,6 +211,8 @@ def render_terminal(views: list[Any], out: Any) -> None:
             console.print(f"  - {visible(line)}", markup=False)
         for line in advice_lines(v.df("phases")):
             console.print(f"  what would help: {visible(line)}", markup=False)
+        for line in v.projected:
+            console.print(f"  projected: {visible(line)}", markup=False)
         for line in memory_text(v.manifest, v.tables.get("step_memory")):
             console.print(f"  {visible(line.strip())}", markup=False)
         for w in v.manifest.get("warnings") or []:

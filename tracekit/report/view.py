@@ -33,6 +33,7 @@ class RunView:
     manifest: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     warmups: tuple[int, ...] = ()
+    projected: tuple[str, ...] = ()  # advice with the time it would save (tracekit.report.whatif.run_advice)
 
     def df(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
@@ -49,15 +50,18 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
     if run.has_table("kernel_bound"):
         tables["kernel_ops"] = kernel_ops(run.read_columns("kernel_bound", OP_COLUMNS))
     done = tuple(int(i) for i in ((m.get("analysis") or {}).get("warmup_requests") or []))
+    from tracekit.report.whatif import run_advice
+
+    projected = tuple(run_advice(run))
     if warmup_requests is None:
-        return RunView(run.run_id, m, tables, done)
+        return RunView(run.run_id, m, tables, done, projected)
     from tracekit.analysis.warmup import rebase, warmup_ids
 
     want = tuple(warmup_ids(tables.get("requests", pd.DataFrame()), m.get("warmup_requests") or [],
                             warmup_requests))
     if "phases" in tables:
         tables["phases"] = rebase(tables["phases"], remove=set(want) - set(done), add=set(done) - set(want))
-    return RunView(run.run_id, m, tables, want)
+    return RunView(run.run_id, m, tables, want, projected)
 
 
 def read_df(run: RunDir, name: str) -> pd.DataFrame:

@@ -1,0 +1,105 @@
+"""The what-if constants measured on runs (pure): the profiler's cost per CPU op, and the host time and
+node gap of a graph-launched decode step.
+
+``calibrate(profiles)`` returns tracekit.analysis.whatif_constants.Constants with every constant it can
+measure on ``profiles`` replaced (the others kept): the median over the runs of
+
+- profiler_ns_per_op and profiler_ns_per_launch: the non-negative least-squares fit of (the profiled
+  latency - the run's unprofiled timer) = a x CPU ops + b x kernel launches of the representative step,
+  over runs with both (prefill: the trace's TTFT, decode: the representative step's period vs TPOT);
+- graph_host_ns: unprofiled TPOT - the decode step's GPU time (kernels + graph gaps), over runs whose
+  decode launches CUDA graphs;
+- graph_gap_ns: the median gap between consecutive kernels of one graph replay;
+- static_prefill_ns: compiled TTFT - eager TTFT over pairs of runs of one model, GPU and workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+
+from tracekit.analysis.whatif_constants import DEFAULT, Constants
+from tracekit.analysis.whatif_profile import Profile
+
+
+def profiler_costs(profiles: Iterable[Profile]) -> list[tuple[int, int, float]]:
+    """Per run and phase with both timers: (CPU ops, kernel launches, the profiler's extra ns)."""
+    out = []
+    for p in profiles:
+        for ph, key in (("prefill", "ttft_ns"), ("decode", "tpot_ns")):
+            s = p.phases.get(ph)
+            own = p.unprofiled.get(key)
+            prof = p.profiled.get(key) if ph == "prefill" else (s.period_ns if s is not None else None)
+            if s is None or own is None or prof is None or s.cpu_ops < 50:
+                continue
+            out.append((s.cpu_ops, s.launches, max(prof - own, 0.0)))
+    return out
+
+
+def fit_profiler(rows: list[tuple[int, int, float]]) -> tuple[float, float] | None:
+    """(ns per op, ns per launch): non-negative least squares of extra = a ops + b launches."""
+    if len(rows) < 2:
+        return None
+    x = np.array([[o, n] for o, n, _ in rows], dtype=float)
+    y = np.array([e for _, _, e in rows], dtype=float)
+    best: tuple[float, float, float] | None = None
+    for cols in ((0, 1), (0,), (1,)):  # the full fit, else one term alone where a coefficient goes negative
+        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (coef < 0).any():
+            continue
+        ab = [0.0, 0.0]
+        for c, v in zip(cols, coef, strict=True):
+            ab[c] = float(v)
+        err = float(((x @ np.array(ab) - y) ** 2).sum())
+        if best is None or err < best[2]:
+            best = (ab[0], ab[1], err)
+    return (best[0], best[1]) if best is not None else None
+
+
+def graph_steps(profiles: Iterable[Profile]) -> list[tuple[float, float]]:
+    """Per run whose decode launches CUDA graphs: (host ns outside the GPU work, median graph gap ns)."""
+    out = []
+    for p in profiles:
+        s = p.phases.get("decode")
+        own = p.unprofiled.get("tpot_ns")
+        if s is None or own is None or not s.graph_launches:
+            continue
+        k = s.kernels
+        g = k[k["graph"]]
+        gaps = g["gap_ns"].to_numpy(dtype=float)[1:]
+        gap = float(np.median(gaps)) if len(gaps) else DEFAULT.graph_gap_ns
+        gpu = float(k["dur_ns"].sum()) + len(g) * gap
+        out.append((own - gpu, gap))
+    return out
+
+
+def _key(p: Profile) -> tuple[object, ...]:
+    m = p.model
+    return (p.gpu, m.get("hidden_size"), m.get("num_hidden_layers"), m.get("num_experts"), p.batch,
+            p.input_tokens, p.output_tokens, p.quant)
+
+
+def static_prefill(profiles: Iterable[Profile]) -> list[float]:
+    """Compiled TTFT - eager TTFT of runs alike but for the mode (unprofiled timers)."""
+    ps = [p for p in profiles if p.unprofiled.get("ttft_ns") is not None]
+    eager = {_key(p): p.unprofiled["ttft_ns"] for p in ps if p.mode == "eager"}
+    return [p.unprofiled["ttft_ns"] - eager[_key(p)] for p in ps if p.mode == "compiled" and _key(p) in eager]
+
+
+def calibrate(profiles: Iterable[Profile], base: Constants = DEFAULT) -> Constants:
+    """``base`` with the constants ``profiles`` measure replaced (see the module doc)."""
+    ps = list(profiles)
+    c = base
+    fit = fit_profiler(profiler_costs(ps))
+    if fit is not None:
+        c = replace(c, profiler_ns_per_op=fit[0], profiler_ns_per_launch=fit[1])
+    graphs = graph_steps(ps)
+    if graphs:
+        c = replace(c, graph_host_ns=float(np.median([h for h, _ in graphs])),
+                    graph_gap_ns=float(np.median([g for _, g in graphs])))
+    pre = static_prefill(ps)
+    if pre:
+        c = replace(c, static_prefill_ns=float(np.median(pre)))
+    return c

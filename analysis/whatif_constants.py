@@ -1,0 +1,58 @@
+"""Measured constants of the what-if projections (pure data; how each was measured: docs/whatif.md).
+
+The graph, static-cache and profiler constants are tracekit.analysis.whatif_calib.calibrate over the
+committed what-if runs (benchmarks/whatif/data: H100 sweeps of three models, an H200 recording;
+Hugging Face generate, torch 2.11, transformers 5.17); the quantization costs come from H200 runs.
+``Constants`` bundles them so that a caller (the benchmark's leave-one-out check) can pass others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class QuantCost:
+    """What a torchao quantized linear costs beyond its fp16 GEMM, per call: host ns (eager: the
+    tensor subclass' dispatch and the extra ops it issues) and GPU ns as c0 + c1 x batch (the
+    dequantizing kernels)."""
+
+    host_ns: float
+    gpu_ns: float
+    gpu_ns_per_seq: float = 0.0
+    # the fp16 eager decode step's host time per linear call on the host ``host_ns`` was measured on: a
+    # run on another host scales ``host_ns`` by its own (the dispatch runs at the host's pace)
+    host_ref_ns_per_linear: float = 124_400.0
+
+
+@dataclass(frozen=True)
+class Constants:
+    # Host time of one decode step under CUDA graphs outside the graph's GPU work (generate's loop,
+    # sampling, the graph launch), ns, without the profiler.
+    graph_host_ns: float = 2_030_000.0
+    # What a prefill costs more under the static cache a compiled decode needs (eager prefill either
+    # way), ns: compiled TTFT - eager TTFT of the same point.
+    static_prefill_ns: float = 4_940_000.0
+    # Gap between two kernels of one CUDA graph replay, ns.
+    graph_gap_ns: float = 448.0
+    # The profiler's cost (record_shapes on), ns of host time: per CPU op it records and per kernel
+    # launch (its CUPTI activity); least squares over runs with both timers (whatif_calib).
+    profiler_ns_per_op: float = 736.0
+    profiler_ns_per_launch: float = 6_843.0
+    # (mode, execution) -> cost per quantized linear call; a pair absent here cannot be projected.
+    quant: Mapping[tuple[str, str], QuantCost] = field(default_factory=lambda: dict(QUANT))
+
+
+# From docs/sweep.md's H200 table (TinyLlama-1.1B, 155 linear calls per step, 128 prompt / 16 answer
+# tokens): (quantized TPOT - fp16 TPOT) / 155 at batch 1 (and 16 for the per-sequence GPU term); the
+# fp16 TPOT there, 19.28 ms / 155 calls = 124.4 us, is the host reference.
+QUANT: dict[tuple[str, str], QuantCost] = {
+    ("int8", "eager"): QuantCost(host_ns=92_000.0, gpu_ns=0.0),
+    ("int4", "eager"): QuantCost(host_ns=148_000.0, gpu_ns=0.0),
+    ("fp8", "eager"): QuantCost(host_ns=506_000.0, gpu_ns=0.0),
+    ("int8", "compiled"): QuantCost(host_ns=0.0, gpu_ns=19_200.0, gpu_ns_per_seq=1_000.0),
+    ("int4", "compiled"): QuantCost(host_ns=0.0, gpu_ns=15_900.0, gpu_ns_per_seq=1_100.0),
+}
+
+DEFAULT = Constants()

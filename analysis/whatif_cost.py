@@ -1,0 +1,150 @@
+"""Each kernel's time at new shapes, on another GPU, with quantized weights, fused by a compiler (pure).
+
+Work at new shapes (``rescale``), per kernel, from its measured FLOPs F and bytes B:
+
+- a linear GEMM (its op multiplies rows of activations by a weight; rows M from the op's input dims,
+  else the step's tokens): rows scale with the step's tokens (or with the batch where M was the
+  batch: an LM head on the last position); F scales with M; of B the weight part W = F / (2 M) x
+  element bytes stays and the rest scales with M;
+- attention (and the batched matmuls of eager attention): F with batch x query x KV length, B with
+  batch x (query + KV length);
+- a decode step's concatenations (a dynamic KV cache grows by torch.cat): batch x KV length;
+- everything else (elementwise, norms, copies, reductions, embedding): the step's tokens.
+
+Time (``retime``), from the roofline time t = max(F / peak FLOP/s of its dtype, B / peak bytes/s):
+compute- and memory-bound kernels scale with t (new work on the new GPU over old work on the old);
+a latency-bound kernel's measured time d is a floor plus its work at ``ROOF_FRACTION`` of the peaks:
+d' = d + (t' - t) / ROOF_FRACTION, never under ``LATENCY_FLOOR_NS`` (or d where d is less); kernels
+with no model keep their measured time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.whatif_profile import LINEAR_OPS
+from tracekit.model.ceilings import Ceiling
+
+# The fraction of a datasheet peak that a kernel with plenty of work reaches (GEMMs and copies on
+# Hopper: ~0.7-0.85); a latency-bound kernel's new time is at least its new roof time over this.
+ROOF_FRACTION = 0.75
+# The shortest a kernel runs on a recent GPU (launch to end of an empty kernel, ~2 us on Hopper).
+LATENCY_FLOOR_NS = 2000.0
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+FUSIBLE = ("elementwise", "reduction", "copy")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A step's shape: sequences, query tokens per sequence, KV length after it, tokens in it."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+    tokens: int
+
+
+def element_bytes(dtype: object) -> float:
+    return float(DTYPE_BYTES.get(str(dtype), 2))
+
+
+def linear_mask(k: pd.DataFrame) -> np.ndarray:
+    """Kernels of linear layers: GEMMs of a linear op, or GEMMs with no op (a graph replay's)."""
+    gemm = k["kclass"].astype(str).eq("gemm")
+    return np.asarray((gemm & (k["op_name"].isin(LINEAR_OPS) | k["op_name"].isna())).to_numpy())
+
+
+def _is_attention(k: pd.DataFrame) -> np.ndarray:
+    op = k["op_name"].astype(str)
+    return (k["kclass"].astype(str).eq("attention") | op.isin(("aten::bmm", "aten::baddbmm"))).to_numpy()
+
+
+def weight_bytes(k: pd.DataFrame, old: Shape) -> np.ndarray:
+    """Per kernel: the bytes of its weight (linear GEMMs; 0 elsewhere), W = F / (2 M) x element bytes."""
+    rows = k["rows"].fillna(float(old.tokens)).clip(lower=1).to_numpy(dtype=float)
+    eb = np.array([element_bytes(d) for d in k["dtype"]], dtype=float)
+    w = k["flops"].to_numpy(dtype=float) / (2 * rows) * eb
+    w = np.where(linear_mask(k) & np.isfinite(w), np.minimum(w, k["bytes"].fillna(0).to_numpy(dtype=float)), 0.0)
+    return np.asarray(w)
+
+
+def rescale(k: pd.DataFrame, old: Shape, new: Shape, phase: str) -> pd.DataFrame:
+    """``k`` with flops / bytes at the new shape (see the module doc); a column ``work`` the scale used."""
+    out = k.copy()
+    f = k["flops"].to_numpy(dtype=float)
+    b = k["bytes"].to_numpy(dtype=float)
+    tok = new.tokens / max(old.tokens, 1)
+    seq = new.batch / max(old.batch, 1)
+    rows = k["rows"].fillna(float(old.tokens)).to_numpy(dtype=float)
+    lin = linear_mask(k)
+    att = _is_attention(k) & ~lin
+    cat = (k["op_name"].astype(str).eq("aten::cat") & (phase == "decode")).to_numpy() & ~lin & ~att
+    r_lin = np.where(np.isclose(rows, old.batch) & (old.batch != old.tokens), seq, tok)
+    w = weight_bytes(k, old)
+    att_f = (new.batch * new.q_len * new.kv_len) / max(old.batch * old.q_len * old.kv_len, 1)
+    att_b = (new.batch * (new.q_len + new.kv_len)) / max(old.batch * (old.q_len + old.kv_len), 1)
+    kv = (new.batch * new.kv_len) / max(old.batch * old.kv_len, 1)
+    scale_f = np.select([lin, att, cat], [r_lin, att_f, kv], tok)
+    new_b = np.select([lin, att, cat], [w + (b - w) * r_lin, b * att_b, b * kv], b * tok)
+    out["flops"] = f * scale_f
+    out["bytes"] = new_b
+    out["rows"] = np.where(lin, rows * r_lin, k["rows"].to_numpy(dtype=float))
+    return out
+
+
+def unmodelled(k: pd.DataFrame, old: Shape, new: Shape, graphed: bool) -> np.ndarray:
+    """New durations of kernels without FLOPs or bytes: attention's work part (over the floor) scales
+    with batch x KV length (batch alone under CUDA graphs: a static cache's length does not change);
+    the others keep their time."""
+    d = k["dur_ns"].to_numpy(dtype=float)
+    none = ~(np.isfinite(k["flops"].to_numpy(dtype=float)) & (k["flops"].fillna(0).to_numpy(dtype=float) > 0)) & \
+        ~(np.isfinite(k["bytes"].to_numpy(dtype=float)) & (k["bytes"].fillna(0).to_numpy(dtype=float) > 0))
+    att = none & k["kclass"].astype(str).eq("attention").to_numpy()
+    r = new.batch / max(old.batch, 1) * (1.0 if graphed else new.kv_len / max(old.kv_len, 1))
+    floor = np.minimum(d, LATENCY_FLOOR_NS)
+    return np.where(att, floor + (d - floor) * r, d)
+
+
+def roof_ns(flops: np.ndarray, nbytes: np.ndarray, dtypes: pd.Series, ceiling: Ceiling) -> np.ndarray:
+    """max(F / peak of the dtype, B / peak bandwidth), ns; NaN where neither is known."""
+    peak = np.array([ceiling.flops(str(d)) or ceiling.flops("fp16") or np.nan for d in dtypes], dtype=float)
+    tf = np.where(np.isfinite(flops) & (flops > 0), flops / peak * 1e9, 0.0)
+    tb = np.where(np.isfinite(nbytes) & (nbytes > 0), nbytes / ceiling.peak_bytes_per_s * 1e9, 0.0)
+    t = np.maximum(tf, tb)
+    return np.where(np.isfinite(flops) | np.isfinite(nbytes), t, np.nan)
+
+
+def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_ceiling: Ceiling) -> np.ndarray:
+    """New durations (ns) of the kernels of ``old_k`` doing ``new_k``'s work on ``new_ceiling``'s GPU."""
+    d = old_k["dur_ns"].to_numpy(dtype=float)
+    t0 = roof_ns(old_k["flops"].to_numpy(dtype=float), old_k["bytes"].to_numpy(dtype=float), old_k["dtype"],
+                 old_ceiling)
+    t1 = roof_ns(new_k["flops"].to_numpy(dtype=float), new_k["bytes"].to_numpy(dtype=float), new_k["dtype"],
+                 new_ceiling)
+    bound = old_k["bound"].astype(str).to_numpy()
+    near = np.isin(bound, ("compute", "memory")) & (t0 > 0) & np.isfinite(t1)
+    scaled = np.where(near, d * np.divide(t1, t0, out=np.ones_like(t1), where=t0 > 0), d)
+    lat = ~near & np.isfinite(t1) & np.isfinite(t0)
+    # latency-bound: its measured time is a floor plus its work at ROOF_FRACTION of the peaks; the work
+    # part follows the new work, the floor stays (never under LATENCY_FLOOR_NS or its own time if less)
+    grown = np.maximum(d + (np.nan_to_num(t1) - np.nan_to_num(t0)) / ROOF_FRACTION, np.minimum(d, LATENCY_FLOOR_NS))
+    return np.where(lat, grown, scaled)
+
+
+def fuse(k: pd.DataFrame) -> pd.DataFrame:
+    """A compiler's fusion: each run of consecutive elementwise / reduction / copy kernels (memcpy and
+    memset apart) becomes one kernel lasting the longest of them, issued where the run began."""
+    if k.empty:
+        return k
+    fusible = (k["kclass"].astype(str).isin(FUSIBLE) & ~k["bound"].astype(str).isin(("memcpy",))).to_numpy()
+    group = np.cumsum(~fusible | np.concatenate([[True], ~fusible[:-1]]))
+    g = k.assign(_g=group)
+    agg = g.groupby("_g", sort=True).agg(
+        off_ns=("off_ns", "first"), dur_ns=("dur_ns", "max"), kclass=("kclass", "first"), bound=("bound", "first"),
+        flops=("flops", "sum"), bytes=("bytes", "sum"), dtype=("dtype", "first"), op_name=("op_name", "first"),
+        rows=("rows", "first"), graph=("graph", "first"), gap_ns=("gap_ns", "first"))
+    return agg.reset_index(drop=True)
+

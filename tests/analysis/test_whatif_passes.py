@@ -1,0 +1,243 @@
+"""What-if projections on synthetic steps: the replay, the re-costing, fusion, the projection, the profile.
+
+Every expected value is worked by hand in the comment beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracekit.analysis import whatif_cost as wc
+from tracekit.analysis import whatif_sim as sim
+from tracekit.analysis.whatif import Change, WhatifError, project
+from tracekit.analysis.whatif_calib import calibrate
+from tracekit.analysis.whatif_constants import DEFAULT
+from tracekit.analysis.whatif_profile import KERNEL_COLUMNS, PhaseStep, Profile, profile
+from tracekit.model.ceilings import datasheet
+
+US = 1000.0
+
+
+def test_replay_host_bound_step_lasts_the_host_period() -> None:
+    # three 1 us kernels issued at 0, 10, 20 us, launch latency 2 us, period 30 us: the GPU is done at
+    # 23 us, the host at 30 us
+    assert sim.replay([0, 10 * US, 20 * US], [US] * 3, [0] * 3, [], 30 * US, 1.0, 2 * US) == 30 * US
+
+
+def test_replay_gpu_bound_step_queues_kernels() -> None:
+    # 20 us kernels: k0 2-22, k1 max(12, 22)-42, k2 max(22, 42)-62: the step lasts 62 us
+    assert sim.replay([0, 10 * US, 20 * US], [20 * US] * 3, [0] * 3, [], 30 * US, 1.0, 2 * US) == 62 * US
+
+
+def test_replay_host_waits_at_a_sync_then_finishes_its_work() -> None:
+    # sync called at 25 us, returning at 26 us (1 us of its own): the host waits for the GPU (62 us),
+    # adds the call's 1 us (max(25 + 1, 62) = 62), then the 4 us of host work after it: 66 us
+    got = sim.replay([0, 10 * US, 20 * US], [20 * US] * 3, [0] * 3, [(25 * US, 26 * US)], 30 * US, 1.0, 2 * US)
+    assert got == 66 * US
+
+
+def test_replay_host_scale_and_graph_gaps() -> None:
+    # host at half pace: issues at 0, 5, 10 us, period 15 us; graph kernels 1 us with 0.5 us gaps:
+    # k0 2-3, k1 max(7, 3.5)-8, k2 max(12, 8.5)-13: the host's 15 us wins
+    assert sim.replay([0, 10 * US, 20 * US], [US] * 3, [0, 500, 500], [], 30 * US, 0.5, 2 * US) == 15 * US
+    # all issued at once (one graph launch): 2-3, 3.5-4.5, 5-6 us
+    assert sim.replay([0, 0, 0], [US] * 3, [0, 500, 500], [], 0, 1.0, 2 * US) == 6 * US
+
+
+def test_solve_host_scale_finds_the_pace_of_a_timer() -> None:
+    # host-bound 30 us step; a timer of 12 us means the host runs at 0.4 of the traced pace
+    s, exact = sim.solve_host_scale(12 * US, [0, 10 * US, 20 * US], [US] * 3, [0] * 3, [], 30 * US, 2 * US)
+    assert exact and s == pytest.approx(0.4, abs=1e-3)
+    # the GPU alone takes 62 us: no pace gives 40 us
+    s, exact = sim.solve_host_scale(40 * US, [0, 10 * US, 20 * US], [20 * US] * 3, [0] * 3, [], 30 * US, 2 * US)
+    assert not exact
+
+
+def _kernels(rows: list[dict[str, object]]) -> pd.DataFrame:
+    base = {"off_ns": 0.0, "dur_ns": 1000.0, "kclass": "elementwise", "bound": "latency", "flops": np.nan,
+            "bytes": np.nan, "dtype": "fp16", "op_name": None, "rows": np.nan, "graph": False, "gap_ns": 0.0}
+    return pd.DataFrame([{**base, **r} for r in rows], columns=list(KERNEL_COLUMNS))
+
+
+def test_rescale_a_linear_keeps_its_weight_and_scales_its_rows() -> None:
+    # decode, batch 1 -> 8, N = K = 1000, M = 1: F = 2 x 1 x 1000 x 1000 = 2e6;
+    # B = 2 B x (N K + M K + M N) = 2 x 1,002,000 = 2.004e6; weight W = F / (2 M) x 2 B = 2e6
+    # batch 8: F = 16e6; B = W + (B - W) x 8 = 2e6 + 4000 x 8 = 2.032e6
+    k = _kernels([{"kclass": "gemm", "op_name": "aten::mm", "flops": 2e6, "bytes": 2.004e6, "rows": 1.0}])
+    out = wc.rescale(k, wc.Shape(1, 1, 100, 1), wc.Shape(8, 1, 100, 8), "decode")
+    assert out["flops"].iloc[0] == pytest.approx(16e6)
+    assert out["bytes"].iloc[0] == pytest.approx(2.032e6)
+
+
+def test_rescale_attention_with_the_kv_length_and_others_with_tokens() -> None:
+    # decode attention at batch 1, KV 100 -> batch 2, KV 300: F x (2 x 300) / (1 x 100) = 6;
+    # B x 2 (1 + 300) / (1 + 100) = 5.96...; an elementwise kernel scales with tokens (x2)
+    k = _kernels([{"kclass": "attention", "op_name": "aten::_scaled_dot_product_flash_attention",
+                   "flops": 1e6, "bytes": 1e6},
+                  {"kclass": "elementwise", "op_name": "aten::add", "flops": 10.0, "bytes": 100.0}])
+    out = wc.rescale(k, wc.Shape(1, 1, 100, 1), wc.Shape(2, 1, 300, 2), "decode")
+    assert out["flops"].tolist() == pytest.approx([6e6, 20.0])
+    assert out["bytes"].tolist() == pytest.approx([1e6 * 2 * 301 / 101, 200.0])
+
+
+def test_retime_scales_memory_bound_kernels_by_the_bandwidth_ratio() -> None:
+    # 480 MB read by a memory-bound kernel: 100 us on an H200 (4.8 TB/s); on an H100 SXM (3.35 TB/s)
+    # 100 x 4.8 / 3.35 = 143.28 us. A latency-bound one of 3 us reading 1 MB: its work part grows from
+    # 1e6 / 4.8e12 = 208.3 ns to 1e6 / 3.35e12 = 298.5 ns: 3 us + 90.2 ns / 0.75 = 3.1203 us
+    h200, h100 = datasheet("NVIDIA H200"), datasheet("H100 SXM")
+    assert h200 is not None and h100 is not None
+    k = _kernels([{"bound": "memory", "bytes": 480e6, "flops": 1e6, "dur_ns": 100 * US},
+                  {"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US}])
+    got = wc.retime(k, k, h200, h100)
+    assert got.tolist() == pytest.approx([100 * US * 4.8 / 3.35, 3 * US + (1e6 / 3.35e3 - 1e6 / 4.8e3) / 0.75])
+
+
+def test_retime_latency_kernel_keeps_its_floor_and_follows_its_work() -> None:
+    # 3 us latency-bound kernel reading 1 MB (208.3 ns of roof) whose work grows to 48 MB (10 us):
+    # 3 us + (10 us - 208.3 ns) / 0.75 = 16.056 us; shrunk to nothing: 3 us - 277.8 ns = 2.722 us;
+    # a 5 us one shrunk by 4.8 MB (1 us of roof): 5 - 1.333 = 3.667 us, never under the 2 us floor
+    h200 = datasheet("NVIDIA H200")
+    assert h200 is not None
+    old = _kernels([{"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US},
+                    {"bound": "latency", "bytes": 1e6, "flops": 1e3, "dur_ns": 3 * US},
+                    {"bound": "latency", "bytes": 4.8e6, "flops": 1e3, "dur_ns": 5 * US},
+                    {"bound": "latency", "bytes": 48e6, "flops": 1e3, "dur_ns": 3 * US}])
+    new = old.assign(bytes=[48e6, 0.0, 0.0, 0.0])
+    got = wc.retime(old, new, h200, h200).tolist()
+    assert got[:3] == pytest.approx([3 * US + (10 * US - 1e6 / 4.8e3) / 0.75, 3 * US - 1e6 / 4.8e3 / 0.75,
+                                     5 * US - 1 * US / 0.75])
+    assert got[3] == 2 * US  # 3 us - 10 us / 0.75 is under the floor
+
+
+def test_fuse_keeps_gemms_and_merges_elementwise_runs() -> None:
+    # gemm | ew 2, ew 5, red 3 | gemm | copy 1  ->  gemm, one kernel of 5, gemm, one of 1
+    k = _kernels([{"kclass": "gemm", "dur_ns": 10.0}, {"dur_ns": 2.0}, {"dur_ns": 5.0},
+                  {"kclass": "reduction", "dur_ns": 3.0}, {"kclass": "gemm", "dur_ns": 10.0},
+                  {"kclass": "copy", "dur_ns": 1.0}])
+    assert wc.fuse(k)["dur_ns"].tolist() == [10.0, 5.0, 10.0, 1.0]
+
+
+def _profile(unprofiled: dict[str, float] | None = None, decode_graphs: int = 0) -> Profile:
+    # prefill: 4 latency-bound kernels of 10 us every 1 ms over a 4 ms period (host-bound);
+    # decode: the same with 1 us kernels and a 2 ms period
+    pre = _kernels([{"off_ns": i * 1e6, "dur_ns": 10 * US, "kclass": "gemm", "op_name": "aten::mm",
+                     "flops": 2e9, "bytes": 5e6, "rows": 128.0} for i in range(4)])
+    dec = _kernels([{"off_ns": i * 0.5e6, "dur_ns": US, "flops": 1e3, "bytes": 1e4} for i in range(4)])
+    return Profile(
+        run="synthetic", gpu="NVIDIA H200", dtype="fp16", mode="eager", quant="none", batch=1, input_tokens=128,
+        output_tokens=32,
+        phases={"prefill": PhaseStep("prefill", 1, 128, 128, 128, 4e6, pre, (), cpu_ops=400, launches=4),
+                "decode": PhaseStep("decode", 1, 1, 130, 1, 2e6, dec, (), cpu_ops=200, launches=4,
+                                    graph_launches=decode_graphs, steps=4)},
+        profiled={"ttft_ns": 4.5e6, "tpot_ns": 2e6}, unprofiled=unprofiled or {}, launch_ns=2000.0)
+
+
+def test_project_without_the_profiler_uses_the_runs_own_timers() -> None:
+    # the run's unprofiled TTFT 2.5 ms / TPOT 1 ms are the projection without the profiler
+    p = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(no_profiler=True), datasheet)
+    assert p.phases["prefill"].projected.latency_ns == pytest.approx(2.5e6, rel=1e-3)
+    assert p.phases["decode"].projected.latency_ns == pytest.approx(1e6, rel=1e-3)
+    assert p.phases["decode"].saved_ns == pytest.approx(1e6, rel=1e-3)
+
+
+def test_project_without_timers_uses_the_per_op_and_per_launch_profiler_cost() -> None:
+    # decode: 200 ops x 4 us + 4 launches x 50 us = 1 ms of a 2 ms host period: pace 0.5, TPOT 2 ms -> 1 ms
+    k = replace(DEFAULT, profiler_ns_per_op=4000.0, profiler_ns_per_launch=50_000.0)
+    p = project(_profile(), Change(no_profiler=True), datasheet, k)
+    assert p.phases["decode"].projected.latency_ns == pytest.approx(1e6, rel=1e-3)
+
+
+def test_project_graphs_is_graph_host_time_plus_fused_kernels() -> None:
+    # decode under graphs: four 1 us elementwise kernels fuse into one of 1 us, plus one graph gap and
+    # the graph host time; prefill pays the static cache's extra
+    p = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(graphs=True, no_profiler=True), datasheet)
+    assert p.phases["decode"].projected.latency_ns == pytest.approx(DEFAULT.graph_host_ns + US + DEFAULT.graph_gap_ns)
+    assert p.phases["prefill"].projected.latency_ns == pytest.approx(2.5e6 + DEFAULT.static_prefill_ns, rel=1e-3)
+    assert any("CUDA graphs" in a for a in p.assumptions)
+
+
+def test_project_to_another_gpu_keeps_a_host_bound_step() -> None:
+    # every kernel is short next to the host's 1 ms gaps: the H100 changes nothing measurable
+    p = project(_profile(), Change(gpu="H100 SXM"), datasheet)
+    assert p.phases["decode"].projected.latency_ns == pytest.approx(2e6, rel=1e-3)
+    assert "H100" in p.ceilings["to"]
+
+
+def test_project_refuses_what_the_run_lacks() -> None:
+    with pytest.raises(WhatifError, match="no ceiling for GPU"):
+        project(_profile(), Change(gpu="no such GPU"), datasheet)
+    with pytest.raises(WhatifError, match="dequantization"):
+        project(_profile(), Change(quant="fp8", graphs=True), datasheet)
+    bare = Profile(run="x", gpu="NVIDIA H200", dtype=None, mode=None, quant="none", batch=1, input_tokens=1,
+                   output_tokens=2, phases={})
+    with pytest.raises(WhatifError, match="no captured"):
+        project(bare, Change(), datasheet)
+
+
+def test_quant_adds_the_measured_host_cost_per_linear_call() -> None:
+    # eager int4: each of the prefill's 4 linear calls costs 148 us more host time: TTFT +592 us
+    base = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(no_profiler=True), datasheet)
+    q = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(quant="int4", no_profiler=True), datasheet)
+    diff = q.phases["prefill"].projected.latency_ns - base.phases["prefill"].projected.latency_ns
+    assert diff == pytest.approx(4 * DEFAULT.quant[("int4", "eager")].host_ns, rel=1e-3)
+
+
+def test_projection_json_has_the_latencies_per_phase() -> None:
+    d = project(_profile(), Change(batch=8, no_profiler=True), datasheet).to_dict()
+    json.dumps(d)
+    for side in ("measured", "projected"):
+        for ph in ("prefill", "decode"):
+            assert {"ttft_ms", "tpot_ms", "step_ms"} <= set(d[side]["phases"][ph])
+    assert d["measured"]["tpot_ms"] == 2.0 and d["assumptions"]
+
+
+def test_profile_round_trips_through_json() -> None:
+    p = _profile({"tpot_ns": 1e6})
+    back = Profile.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert back.phases["decode"].kernels["dur_ns"].tolist() == p.phases["decode"].kernels["dur_ns"].tolist()
+    assert back.unprofiled == {"tpot_ns": 1e6}
+
+
+def test_profile_from_tables_takes_the_median_step_and_its_syncs() -> None:
+    # three decode steps of 2, 3 and 4 ms after a prefill; the first decode step is skipped (one-off
+    # costs), the median of the others (3, 4 ms) by position is the 3 ms one (step 2)
+    t0 = 1_000_000_000_000
+    starts = [t0, t0 + 5_000_000, t0 + 7_000_000, t0 + 10_000_000]
+    ends = [starts[1], starts[2], starts[3], t0 + 14_000_000]
+    steps = pd.DataFrame({"step_id": [0, 1, 2, 3], "request_id": [0] * 4,
+                          "kind": ["prefill", "decode", "decode", "decode"], "batch": [1] * 4,
+                          "q_len": [16, 1, 1, 1], "kv_len": [16, 17, 18, 19], "tokens": [16, 1, 1, 1],
+                          "cpu_start_ns": starts, "cpu_end_ns": ends, "captured": [True] * 4,
+                          "graph_launches": [0] * 4})
+    kern = pd.DataFrame({"ts_ns": [t0 + 7_100_000, t0 + 7_200_000], "dur_ns": [5000, 6000],
+                         "issued_ns": [t0 + 7_095_000, t0 + 7_195_000], "kclass": ["gemm", "elementwise"],
+                         "bound": ["latency", "latency"], "flops": [1.0, 2.0], "bytes": [3.0, 4.0],
+                         "dtype": ["fp16", "fp16"], "op_name": ["aten::mm", "aten::add"], "op_id": [1, 2],
+                         "launch_name": ["cudaLaunchKernel"] * 2, "name": ["k1", "k2"], "correlation": [1, 2]})
+    runtime = pd.DataFrame({"ts_ns": [t0 + 9_000_000], "dur_ns": [500_000], "name": ["cudaStreamSynchronize"],
+                            "correlation": [9]})
+    cpu_ops = pd.DataFrame({"op_id": [1, 2], "ts_ns": [t0 + 7_090_000, t0 + 7_190_000],
+                            "input_dims": ["[[1,1,2048],[2048,2048]]", "[[1,1,2048],[1,1,2048]]"]})
+    man = {"environment": {"gpu": "NVIDIA H200"}, "workload": {"batch": 1, "input_tokens": 16, "output_tokens": 4,
+                                                               "mode": "eager", "dtype": "fp16"},
+           "timings": {"unprofiled": {"aggregate": {"ttft_ns": 3e6, "tpot_ns": 2e6}}}}
+    p = profile(kern, steps, runtime, cpu_ops, man)
+    d = p.phases["decode"]
+    assert d.period_ns == 3_000_000 and d.steps == 3
+    assert d.kernels["off_ns"].tolist() == [95_000, 195_000]
+    assert d.kernels["rows"].tolist() == [1.0, 1.0]  # the product of the first input's dims but the last
+    assert d.syncs == ((2_000_000, 2_500_000),) and d.cpu_ops == 2
+    assert p.unprofiled == {"ttft_ns": 3e6, "tpot_ns": 2e6} and p.gpu == "NVIDIA H200"
+
+
+def test_calibrate_fits_the_profiler_cost_per_op_and_launch() -> None:
+    # prefill: 2 ms over 400 ops and 4 launches; decode: 1 ms over 200 ops and 4 launches: 5 us per op
+    # and no launch cost fit both exactly
+    c = calibrate([_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6})])
+    assert c.profiler_ns_per_op == pytest.approx(5000.0) and c.profiler_ns_per_launch == pytest.approx(0.0, abs=1e-6)
+    assert c.graph_host_ns == DEFAULT.graph_host_ns  # no graph-launched run: kept

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tracekit.analysis import opmodels_conv, opmodels_moe, opmodels_serving
 from tracekit.analysis.optensor import (
     ATTENTION,
     COPY,
@@ -112,7 +114,9 @@ def _attention_pairs(lq: int, lk: int, causal: bool) -> float:
     return float(lq_eff * lk - lq_eff * (lq_eff - 1) / 2)
 
 
-def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool) -> OpCost | None:
+def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool, causal: bool | None = None
+               ) -> OpCost | None:
+    """``causal``: the op's own flag where recorded; else ``assume_causal`` (counted as causal when Lq > 1)."""
     q, k, v = _get(ts, 0), _get(ts, 1), _get(ts, 2)
     if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         return None
@@ -122,7 +126,7 @@ def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool) -> Op
     else:  # "blhd": flash / efficient forward kernels' own layout
         b, lq, h, d = q.shape
         lk, dv = k.shape[1], v.shape[3]
-    pairs = _attention_pairs(lq, lk, assume_causal)
+    pairs = _attention_pairs(lq, lk, assume_causal if causal is None else causal)
     flops = 2.0 * b * h * pairs * (d + dv)  # QK^T and PV
     out_bytes = b * h * lq * dv * q.itemsize
     mask = _get(ts, 3)
@@ -299,6 +303,18 @@ def _scatter(ts: list[_Tensor | None]) -> OpCost | None:
     return OpCost(0.0, float(idx.read_bytes + n * x.itemsize + (n * src.itemsize if src else 0)), COPY, _key(x), False)
 
 
+def _index_put(ts: list[_Tensor | None]) -> OpCost | None:
+    """index_put_ / _index_put_impl_(self, indices, values, accumulate): values read and as many elements
+    of self written (an accumulate's read of them is not counted: the flag's value is not kept); the
+    indices (a TensorList the profiler records as []) are left out."""
+    x = _get(ts, 0)
+    vals = next((t for t in reversed(ts[1:]) if t is not None), None)
+    if x is None or vals is None:
+        return None
+    n = min(vals.numel, x.numel)
+    return OpCost(0.0, float(vals.read_bytes + n * x.itemsize), COPY, _key(x), False)
+
+
 # --- Inductor's Triton kernels ------------------------------------------------------------------
 #
 # torch.compile's generated kernels run under a profiler op named after the kernel
@@ -417,7 +433,8 @@ _EW_FLOPS: dict[str, float] = {
     "pow": 1, "add": 1, "sub": 1, "mul": 1, "div": 1, "neg": 1, "relu": 1, "where": 1, "clamp": 1,
     "masked_fill": 1, "reciprocal": 1, "cos": 1, "sin": 1, "eq": 1, "ne": 1, "lt": 1, "gt": 1, "le": 1,
     "ge": 1, "bitwise_and": 1, "bitwise_or": 1, "bitwise_not": 1, "logical_and": 1, "abs": 1, "log": 1,
-    "maximum": 1, "minimum": 1, "triu": 0, "tril": 0, "addcmul": 2, "lerp": 2, "fmod": 1, "remainder": 1,
+    "maximum": 1, "minimum": 1, "clamp_min": 1, "clamp_max": 1, "floor_divide": 1,
+    "triu": 0, "tril": 0, "addcmul": 2, "lerp": 2, "fmod": 1, "remainder": 1,
 }
 
 _MODELS: dict[str, Callable[..., OpCost | None]] = {
@@ -450,6 +467,8 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "max": _reduction(1),
     "min": _reduction(1),
     "argmax": _reduction(1),
+    "any": _reduction(1),
+    "all": _reduction(1),
     "norm": _reduction(2),
     "var": _reduction(3),
     "cumsum": _elementwise(1, REDUCTION),
@@ -475,20 +494,48 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "index_add": _index_copy,
     "scatter": _scatter,
     "scatter_add": _scatter,
+    "index_put": _index_put,
+    "_index_put_impl": _index_put,
+    "normal": _fill,
+    "uniform": _fill,
+    "exponential": _fill,
+    "bernoulli": _fill,
 }
 for _n, _f in _EW_FLOPS.items():
     _MODELS.setdefault(_n, _elementwise(_f))
 
-_ATTN: dict[str, str] = {
-    "scaled_dot_product_attention": "bhld",
-    "_scaled_dot_product_flash_attention": "bhld",
-    "_scaled_dot_product_efficient_attention": "bhld",
-    "_scaled_dot_product_cudnn_attention": "bhld",
-    "_scaled_dot_product_flash_attention_for_cpu": "bhld",
-    "_flash_attention_forward": "blhd",
-    "_efficient_attention_forward": "blhd",
-    "_efficient_attention": "bhld",
+# name -> (layout, the position of its causal flag among the arguments, or None)
+_ATTN: dict[str, tuple[str, int | None]] = {
+    "scaled_dot_product_attention": ("bhld", 5),  # (q, k, v, attn_mask, dropout_p, is_causal, ...)
+    "_scaled_dot_product_flash_attention": ("bhld", 4),  # (q, k, v, dropout_p, is_causal, ...)
+    "_scaled_dot_product_efficient_attention": ("bhld", 6),  # (q, k, v, attn_bias, lse, dropout_p, is_causal)
+    "_scaled_dot_product_cudnn_attention": ("bhld", 6),
+    "_scaled_dot_product_flash_attention_for_cpu": ("bhld", 4),
+    "_flash_attention_forward": ("blhd", 8),  # (q, k, v, cum_q, cum_k, max_q, max_k, dropout_p, is_causal)
+    "_efficient_attention_forward": ("blhd", 9),  # custom_mask_type: 0 none, 1 / 2 causal
+    "_efficient_attention": ("bhld", None),
 }
+# attention ops outside aten, modelled from their shapes: flash-attn's own op, SageAttention's Triton
+# forward (launched under its kernel's name by Inductor; non-causal unless told: diffusion)
+_ATTN_OTHER: dict[str, tuple[str, int | None]] = {
+    "flash_attn::_flash_attn_forward": ("blhd", 5),  # (q, k, v, dropout_p, softmax_scale, causal, ...)
+}
+
+
+def causal_flag(values: list[Any], at: int | None) -> bool | None:
+    """The causal flag an attention op recorded (Concrete Inputs): 'True' / 'False', or a mask type
+    (0: none); None where the trace has no value there."""
+    if at is None or at >= len(values):
+        return None
+    v = str(values[at]).strip()
+    if v in ("True", "true"):
+        return True
+    if v in ("False", "false"):
+        return False
+    try:
+        return int(v) != 0
+    except ValueError:
+        return None
 
 
 # --- serving kernels (vLLM, SGLang, aiter custom ops) ---------------------------------------
@@ -552,28 +599,6 @@ def _rotary(ts: list[_Tensor | None]) -> OpCost | None:
                   ELEMENTWISE, _key(q), False)
 
 
-def _fused_experts(ts: list[_Tensor | None]) -> OpCost | None:
-    """vLLM / SGLang fused_experts(hidden [M, K], w1 [E, (2)N, K], w2 [E, K, N], topk_weights [M, top_k],
-    topk_ids [M, top_k], ...): TraceLens's fused-MoE model. Tokens x top-k experts, gated (SwiGLU) when
-    w1 has twice w2's N: flops = 2MKN*top_k*(2 if gated) + 2MKN*top_k + MK(2*top_k - 1); bytes = the
-    tokens in and out and the weights of the experts expected to be hit under uniform routing,
-    E_active = E(1 - ((E - top_k)/E)^M)."""
-    x, w1, w2, ids = _get(ts, 0), _get(ts, 1), _get(ts, 2), _get(ts, 4)
-    if x is None or w1 is None or w2 is None or ids is None or len(w1.shape) != 3 or len(w2.shape) != 3:
-        return None
-    if len(x.shape) != 2 or len(ids.shape) != 2:
-        return None
-    m, k = x.shape
-    e, n = w2.shape[0], w2.shape[2]
-    top = ids.shape[1]
-    gated = w1.shape[1] == 2 * n
-    g = 2 if gated else 1
-    flops = 2.0 * m * k * n * top * g + 2.0 * m * k * n * top + m * k * (2 * top - 1)
-    e_active = e * (1 - ((e - top) / e) ** m) if e else 0.0
-    nbytes = m * k * x.itemsize + e_active * n * k * w1.itemsize * (g + 1) + m * k * x.itemsize
-    return OpCost(flops, float(nbytes), GEMM, _key(x), True)
-
-
 def _grouped_mm(ts: list[_Tensor | None]) -> OpCost | None:
     """aten::_grouped_mm(mat_a [M, K], mat_b [G, K, N], offs [G], ...): TraceLens's grouped GEMM,
     flops = 2MKN, bytes = (MK + GKN) * bpe_in + MN * bpe_out, with G at most M: each row belongs to one
@@ -603,13 +628,16 @@ _SERVING: dict[str, Callable[..., OpCost | None]] = {
     "_C::gelu_tanh_and_mul": _act_and_mul(10),
     "sgl_kernel::gelu_tanh_and_mul": _act_and_mul(10),
     "_C::rotary_embedding": _rotary,
-    "vllm::inplace_fused_experts": _fused_experts,
-    "vllm::outplace_fused_experts": _fused_experts,
-    "sglang::inplace_fused_experts": _fused_experts,
-    "sglang::outplace_fused_experts": _fused_experts,
+    "aiter::rmsnorm": _rms_out_in_w,
+    "sgl_kernel::rotary_embedding": _rotary,
     "aten::_grouped_mm": _grouped_mm,
     "aten::_scaled_grouped_mm": _grouped_mm,
 }
+_SERVING.update(opmodels_moe.MODELS)
+_SERVING.update(opmodels_serving.MODELS)
+# ops whose model reads the scalars' values (Concrete Inputs): their values are part of the op's key
+_WITH_VALUES: dict[str, Callable[..., OpCost | None]] = {**opmodels_moe.MODELS_WITH_VALUES,
+                                                         **opmodels_conv.MODELS_WITH_VALUES}
 
 # Attention over a paged KV cache or packed (varlen) sequences: the shapes hold the new tokens only;
 # how many KV positions each query attends is the step's (steps.seq_stats), so these ops are costed
@@ -621,6 +649,12 @@ SERVING_ATTENTION = (
     "aiter::pa_decode_gluon", "flash_attn::_flash_attn_varlen_forward", "_vllm_fa2_C::varlen_fwd",
     "_vllm_fa3_C::fwd", "sglang_profiler::attention_paged_attention_ragged",
 )
+# where q, k, v sit among an op's inputs, where not first: SGLang's aiter paged attention
+# (out, workspace, q, k_cache, v_cache, ...)
+_QKV_AT = {"sglang_profiler::attention_paged_attention_ragged": (2, 3, 4)}
+# a KV cache stored in fp8 shows in its kernels' names (vLLM's Fp8KVCacheDataType template argument,
+# TRT-LLM-gen's fmha...KvE4m3 / QkvE4m3): the cache is read at 1 B whatever the new K/V's dtype
+_FP8_KV = re.compile(r"Fp8KVCacheDataType\)[12]|(Qkv|Kv)E4m3|_kv_?fp8|fp8_kv_|E4m3Kv")
 STEP_ATTENTION = "tracekit::step_attention"  # the per-step stand-in serving_attention_ops makes
 
 
@@ -639,10 +673,12 @@ class AttentionHeads:
 
 def attention_heads(name: str, input_dims: Any, input_types: Any) -> AttentionHeads | None:
     """The heads of a serving attention op (SERVING_ATTENTION) from its input shapes, or None."""
+    name = opmodels_serving.canonical_name(name)
     if name not in SERVING_ATTENTION:
         return None
     ts = _tensors(_parse(input_dims), _parse(input_types))
-    q, k, v = _get(ts, 0), _get(ts, 1), _get(ts, 2)
+    qi, ki, vi = _QKV_AT.get(name, (0, 1, 2))
+    q, k, v = _get(ts, qi), _get(ts, ki), _get(ts, vi)
     if q is None or len(q.shape) != 3 or k is None:
         return None
     hq, dqk = q.shape[1], q.shape[2]
@@ -702,6 +738,33 @@ def _step_attention(dims: list[Any], types: list[Any]) -> OpCost | None:
                              dict(zip(keys, gs, strict=True)) if gs else None)
 
 
+def step_stats(steps: Any) -> dict[int, dict[str, Any]]:
+    """step_id -> its seq_stats. A step whose stats lack the KV sums (SGLang's ``step[DECODE bs=N]``)
+    takes those of the step right before it when that one is of the same kind and batch, has them, and
+    ends where it starts: an engine annotation around the step, cut at the step's start."""
+    import pandas as pd
+
+    out: dict[int, dict[str, Any]] = {}
+    rows = steps.sort_values("cpu_start_ns") if "cpu_start_ns" in steps else steps
+    prev: tuple[Any, ...] | None = None
+    for r in rows.itertuples(index=False):
+        v = getattr(r, "seq_stats", None)
+        st = json.loads(v) if isinstance(v, str) and v else None
+        full = st is not None and all("sk" in ph for ph in st.values() if isinstance(ph, dict) and ph.get("requests"))
+        sid = int(r.step_id)
+        here = (getattr(r, "kind", None), getattr(r, "batch", None))
+        if st is not None and full:
+            out[sid] = st
+        elif prev is not None and prev[1] == here and prev[3] == getattr(r, "cpu_start_ns", None) \
+                and not pd.isna(prev[3]):
+            out[sid] = prev[2]
+        if st is not None and full:
+            prev = (sid, here, st, getattr(r, "cpu_end_ns", None))
+        else:
+            prev = None
+    return out
+
+
 def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any = None) -> tuple[Any, Any]:
     """(gpu_activity, cpu_ops) where the kernels each serving attention op (SERVING_ATTENTION) launches
     itself, in each step that states its sequences (steps.seq_stats), launch a stand-in op
@@ -715,7 +778,7 @@ def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any 
     if "seq_stats" not in steps or "op_id" not in gpu or steps["seq_stats"].isna().all():
         return gpu, cpu_ops
     names = cpu_ops["name"].astype(str)
-    attn = cpu_ops[names.isin(SERVING_ATTENTION)]
+    attn = cpu_ops[names.map(opmodels_serving.canonical_name).isin(SERVING_ATTENTION)]
     if attn.empty:
         return gpu, cpu_ops
     heads = {}
@@ -737,8 +800,9 @@ def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any 
         step_of = pd.to_numeric(pd.Series(range(len(gpu))).map(sid), errors="coerce").to_numpy()
     else:
         return gpu, cpu_ops
-    stats = {int(s): json.loads(v) for s, v in zip(steps["step_id"], steps["seq_stats"], strict=True)
-             if isinstance(v, str) and v}
+    stats = step_stats(steps)
+    kn = gpu["name"].astype(str).to_numpy()
+    fp8_kv = {int(o) for o, n in zip(owner.to_numpy(), kn, strict=True) if o == o and _FP8_KV.search(n)}
     gpu = gpu.copy()
     new_ops: list[dict[str, Any]] = []
     made: dict[tuple[int, int], int] = {}
@@ -756,8 +820,9 @@ def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any 
                     [st["context"].get(k) for k in keys] if "context" in st else [],
                     [st["generation"].get(k) for k in keys] if "generation" in st else []]
             made[key] = next_id
+            kv_dtype = "c10::Float8_e4m3fn" if int(o) in fp8_kv else h.kv_dtype
             new_ops.append({"op_id": next_id, "name": STEP_ATTENTION, "input_dims": json.dumps(dims),
-                            "input_types": json.dumps([h.q_dtype, h.kv_dtype]), "parent_id": None,
+                            "input_types": json.dumps([h.q_dtype, kv_dtype]), "parent_id": None,
                             "ts_ns": None, "dur_ns": 0})
             next_id += 1
         op_col[row] = made[key]
@@ -779,8 +844,20 @@ def base_name(name: str) -> str:
     return n
 
 
+def uses_values(name: str) -> bool:
+    """Whether an op's model reads its scalars' values (Concrete Inputs), which then key its cost."""
+    if not isinstance(name, str):
+        return False
+    if name.startswith("triton_"):
+        return True
+    name = opmodels_serving.canonical_name(name)
+    return name in _WITH_VALUES or name in _ATTN_OTHER or (name.startswith("aten::") and base_name(name) in _ATTN)
+
+
 def is_modelled(name: str) -> bool:
-    if name in _SERVING or name == STEP_ATTENTION:
+    name = opmodels_serving.canonical_name(name)
+    if name in _SERVING or name in _WITH_VALUES or name in _ATTN_OTHER or name in (STEP_ATTENTION,
+                                                                                  opmodels_moe.MOE_STANDIN):
         return True
     if name.startswith("triton_"):
         return name.split("_", 2)[1] in INDUCTOR_KINDS
@@ -807,7 +884,20 @@ def op_cost(
         return inductor_kernel(name, input_dims, input_types, concrete_inputs)
     if name == STEP_ATTENTION:
         return _step_attention(_parse(input_dims), _parse(input_types))
+    if name == opmodels_moe.MOE_STANDIN:
+        return opmodels_moe.moe_standin(_parse(input_dims), _parse(input_types))
+    name = opmodels_serving.canonical_name(name)
     strides = _parse(input_strides) or None
+    if name in _WITH_VALUES or name in _ATTN_OTHER:
+        ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype, strides)
+        values = _parse(concrete_inputs)
+        try:
+            if name in _ATTN_OTHER:
+                layout, at = _ATTN_OTHER[name]
+                return _attention(ts, layout, assume_causal, causal_flag(values, at))
+            return _WITH_VALUES[name](ts, values)
+        except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError):
+            return None
     if name in _SERVING:
         try:
             return _SERVING[name](_tensors(_parse(input_dims), _parse(input_types), list_dtype, strides))
@@ -819,7 +909,8 @@ def op_cost(
     ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype, strides)
     try:
         if n in _ATTN:
-            return _attention(ts, _ATTN[n], assume_causal)
+            layout, at = _ATTN[n]
+            return _attention(ts, layout, assume_causal, causal_flag(_parse(concrete_inputs), at))
         model = _MODELS.get(n)
         return model(ts) if model else None
     except (ValueError, TypeError, IndexError, OverflowError):
@@ -929,9 +1020,8 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     df["concrete_inputs"] = cpu_ops.get("concrete_inputs")
     df["input_strides"] = cpu_ops.get("input_strides")
     df["name"] = df["name"].astype(str)
-    triton = df["name"].str.startswith("triton_")
-    df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)
-            | triton]
+    triton = df["name"].map(uses_values).astype(bool)
+    df = df[df["name"].str.startswith("aten::") | df["name"].map(is_modelled).astype(bool) | triton]
     # the scalars' values matter only to Inductor's kernels: elsewhere they would split the cache
     df.loc[~triton[df.index], "concrete_inputs"] = None
     key_cols = ["name", "input_dims", "input_types", "concrete_inputs", "input_strides"]
@@ -960,9 +1050,9 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
     from tracekit.analysis.columns import combine_codes, text_codes
 
     n_code, n_text = text_codes(cpu_ops["name"])
-    triton = np.array([isinstance(t, str) and t.startswith("triton_") for t in n_text], dtype=bool)
-    wanted = triton | np.array([isinstance(t, str) and (t.startswith("aten::") or t in _SERVING or t == STEP_ATTENTION)
-                                for t in n_text], dtype=bool)
+    triton = np.array([uses_values(t) for t in n_text], dtype=bool)  # the ops whose scalars' values matter
+    wanted = triton | np.array([isinstance(t, str) and (t.startswith("aten::") or is_modelled(t)) for t in n_text],
+                               dtype=bool)
     rows = np.flatnonzero(wanted[n_code]) if len(n_code) else np.zeros(0, dtype=np.int64)
     if not len(rows):
         return None

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracekit.analysis import opmodels_conv, opmodels_moe, opmodels_serving
+from tracekit.analysis import opmodels_conv, opmodels_moe, opmodels_quant, opmodels_serving
 from tracekit.analysis.optensor import (
     ATTENTION,
     COPY,
@@ -382,6 +382,8 @@ def _scaled_mm(ts: list[_Tensor | None]) -> OpCost | None:
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
         return None
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if a.dtype == "c10::Float4_e2m1fn_x2":  # packed fp4: two values per element, K is twice the stored
+        k *= 2
     extra = sum(t.nbytes for t in ts[2:6] if t is not None)
     return OpCost(2.0 * m * k * n, float(a.nbytes + b.nbytes + extra + m * n * 2), GEMM, _key(a), True)
 
@@ -635,6 +637,7 @@ _SERVING: dict[str, Callable[..., OpCost | None]] = {
 }
 _SERVING.update(opmodels_moe.MODELS)
 _SERVING.update(opmodels_serving.MODELS)
+_SERVING.update(opmodels_quant.MODELS)
 # ops whose model reads the scalars' values (Concrete Inputs): their values are part of the op's key
 _WITH_VALUES: dict[str, Callable[..., OpCost | None]] = {**opmodels_moe.MODELS_WITH_VALUES,
                                                          **opmodels_conv.MODELS_WITH_VALUES}

@@ -15,13 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tracekit.analysis.optensor import COPY, REDUCTION, OpCost, Tensor, dtype_key, get
+from tracekit.analysis.optensor import ATTENTION, COPY, ELEMENTWISE, REDUCTION, OpCost, Tensor, dtype_key, get
 
-_COUNTER = re.compile(r"^(sglang_profiler::\w+?)_\d+$")
+_COUNTER = re.compile(r"^(sglang_profiler::\w+?|sage_fwd|sage_quant_kernel)_\d+$")
 
 
 def canonical_name(name: str) -> str:
-    """'sglang_profiler::attention_paged_attention_ragged_100' -> 'sglang_profiler::attention_paged_attention_ragged'."""
+    """'sglang_profiler::attention_paged_attention_ragged_100' -> 'sglang_profiler::attention_paged_attention_ragged';
+    Inductor's launches of user Triton kernels 'sage_fwd_1' -> 'sage_fwd' (the counter is the launch's)."""
     m = _COUNTER.match(name)
     return m.group(1) if m else name
 
@@ -53,7 +54,37 @@ def rmsnorm_with_add(ts: list[Tensor | None]) -> OpCost | None:
     return OpCost(float(flops), float(nbytes), REDUCTION, dtype_key(x), False)
 
 
+def sage_attention(ts: list[Tensor | None]) -> OpCost | None:
+    """aiter's SageAttention forward (Triton ``sage_fwd``; q int8 [B, H, Lq, D], k int8 [B, H, Lk, D], v fp8
+    [B, H, Lk, Dv], their scales, ..., out [B, H, Lq, Dv]): every (query, key) pair, QK^T and PV
+    (flops = 2·B·H·Lq·Lk·(D + Dv); the op carries no causal flag: non-causal, what diffusion models run);
+    bytes = every tensor argument once (q, k, v and scales read, out written)."""
+    q, k, v = get(ts, 0), get(ts, 1), get(ts, 2)
+    if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
+        return None
+    b, h, lq, d = q.shape
+    lk, dv = k.shape[2], v.shape[3]
+    nbytes = sum(t.nbytes for t in ts if t is not None)
+    return OpCost(2.0 * b * h * lq * lk * (d + dv), float(nbytes), ATTENTION, "int8", True)
+
+
+def buffers_once(op_class: str) -> Callable[[list[Tensor | None]], OpCost | None]:
+    """A kernel op whose tensor arguments are its inputs and outputs, each touched once (sage_quant_kernel:
+    q, k, v read, their int8 / fp8 copies and scales written): bytes = their sum, flops = the first's numel."""
+
+    def model(ts: list[Tensor | None]) -> OpCost | None:
+        tensors = [t for t in ts if t is not None]
+        if not tensors:
+            return None
+        return OpCost(float(tensors[0].numel), float(sum(t.nbytes for t in tensors)), op_class,
+                      dtype_key(tensors[0]), False)
+
+    return model
+
+
 MODELS: dict[str, Callable[..., OpCost | None]] = {
+    "sage_fwd": sage_attention,
+    "sage_quant_kernel": buffers_once(ELEMENTWISE),
     "_C_cache_ops::reshape_and_cache": kv_cache_write,
     "_C_cache_ops::reshape_and_cache_flash": kv_cache_write,
     "sglang::store_cache": kv_cache_write,

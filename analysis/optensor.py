@@ -30,6 +30,8 @@ DTYPE_BYTES: dict[str, int] = {
     "c10::Float8_e5m2": 1,
     "c10::Float8_e4m3fnuz": 1,
     "c10::Float8_e5m2fnuz": 1,
+    "c10::Float8_e8m0fnu": 1,
+    "c10::Float4_e2m1fn_x2": 1,  # two fp4 values per element
     "c10::complex<float>": 8,
     "c10::complex<double>": 16,
 }
@@ -43,6 +45,7 @@ DTYPE_KEY: dict[str, str] = {
     "c10::Float8_e5m2": "fp8",
     "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8",
+    "c10::Float4_e2m1fn_x2": "fp8",  # fp4 runs on the fp8 tensor cores' path; the ceilings have no fp4 rate
     "signed char": "int8",
 }
 

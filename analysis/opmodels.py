@@ -116,8 +116,12 @@ def _attention_pairs(lq: int, lk: int, causal: bool) -> float:
 
 def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool, causal: bool | None = None
                ) -> OpCost | None:
-    """``causal``: the op's own flag where recorded; else ``assume_causal`` (counted as causal when Lq > 1)."""
+    """``causal``: the op's own flag where recorded; else ``assume_causal`` (counted as causal when Lq > 1).
+    A False flag beside a mask (input 3) says nothing: the mask may be causal (Transformers passes its
+    causal mask with is_causal=False), so the default holds there too."""
     q, k, v = _get(ts, 0), _get(ts, 1), _get(ts, 2)
+    if causal is False and _get(ts, 3) is not None:
+        causal = None
     if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         return None
     if layout == "bhld":

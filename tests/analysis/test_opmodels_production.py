@@ -236,7 +236,10 @@ def test_sdpa_causality_comes_from_the_recorded_flag() -> None:
     causal = cost("aten::scaled_dot_product_attention", dims, types, ["", "", "", "", "0.", "True", "", "False"])
     # causal: 1024*1024 - 1024*1023/2 = 524,800 pairs
     assert causal.flops == 2 * 2 * 32 * 524_800 * 16
-    # no value recorded: the decoder default (causal when Lq > 1)
+    # no value recorded, or False beside a mask (which may be causal): the decoder default (causal when Lq > 1)
+    masked = cost("aten::scaled_dot_product_attention", [[2, 32, 1024, 8]] * 3 + [[2, 1, 1024, 1024]] + [[]] * 4,
+                  [H, H, H, "c10::Half", "Scalar", "Scalar", "", "Scalar"], ["", "", "", "", "0.", "False", "", "False"])
+    assert masked.flops == causal.flops
     assert op_cost("aten::scaled_dot_product_attention", json.dumps(dims), json.dumps(types)).flops == causal.flops
     # the cuDNN path's flag is its 7th argument (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal)
     cu = cost("aten::_scaled_dot_product_cudnn_attention", [[2, 32, 1024, 8]] * 3 + [[]] * 6,

@@ -68,6 +68,7 @@ def test_unet_on_the_h100_convolutions_and_non_causal_attention(tmp_path: Path) 
     # launched by aten::_cudnn_attention_forward under the modelled SDPA op: one group per call.
     # q, k, v [2, 32, L, 8] (32 heads of 8) over the 32x32 (L=1024) and 16x16 (L=256) latents:
     # 2 * B*H * L*L * (d + dv) = 2*2*32*1024*1024*16 and 2*2*32*256*256*16 (causal would be about half)
+    attn = k[k["op_name"] == "aten::_scaled_dot_product_cudnn_attention"]
     per_call = attn.groupby("op_id")["flops"].sum().round()
     assert set(per_call) == {2_147_483_648, 134_217_728}
 

@@ -350,7 +350,7 @@ def test_sglang_paged_attention_per_step_and_fp8_kv_from_kernel_names() -> None:
     for kernel, kv_b in (("paged_attention_ll4mi_QKV_mfma16_kernel<0, bf16, bf16, (vllm::Fp8KVCacheDataType)0>", 2),
                          ("paged_attention_ll4mi_QKV_mfma16_kernel<0, bf16, uchar, (vllm::Fp8KVCacheDataType)1>", 1)):
         gpu = pd.DataFrame({"name": [kernel], "op_id": pd.array([5], dtype="Int64")})
-        g2, c2 = serving_attention_ops(gpu, cpu, _steps(), ks)
+        _, c2 = serving_attention_ops(gpu, cpu, _steps(), ks)
         costs = op_costs(c2)
         a = costs[costs["op_name"] == STEP_ATTENTION].iloc[0]
         # 2 * Hq * Σ(sq*sk) * (d_qk + d_v) = 2 * 32 * 32785 * 256

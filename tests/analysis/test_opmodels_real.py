@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from helpers import FIXTURES, REPO
+
 from tracekit.analysis.opmodels import STEP_ATTENTION
 from tracekit.analysis.opmodels_moe import MOE_STANDIN
 

@@ -635,6 +635,7 @@ _SERVING: dict[str, Callable[..., OpCost | None]] = {
     "sgl_kernel::gelu_tanh_and_mul": _act_and_mul(10),
     "_C::rotary_embedding": _rotary,
     "aiter::rmsnorm": _rms_out_in_w,
+    "aiter::_groupnorm_run": _norm(8),  # (x, num_groups, weight, bias, eps)
     "sgl_kernel::rotary_embedding": _rotary,
     "aten::_grouped_mm": _grouped_mm,
     "aten::_scaled_grouped_mm": _grouped_mm,
@@ -772,6 +773,41 @@ def step_stats(steps: Any) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _attention_under(owner: Any, ops: Any, gpu: Any, cpu_ops: Any, heads: set[int], depth: int = 8) -> Any:
+    """``owner`` plus the attention-class kernels (by name) launched by an op under a serving attention op
+    (a backend's own op, e.g. FlashInfer's, called inside vLLM's unified attention): their nearest such
+    ancestor within ``depth`` levels. Other kernels under it (the KV-cache write) keep their op."""
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analysis.kernels import ATTENTION as K_ATTENTION
+    from tracekit.analysis.kernels import kernel_classes
+
+    if "parent_id" not in cpu_ops:
+        return owner
+    todo = (owner.isna() & ops.notna()).to_numpy().copy()
+    if not todo.any():
+        return owner
+    todo &= (kernel_classes(gpu["name"]).to_numpy() == K_ATTENTION)
+    if not todo.any():
+        return owner
+    par = pd.Series(pd.to_numeric(cpu_ops["parent_id"], errors="coerce").to_numpy(),
+                    index=pd.to_numeric(cpu_ops["op_id"], errors="coerce").to_numpy())
+    par = par[~par.index.duplicated()]
+    cur = ops.to_numpy(dtype="float64", na_value=np.nan)[todo]
+    found = np.full(len(cur), np.nan)
+    keys = np.array(sorted(heads), dtype="float64")
+    for _ in range(depth):
+        cur = par.reindex(cur).to_numpy(dtype="float64")
+        hit = np.isnan(found) & np.isin(cur, keys)
+        found[hit] = cur[hit]
+        if np.isnan(cur).all():
+            break
+    out = owner.copy()
+    out.iloc[np.flatnonzero(todo)] = found
+    return out
+
+
 def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any = None) -> tuple[Any, Any]:
     """(gpu_activity, cpu_ops) where the kernels each serving attention op (SERVING_ATTENTION) launches
     itself, in each step that states its sequences (steps.seq_stats), launch a stand-in op
@@ -800,6 +836,7 @@ def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any 
     # (reshape_and_cache) is an op of its own, and a copy, not attention.
     ops = pd.to_numeric(gpu["op_id"], errors="coerce")
     owner = ops.where(ops.isin(list(heads)))
+    owner = _attention_under(owner, ops, gpu, cpu_ops, set(heads))
     if owner.notna().sum() == 0:
         return gpu, cpu_ops
     if kernel_steps is not None and len(kernel_steps) and "row" in kernel_steps:

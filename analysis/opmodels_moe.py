@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.analysis.optensor import (
+    COPY,
     DTYPE_BYTES,
     DTYPE_KEY,
     GEMM,
@@ -256,6 +257,15 @@ def moe_sum(ts: list[Tensor | None]) -> OpCost | None:
     return OpCost(float(x.numel), float(x.nbytes + out.nbytes), REDUCTION, dtype_key(x), False)
 
 
+def buffers_once(ts: list[Tensor | None]) -> OpCost | None:
+    """A permute / unpermute of routed tokens (vLLM's _moe_C::moe_permute, moe_unpermute, shuffle_rows): each
+    tensor argument read or written once (input rows and their routed copies, the index maps)."""
+    tensors = [t for t in ts if t is not None]
+    if not tensors:
+        return None
+    return OpCost(0.0, float(sum(t.nbytes for t in tensors)), COPY, dtype_key(tensors[0]), False)
+
+
 # the stand-in moe_forward_ops makes: dims [[M, K], [E, N, top_k, gated]], types [x dtype, weight format]
 MOE_STANDIN = "tracekit::moe_layer"
 
@@ -289,6 +299,9 @@ MODELS: dict[str, Callable[..., OpCost | None]] = {
     "_moe_C::moe_align_block_size": moe_align,
     "sgl_kernel::moe_align_block_size": moe_align,
     "_moe_C::moe_sum": moe_sum,
+    "_moe_C::moe_permute": buffers_once,
+    "_moe_C::moe_unpermute": buffers_once,
+    "_moe_C::shuffle_rows": buffers_once,
 }
 MODELS_WITH_VALUES: dict[str, Callable[..., OpCost | None]] = {
     "aiter::fmoe_fp8_blockscale_g1u1": aiter_fmoe,

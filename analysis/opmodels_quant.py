@@ -70,4 +70,7 @@ MODELS: dict[str, Callable[..., OpCost | None]] = {
     "aiter::gemm_a8w8": a_b_scales(True, out_at=4),
     "aiter::gemm_a4w4": a_b_scales(True, fp4=True, out_at=4),
     "aiter::gemm_a4w4_asm": a_b_scales(True, fp4=True, out_at=4),
+    # vLLM's op around FlashInfer's mm_fp4(A [M, K/2], B [K/2, N] (a transposed [N, K/2] weight), A_scale,
+    # B_scale, g_scale, ...): its fake returns [A.shape[0], B.shape[1]]
+    "vllm::flashinfer_mm_fp4": a_b_scales(False, fp4=True),
 }

@@ -359,6 +359,24 @@ def test_sglang_paged_attention_per_step_and_fp8_kv_from_kernel_names() -> None:
         assert a["bytes"] == 32 * (32 * 256 + 8 * 256) * 2 + 32_753 * 8 * 256 * kv_b
 
 
+def test_attention_kernels_of_a_backend_op_under_the_attention_op() -> None:
+    # vLLM's unified attention (op 5) calls a backend op (op 6) that launches TRT-LLM-gen's fmhaSm100a kernel
+    # with an fp8 KV cache, and the KV-cache write (op 7) that launches a copy: the attention kernel joins
+    # op 5's per-step stand-in (its KV at 1 B: QkvE4m3), the copy keeps its op
+    cpu = pd.DataFrame({"op_id": [5, 6, 7], "name": ["vllm::unified_attention_with_output", "backend::decode",
+                                                      "_C_cache_ops::reshape_and_cache_flash"],
+                        "input_dims": [json.dumps([[32, 32, 128], [32, 8, 128], [32, 8, 128]]), "[]", "[]"],
+                        "input_types": [json.dumps([B, B, B]), "[]", "[]"], "parent_id": [None, 5, 5],
+                        "ts_ns": [250, 251, 252], "dur_ns": [10, 5, 2]})
+    gpu = pd.DataFrame({"name": ["fmhaSm100aKernel_QkvE4m3OBfloat16H128PagedKvCausalP32VarSeqQ8Kv128StaticSwapsAbForGen",
+                                 "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, unsigned char>"],
+                        "op_id": pd.array([6, 7], dtype="Int64")})
+    g2, c2 = serving_attention_ops(gpu, cpu, _steps(), pd.DataFrame({"row": [0, 1], "step_id": [1, 1]}))
+    standin = c2.loc[c2["name"] == STEP_ATTENTION]
+    assert g2["op_id"].tolist() == [int(standin["op_id"].iloc[0]), 7]
+    assert json.loads(standin["input_types"].iloc[0]) == [B, "c10::Float8_e4m3fn"]
+
+
 # --- kernel classes -------------------------------------------------------------------------------------
 
 

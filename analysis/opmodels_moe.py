@@ -409,10 +409,11 @@ def moe_forward_ops(gpu: Any, cpu_ops: Any) -> tuple[Any, Any]:
     rows = []
     made: dict[tuple[int, str], int] = {}
     dur = pd.to_numeric(cpu_ops["dur_ns"], errors="coerce").fillna(0).to_numpy(dtype="float64")
+    launched = pd.Series(np.arange(len(op_arr))).groupby(op_arr).indices  # op id -> its kernels' rows
     for i in np.flatnonzero(layer):
         oid = cpu_ops["op_id"].iat[i]
-        mine = op_arr == float(oid)
-        if not mine.any() or not np.isfinite(ts[i]):
+        mine = launched.get(float(oid))
+        if mine is None or not np.isfinite(ts[i]):
             continue
         lo, hi = np.searchsorted(cts, ts[i], "left"), np.searchsorted(cts, ts[i] + dur[i], "right")
         calls = [(names.iat[j], cpu_ops["input_dims"].iat[j], conc[j]) for j in order[lo:hi] if tid[j] == tid[i]]

@@ -40,6 +40,7 @@ from tracekit.analysis import kernels as kc
 from tracekit.analysis.columns import by_value, factorize, map_values, matches, unique
 from tracekit.analysis.intervals import EMPTY, step_windows, union, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
+from tracekit.analysis.opmodels_moe import moe_forward_ops
 from tracekit.model.ceilings import Ceiling, datasheet, l2_bytes
 
 # Time classes in priority order: where kernels of several streams overlap, the
@@ -865,6 +866,8 @@ def bound_tables(
     """
     # Serving attention (paged / varlen) is costed per step, from the sequences the step states.
     gpu_activity, cpu_ops = serving_attention_ops(gpu_activity, cpu_ops, steps, kernel_steps)
+    # vLLM's MoE layer op does not carry its experts' weights: top_k, N and their format come from its calls.
+    gpu_activity, cpu_ops = moe_forward_ops(gpu_activity, cpu_ops)
     kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
     if len(kernels):
         kernels["issued_ns"] = _idle.issued_ns(gpu_activity.reset_index(drop=True), runtime)

@@ -47,22 +47,26 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
     (ELEMENTWISE, re.compile(r"^triton_(poi|for)_", re.I)),
     (REDUCTION, re.compile(r"flashinfer::(norm|sampling)|TopKTopP|RadixTopK", re.I)),
     (ELEMENTWISE, re.compile(r"flashinfer::activation", re.I)),
+    # MoE routing and the weighted sum of the experts' outputs (TRT-LLM-gen's moe::dev, triton_kernels')
+    (REDUCTION, re.compile(r"moe::dev::(finalize|routing)|_finalize_matmul|_combined_routing_compute|"
+                           r"_sum_bitmatrix|bitmatrix", re.I)),
     (COPY, re.compile(
         r"^Memcpy|^Memset|__amd_rocclr_(copy|fill)|copy_kernel|CatArray|catArray|direct_copy|fill_kernel|"
         r"FillFunctor|index_select|indexSelect|gather_kernel|scatter|(?<!rotary_)embedding|transpose|"
         r"nchwToNhwc|nhwcToNchw|memcpy|memset|"
         r"reshape_and_cache|concat_and_cache|store_kvcache|AppendPagedKVCache|set_kv_buffer|copy_blocks|"
-        r"swap_blocks", re.I)),
+        r"swap_blocks|im2col|Im[23]d2Col|col2im", re.I)),
     (ATTENTION, re.compile(
         r"flash_fwd|flash_bwd|FlashAttn|flash::|pytorch_flash::|fmha|mha_|mqa_|gqa_|"
         r"Batch(Prefill|Decode)With\w*KVCache|Single(Prefill|Decode)With|MergeStates|BatchMLA|"
         r"paged_?attention|unified_attention|reduce_segments|attn_fwd|attn_bwd|sdpa|xformers|"
         r"mla_(dec|pfl|a8|a16)|flash_?mla|Mla(Kernel|Attention)|_mla_|::mla|"
-        r"_fwd_(grouped_)?kernel_stage[12]|_fwd_kernel\b|xqa|attention|attn", re.I)),
+        r"_fwd_(grouped_)?kernel_stage[12]|_fwd_kernel\b|xqa|attention|attn|^sage_fwd", re.I)),
     (REDUCTION, re.compile(SPLITK_REDUCE, re.I)),
     (REDUCTION, re.compile(r"topk_?gating|topkGating|grouped_topk|topk_?softmax|moe_sum|moe_align|"
                            r"moe_sorting", re.I)),
-    (GEMM, re.compile(r"fused_moe|fmoe|ck_moe|MoeGemm|moe_gemm|_grouped_mm|grouped_?gemm|cktile2stages", re.I)),
+    (GEMM, re.compile(r"fused_moe|fmoe|ck_moe|MoeGemm|moe_gemm|_grouped_mm|grouped_?gemm|cktile2stages|"
+                      r"^bmm_", re.I)),  # ^bmm_: TRT-LLM-gen's batched (expert) GEMMs, bmm_<A>_<B>_<acc>_t...
     (GEMM, re.compile(r"convolution|conv\dd|_conv_|conv_(fwd|bwd)|naive_conv|winograd|implicit_?gemm|igemm_|"
                       r"scudnn|wgrad|dgrad|MIOpen", re.I)),
     (GEMM, re.compile(
@@ -75,7 +79,8 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
                            r"welford|reduce|softmax|mean|sum_kernel|amax|norm|argmax|topk|top_k|sort|radix|"
                            r"cumsum|scan|sampling", re.I)),
     (ELEMENTWISE, re.compile(r"elementwise|vectorized|unrolled|pointwise|act_and_mul|silu|gelu|activation|"
-                             r"rotary|rope|binary|unary|where|copysign|quant|multi_tensor_apply", re.I)),
+                             r"rotary|rope|binary|unary|where|copysign|quant|multi_tensor_apply|upsample|"
+                             r"TensorOpWith", re.I)),
 ]
 
 

@@ -23,154 +23,42 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-# input_types text -> bytes per element
-DTYPE_BYTES: dict[str, int] = {
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "float": 4,
-    "double": 8,
-    "long int": 8,
-    "long": 8,
-    "int": 4,
-    "short int": 2,
-    "bool": 1,
-    "unsigned char": 1,
-    "signed char": 1,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-}
-# input_types text -> ceiling dtype key (tracekit.model.ceilings.DTYPES)
-DTYPE_KEY: dict[str, str] = {
-    "c10::Half": "fp16",
-    "c10::BFloat16": "bf16",
-    "float": "fp32",
-    "double": "fp64",
-    "c10::Float8_e4m3fn": "fp8",
-    "c10::Float8_e5m2": "fp8",
-    "c10::Float8_e4m3fnuz": "fp8",
-    "c10::Float8_e5m2fnuz": "fp8",
-    "signed char": "int8",
-}
+from tracekit.analysis import opmodels_conv, opmodels_moe, opmodels_quant, opmodels_serving
+from tracekit.analysis.opmodels_attention import (
+    SERVING_ATTENTION,
+    STEP_ATTENTION,
+    AttentionHeads,
+    attention_heads,
+    serving_attention,
+    serving_attention_ops,
+    step_attention_cost,
+    step_stats,
+)
+from tracekit.analysis.optensor import (
+    ATTENTION,
+    COPY,
+    DTYPE_BYTES,
+    DTYPE_KEY,
+    ELEMENTWISE,
+    GEMM,
+    MAX_NUMEL,
+    REDUCTION,
+    OpCost,
+    is_shape,
+)
+from tracekit.analysis.optensor import Tensor as _Tensor
+from tracekit.analysis.optensor import broadcast as _broadcast
+from tracekit.analysis.optensor import dtype_key as _key
+from tracekit.analysis.optensor import get as _get
+from tracekit.analysis.optensor import parse as _parse
+from tracekit.analysis.optensor import tensors as _tensors
 
-# op classes: also used as kernel classes (analysis/kernels.py)
-GEMM = "gemm"
-ATTENTION = "attention"
-ELEMENTWISE = "elementwise"
-REDUCTION = "reduction"
-COPY = "copy"
-
-
-@dataclass(frozen=True)
-class OpCost:
-    flops: float
-    bytes: float
-    op_class: str
-    dtype: str  # ceiling dtype key of the compute (fp16, bf16, fp32, ...)
-    tensor_core: bool  # True: compare with the dtype's tensor-core peak; False: the fp32 (vector) peak
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes if self.bytes > 0 else math.inf
-
-
-@dataclass(frozen=True)
-class _Tensor:
-    shape: tuple[int, ...]
-    itemsize: int
-    dtype: str
-    strides: tuple[int, ...] | None = None  # the trace's Input Strides, where it kept them (an expanded view)
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape) if self.shape else 1
-
-    @property
-    def nbytes(self) -> int:
-        """The logical size: what writing a tensor of this shape moves."""
-        return self.numel * self.itemsize
-
-    @property
-    def read_bytes(self) -> int:
-        """What reading this input moves: its distinct elements. An expanded view (stride 0) repeats
-        the same elements, and an overlapping one (a window) spans fewer than its numel; else nbytes."""
-        st = self.strides
-        if st is None or len(st) != len(self.shape) or not self.shape or min(self.shape) <= 0:
-            return self.nbytes
-        distinct = math.prod(n for n, x in zip(self.shape, st, strict=True) if x != 0)
-        span = 1 + sum((n - 1) * abs(x) for n, x in zip(self.shape, st, strict=True))
-        return min(distinct, span, self.numel) * self.itemsize
-
-
-def _parse(text: Any) -> list[Any]:
-    if text is None or (isinstance(text, float) and math.isnan(text)):
-        return []
-    if isinstance(text, list):
-        return text
-    try:
-        v = json.loads(text)
-    except (TypeError, ValueError, RecursionError):  # nested past the recursion limit: no tensor's dims
-        return []
-    return v if isinstance(v, list) else []
-
-
-MAX_NUMEL = 2**48  # more elements than any tensor holds (256 TiB at a byte each): such dims are no shape
-
-
-def is_shape(v: Any) -> bool:
-    """Dims a tensor can have: ints >= 0 (not bools) whose product is at most ``MAX_NUMEL``."""
-    return (isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
-            and math.prod(v) <= MAX_NUMEL)
-
-
-def _tensors(dims: list[Any], types: list[Any], list_dtype: str | None = None,
-             strides: list[Any] | None = None) -> list[_Tensor | None]:
-    """One entry per op input: a tensor (shape + dtype) or None for scalars / absent optionals.
-
-    A TensorList input (cat, stack) is expanded in place into its tensors, all
-    with the dtype of the first typed tensor of the op. ``strides``: the op's Input Strides (a list per
-    input, as dims), where the trace has them: a tensor's strides are kept where they fit its shape.
-    """
-    # The profiler records no dtype for a TensorList: the first typed input's, else the caller's guess.
-    default = next((t for t in types if isinstance(t, str) and t in DTYPE_BYTES), list_dtype or "float")
-    out: list[_Tensor | None] = []
-    for i, d in enumerate(dims):
-        t = types[i] if i < len(types) and isinstance(types[i], str) else ""
-        if is_shape(d) and t in DTYPE_BYTES and d:
-            st = strides[i] if strides is not None and i < len(strides) else None
-            kept = tuple(st) if isinstance(st, list) and len(st) == len(d) and all(
-                isinstance(x, int) and not isinstance(x, bool) for x in st) else None
-            out.append(_Tensor(tuple(d), DTYPE_BYTES[t], t, kept))
-        elif is_shape(d) and t in DTYPE_BYTES:  # 0-d tensor
-            out.append(_Tensor((), DTYPE_BYTES[t], t))
-        elif isinstance(d, list) and d and all(is_shape(x) for x in d) and (t in ("TensorList", "GenericList", "")):
-            for x in d:
-                out.append(_Tensor(tuple(x), DTYPE_BYTES[default], default))
-        else:
-            out.append(None)
-    return out
-
-
-def _broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-    n = max((len(s) for s in shapes), default=0)
-    res = [1] * n
-    for s in shapes:
-        for i, v in enumerate(reversed(s)):
-            j = n - 1 - i
-            if v != 1:
-                res[j] = v if res[j] == 1 else max(res[j], v)
-    return tuple(res)
-
-
-def _key(t: _Tensor) -> str:
-    return DTYPE_KEY.get(t.dtype, "fp32")
+__all__ = ["ATTENTION", "COPY", "DTYPE_BYTES", "DTYPE_KEY", "ELEMENTWISE", "GEMM", "MAX_NUMEL", "REDUCTION",
+           "SERVING_ATTENTION", "STEP_ATTENTION", "AttentionHeads", "OpCost", "attention_heads", "is_shape",
+           "serving_attention", "serving_attention_ops", "step_stats"]
 
 
 # --- GEMMs -----------------------------------------------------------------
@@ -223,9 +111,6 @@ def _matmul(ts: list[_Tensor | None]) -> OpCost | None:
     return _gemm(sa[-2], sa[-1], sb[-1], batch, a, b)
 
 
-def _get(ts: list[_Tensor | None], i: int) -> _Tensor | None:
-    return ts[i] if i < len(ts) else None
-
 
 # --- attention -------------------------------------------------------------
 
@@ -238,8 +123,14 @@ def _attention_pairs(lq: int, lk: int, causal: bool) -> float:
     return float(lq_eff * lk - lq_eff * (lq_eff - 1) / 2)
 
 
-def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool) -> OpCost | None:
+def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool, causal: bool | None = None
+               ) -> OpCost | None:
+    """``causal``: the op's own flag where recorded; else ``assume_causal`` (counted as causal when Lq > 1).
+    A False flag beside a mask (input 3) says nothing: the mask may be causal (Transformers passes its
+    causal mask with is_causal=False), so the default holds there too."""
     q, k, v = _get(ts, 0), _get(ts, 1), _get(ts, 2)
+    if causal is False and _get(ts, 3) is not None:
+        causal = None
     if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         return None
     if layout == "bhld":
@@ -248,7 +139,7 @@ def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool) -> Op
     else:  # "blhd": flash / efficient forward kernels' own layout
         b, lq, h, d = q.shape
         lk, dv = k.shape[1], v.shape[3]
-    pairs = _attention_pairs(lq, lk, assume_causal)
+    pairs = _attention_pairs(lq, lk, assume_causal if causal is None else causal)
     flops = 2.0 * b * h * pairs * (d + dv)  # QK^T and PV
     out_bytes = b * h * lq * dv * q.itemsize
     mask = _get(ts, 3)
@@ -425,6 +316,18 @@ def _scatter(ts: list[_Tensor | None]) -> OpCost | None:
     return OpCost(0.0, float(idx.read_bytes + n * x.itemsize + (n * src.itemsize if src else 0)), COPY, _key(x), False)
 
 
+def _index_put(ts: list[_Tensor | None]) -> OpCost | None:
+    """index_put_ / _index_put_impl_(self, indices, values, accumulate): values read and as many elements
+    of self written (an accumulate's read of them is not counted: the flag's value is not kept); the
+    indices (a TensorList the profiler records as []) are left out."""
+    x = _get(ts, 0)
+    vals = next((t for t in reversed(ts[1:]) if t is not None), None)
+    if x is None or vals is None:
+        return None
+    n = min(vals.numel, x.numel)
+    return OpCost(0.0, float(vals.read_bytes + n * x.itemsize), COPY, _key(x), False)
+
+
 # --- Inductor's Triton kernels ------------------------------------------------------------------
 #
 # torch.compile's generated kernels run under a profiler op named after the kernel
@@ -492,6 +395,8 @@ def _scaled_mm(ts: list[_Tensor | None]) -> OpCost | None:
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
         return None
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if a.dtype == "c10::Float4_e2m1fn_x2":  # packed fp4: two values per element, K is twice the stored
+        k *= 2
     extra = sum(t.nbytes for t in ts[2:6] if t is not None)
     return OpCost(2.0 * m * k * n, float(a.nbytes + b.nbytes + extra + m * n * 2), GEMM, _key(a), True)
 
@@ -543,7 +448,8 @@ _EW_FLOPS: dict[str, float] = {
     "pow": 1, "add": 1, "sub": 1, "mul": 1, "div": 1, "neg": 1, "relu": 1, "where": 1, "clamp": 1,
     "masked_fill": 1, "reciprocal": 1, "cos": 1, "sin": 1, "eq": 1, "ne": 1, "lt": 1, "gt": 1, "le": 1,
     "ge": 1, "bitwise_and": 1, "bitwise_or": 1, "bitwise_not": 1, "logical_and": 1, "abs": 1, "log": 1,
-    "maximum": 1, "minimum": 1, "triu": 0, "tril": 0, "addcmul": 2, "lerp": 2, "fmod": 1, "remainder": 1,
+    "maximum": 1, "minimum": 1, "clamp_min": 1, "clamp_max": 1, "floor_divide": 1,
+    "triu": 0, "tril": 0, "addcmul": 2, "lerp": 2, "fmod": 1, "remainder": 1,
 }
 
 _MODELS: dict[str, Callable[..., OpCost | None]] = {
@@ -576,6 +482,8 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "max": _reduction(1),
     "min": _reduction(1),
     "argmax": _reduction(1),
+    "any": _reduction(1),
+    "all": _reduction(1),
     "norm": _reduction(2),
     "var": _reduction(3),
     "cumsum": _elementwise(1, REDUCTION),
@@ -601,20 +509,48 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "index_add": _index_copy,
     "scatter": _scatter,
     "scatter_add": _scatter,
+    "index_put": _index_put,
+    "_index_put_impl": _index_put,
+    "normal": _fill,
+    "uniform": _fill,
+    "exponential": _fill,
+    "bernoulli": _fill,
 }
 for _n, _f in _EW_FLOPS.items():
     _MODELS.setdefault(_n, _elementwise(_f))
 
-_ATTN: dict[str, str] = {
-    "scaled_dot_product_attention": "bhld",
-    "_scaled_dot_product_flash_attention": "bhld",
-    "_scaled_dot_product_efficient_attention": "bhld",
-    "_scaled_dot_product_cudnn_attention": "bhld",
-    "_scaled_dot_product_flash_attention_for_cpu": "bhld",
-    "_flash_attention_forward": "blhd",
-    "_efficient_attention_forward": "blhd",
-    "_efficient_attention": "bhld",
+# name -> (layout, the position of its causal flag among the arguments, or None)
+_ATTN: dict[str, tuple[str, int | None]] = {
+    "scaled_dot_product_attention": ("bhld", 5),  # (q, k, v, attn_mask, dropout_p, is_causal, ...)
+    "_scaled_dot_product_flash_attention": ("bhld", 4),  # (q, k, v, dropout_p, is_causal, ...)
+    "_scaled_dot_product_efficient_attention": ("bhld", 6),  # (q, k, v, attn_bias, lse, dropout_p, is_causal)
+    "_scaled_dot_product_cudnn_attention": ("bhld", 6),
+    "_scaled_dot_product_flash_attention_for_cpu": ("bhld", 4),
+    "_flash_attention_forward": ("blhd", 8),  # (q, k, v, cum_q, cum_k, max_q, max_k, dropout_p, is_causal)
+    "_efficient_attention_forward": ("blhd", 9),  # custom_mask_type: 0 none, 1 / 2 causal
+    "_efficient_attention": ("bhld", None),
 }
+# attention ops outside aten, modelled from their shapes: flash-attn's own op, SageAttention's Triton
+# forward (launched under its kernel's name by Inductor; non-causal unless told: diffusion)
+_ATTN_OTHER: dict[str, tuple[str, int | None]] = {
+    "flash_attn::_flash_attn_forward": ("blhd", 5),  # (q, k, v, dropout_p, softmax_scale, causal, ...)
+}
+
+
+def causal_flag(values: list[Any], at: int | None) -> bool | None:
+    """The causal flag an attention op recorded (Concrete Inputs): 'True' / 'False', or a mask type
+    (0: none); None where the trace has no value there."""
+    if at is None or at >= len(values):
+        return None
+    v = str(values[at]).strip()
+    if v in ("True", "true"):
+        return True
+    if v in ("False", "false"):
+        return False
+    try:
+        return int(v) != 0
+    except ValueError:
+        return None
 
 
 # --- serving kernels (vLLM, SGLang, aiter custom ops) ---------------------------------------
@@ -678,28 +614,6 @@ def _rotary(ts: list[_Tensor | None]) -> OpCost | None:
                   ELEMENTWISE, _key(q), False)
 
 
-def _fused_experts(ts: list[_Tensor | None]) -> OpCost | None:
-    """vLLM / SGLang fused_experts(hidden [M, K], w1 [E, (2)N, K], w2 [E, K, N], topk_weights [M, top_k],
-    topk_ids [M, top_k], ...): TraceLens's fused-MoE model. Tokens x top-k experts, gated (SwiGLU) when
-    w1 has twice w2's N: flops = 2MKN*top_k*(2 if gated) + 2MKN*top_k + MK(2*top_k - 1); bytes = the
-    tokens in and out and the weights of the experts expected to be hit under uniform routing,
-    E_active = E(1 - ((E - top_k)/E)^M)."""
-    x, w1, w2, ids = _get(ts, 0), _get(ts, 1), _get(ts, 2), _get(ts, 4)
-    if x is None or w1 is None or w2 is None or ids is None or len(w1.shape) != 3 or len(w2.shape) != 3:
-        return None
-    if len(x.shape) != 2 or len(ids.shape) != 2:
-        return None
-    m, k = x.shape
-    e, n = w2.shape[0], w2.shape[2]
-    top = ids.shape[1]
-    gated = w1.shape[1] == 2 * n
-    g = 2 if gated else 1
-    flops = 2.0 * m * k * n * top * g + 2.0 * m * k * n * top + m * k * (2 * top - 1)
-    e_active = e * (1 - ((e - top) / e) ** m) if e else 0.0
-    nbytes = m * k * x.itemsize + e_active * n * k * w1.itemsize * (g + 1) + m * k * x.itemsize
-    return OpCost(flops, float(nbytes), GEMM, _key(x), True)
-
-
 def _grouped_mm(ts: list[_Tensor | None]) -> OpCost | None:
     """aten::_grouped_mm(mat_a [M, K], mat_b [G, K, N], offs [G], ...): TraceLens's grouped GEMM,
     flops = 2MKN, bytes = (MK + GKN) * bpe_in + MN * bpe_out, with G at most M: each row belongs to one
@@ -729,171 +643,18 @@ _SERVING: dict[str, Callable[..., OpCost | None]] = {
     "_C::gelu_tanh_and_mul": _act_and_mul(10),
     "sgl_kernel::gelu_tanh_and_mul": _act_and_mul(10),
     "_C::rotary_embedding": _rotary,
-    "vllm::inplace_fused_experts": _fused_experts,
-    "vllm::outplace_fused_experts": _fused_experts,
-    "sglang::inplace_fused_experts": _fused_experts,
-    "sglang::outplace_fused_experts": _fused_experts,
+    "aiter::rmsnorm": _rms_out_in_w,
+    "aiter::_groupnorm_run": _norm(8),  # (x, num_groups, weight, bias, eps)
+    "sgl_kernel::rotary_embedding": _rotary,
     "aten::_grouped_mm": _grouped_mm,
     "aten::_scaled_grouped_mm": _grouped_mm,
 }
-
-# Attention over a paged KV cache or packed (varlen) sequences: the shapes hold the new tokens only;
-# how many KV positions each query attends is the step's (steps.seq_stats), so these ops are costed
-# per step (serving_attention_ops), never from their shapes alone. Each takes q [T, Hq, D] first and
-# the new k, v (or the latent cache entry, for MLA) after it.
-SERVING_ATTENTION = (
-    "vllm::unified_attention_with_output", "vllm::unified_attention", "vllm::unified_mla_attention_with_output",
-    "vllm::unified_mla_attention", "aiter::mha_varlen_fwd", "aiter::fmha_v3_varlen_fwd", "aiter::mha_batch_prefill",
-    "aiter::pa_decode_gluon", "flash_attn::_flash_attn_varlen_forward", "_vllm_fa2_C::varlen_fwd",
-    "_vllm_fa3_C::fwd", "sglang_profiler::attention_paged_attention_ragged",
-)
-STEP_ATTENTION = "tracekit::step_attention"  # the per-step stand-in serving_attention_ops makes
-
-
-@dataclass(frozen=True)
-class AttentionHeads:
-    """What a serving attention op's shapes say: query and KV heads, head dims, dtypes, MLA or not."""
-
-    q_heads: int
-    kv_heads: int
-    d_qk: int
-    d_v: int
-    q_dtype: str
-    kv_dtype: str
-    latent: bool = False  # MLA: one latent cache entry (d_qk wide) per token, shared by every head
-
-
-def attention_heads(name: str, input_dims: Any, input_types: Any) -> AttentionHeads | None:
-    """The heads of a serving attention op (SERVING_ATTENTION) from its input shapes, or None."""
-    if name not in SERVING_ATTENTION:
-        return None
-    ts = _tensors(_parse(input_dims), _parse(input_types))
-    q, k, v = _get(ts, 0), _get(ts, 1), _get(ts, 2)
-    if q is None or len(q.shape) != 3 or k is None:
-        return None
-    hq, dqk = q.shape[1], q.shape[2]
-    if len(k.shape) == 2 or "mla" in name:  # MLA: k is the latent [T, kv_lora_rank]
-        dv = k.shape[-1]
-        return AttentionHeads(hq, 1, dqk, dv, q.dtype, k.dtype, latent=True)
-    if len(k.shape) == 3:
-        hkv = k.shape[1]
-    elif len(k.shape) == 4:  # a paged cache [blocks, block_size, Hkv, D]
-        hkv = k.shape[2]
-    else:
-        return None
-    dv = v.shape[-1] if v is not None and v.shape else dqk
-    return AttentionHeads(hq, hkv, dqk, dv, q.dtype, k.dtype)
-
-
-def serving_attention(heads: AttentionHeads, context: dict[str, int] | None, generation: dict[str, int] | None
-                      ) -> OpCost | None:
-    """FLOPs and bytes of one attention layer over a step's sequences (TraceLens's InferenceAttention).
-
-    ``context`` / ``generation``: the phase sums of steps.seq_stats (sq Σ query tokens, sk Σ KV length
-    after the step, sqsq Σ query², sqsk Σ query·KV). Context (prompt chunks, causal): each query attends
-    sk - sq + its own position, sq*sk - sq²/2 pairs per sequence; generation: sq*sk pairs.
-    flops = Hq(2·c_sqsk - c_sqsq)(d_qk + d_v) + 2·Hq·g_sqsk(d_qk + d_v);
-    bytes = Σsq (Hq·d_qk + Hq·d_v + Hkv·d_qk + Hkv·d_v) bpe_q + Σ(sk - sq) Hkv (d_qk + d_v) bpe_kv
-    (MLA: one latent entry of d_qk per new and cached token). None where a phase lacks a sum.
-    """
-    need = ("sq", "sk", "sqsq", "sqsk")
-    phases = [p for p in (context, generation) if p and p.get("requests")]
-    if not phases or any(any(p.get(x) is None for x in need) for p in phases):
-        return None
-    c = context if context and context.get("requests") else dict.fromkeys(need, 0)
-    g = generation if generation and generation.get("requests") else dict.fromkeys(need, 0)
-    hq, hkv, dqk, dv = heads.q_heads, heads.kv_heads, heads.d_qk, heads.d_v
-    flops = hq * (2 * c["sqsk"] - c["sqsq"]) * (dqk + dv) + hq * 2 * g["sqsk"] * (dqk + dv)
-    bq = DTYPE_BYTES.get(heads.q_dtype, 2)
-    bkv = DTYPE_BYTES.get(heads.kv_dtype, bq)
-    sq = c["sq"] + g["sq"]
-    cached = (c["sk"] - c["sq"]) + (g["sk"] - g["sq"])
-    if heads.latent:
-        nbytes = sq * (hq * dqk + hq * dv + dqk) * bq + cached * dqk * bkv
-    else:
-        nbytes = sq * (hq * dqk + hq * dv + hkv * dqk + hkv * dv) * bq + cached * hkv * (dqk + dv) * bkv
-    return OpCost(float(flops), float(nbytes), ATTENTION, DTYPE_KEY.get(heads.q_dtype, "fp16"), True)
-
-
-def _step_attention(dims: list[Any], types: list[Any]) -> OpCost | None:
-    """The stand-in op: dims [[Hq, Hkv, d_qk, d_v, latent], [c_sq, c_sk, c_sqsq, c_sqsk, c_n],
-    [g_sq, g_sk, g_sqsq, g_sqsk, g_n]], types [q dtype, kv dtype]."""
-    try:
-        (hq, hkv, dqk, dv, latent), cs, gs = dims
-        heads = AttentionHeads(int(hq), int(hkv), int(dqk), int(dv), str(types[0]), str(types[1]), bool(latent))
-    except (TypeError, ValueError, IndexError):
-        return None
-    keys = ("sq", "sk", "sqsq", "sqsk", "requests")
-    return serving_attention(heads, dict(zip(keys, cs, strict=True)) if cs else None,
-                             dict(zip(keys, gs, strict=True)) if gs else None)
-
-
-def serving_attention_ops(gpu: Any, cpu_ops: Any, steps: Any, kernel_steps: Any = None) -> tuple[Any, Any]:
-    """(gpu_activity, cpu_ops) where the kernels each serving attention op (SERVING_ATTENTION) launches
-    itself, in each step that states its sequences (steps.seq_stats), launch a stand-in op
-    (``tracekit::step_attention``) whose shapes carry the heads and the step's sums, so that op_costs
-    models it. Inputs untouched; unchanged copies where nothing applies.
-    """
-    import pandas as pd
-
-    if gpu is None or cpu_ops is None or steps is None or len(gpu) == 0 or len(cpu_ops) == 0 or len(steps) == 0:
-        return gpu, cpu_ops
-    if "seq_stats" not in steps or "op_id" not in gpu or steps["seq_stats"].isna().all():
-        return gpu, cpu_ops
-    names = cpu_ops["name"].astype(str)
-    attn = cpu_ops[names.isin(SERVING_ATTENTION)]
-    if attn.empty:
-        return gpu, cpu_ops
-    heads = {}
-    for oid, n, d, t in zip(attn["op_id"], attn["name"].astype(str), attn["input_dims"], attn["input_types"],
-                            strict=True):
-        h = attention_heads(n, d, t)
-        if h is not None:
-            heads[int(oid)] = h
-    if not heads:
-        return gpu, cpu_ops
-    # Only the kernels the attention op launches itself: the KV-cache write it calls
-    # (reshape_and_cache) is an op of its own, and a copy, not attention.
-    ops = pd.to_numeric(gpu["op_id"], errors="coerce")
-    owner = ops.where(ops.isin(list(heads)))
-    if owner.notna().sum() == 0:
-        return gpu, cpu_ops
-    if kernel_steps is not None and len(kernel_steps) and "row" in kernel_steps:
-        sid = pd.Series(kernel_steps["step_id"].to_numpy(), index=kernel_steps["row"].to_numpy())
-        step_of = pd.to_numeric(pd.Series(range(len(gpu))).map(sid), errors="coerce").to_numpy()
-    else:
-        return gpu, cpu_ops
-    stats = {int(s): json.loads(v) for s, v in zip(steps["step_id"], steps["seq_stats"], strict=True)
-             if isinstance(v, str) and v}
-    gpu = gpu.copy()
-    new_ops: list[dict[str, Any]] = []
-    made: dict[tuple[int, int], int] = {}
-    next_id = int(pd.to_numeric(cpu_ops["op_id"], errors="coerce").max()) + 1
-    op_col = ops.to_numpy(dtype="float64", na_value=float("nan")).copy()
-    keys = ("sq", "sk", "sqsq", "sqsk", "requests")
-    for row, (o, s) in enumerate(zip(owner.to_numpy(), step_of, strict=True)):
-        if pd.isna(o) or pd.isna(s) or int(s) not in stats:
-            continue
-        key = (int(o), int(s))
-        if key not in made:
-            h = heads[int(o)]
-            st = stats[int(s)]
-            dims = [[h.q_heads, h.kv_heads, h.d_qk, h.d_v, int(h.latent)],
-                    [st["context"].get(k) for k in keys] if "context" in st else [],
-                    [st["generation"].get(k) for k in keys] if "generation" in st else []]
-            made[key] = next_id
-            new_ops.append({"op_id": next_id, "name": STEP_ATTENTION, "input_dims": json.dumps(dims),
-                            "input_types": json.dumps([h.q_dtype, h.kv_dtype]), "parent_id": None,
-                            "ts_ns": None, "dur_ns": 0})
-            next_id += 1
-        op_col[row] = made[key]
-    if not new_ops:
-        return gpu, cpu_ops
-    gpu["op_id"] = pd.array([None if x != x else int(x) for x in op_col], dtype="Int64")
-    extra = pd.DataFrame(new_ops)
-    cpu = pd.concat([cpu_ops, extra.astype({"op_id": "int64"})], ignore_index=True)
-    return gpu, cpu
-
+_SERVING.update(opmodels_moe.MODELS)
+_SERVING.update(opmodels_serving.MODELS)
+_SERVING.update(opmodels_quant.MODELS)
+# ops whose model reads the scalars' values (Concrete Inputs): their values are part of the op's key
+_WITH_VALUES: dict[str, Callable[..., OpCost | None]] = {**opmodels_moe.MODELS_WITH_VALUES,
+                                                         **opmodels_conv.MODELS_WITH_VALUES}
 
 def base_name(name: str) -> str:
     """'aten::add_' -> 'add' (in-place and out variants share the model); 'aten::copy_' stays."""
@@ -905,8 +666,20 @@ def base_name(name: str) -> str:
     return n
 
 
+def uses_values(name: str) -> bool:
+    """Whether an op's model reads its scalars' values (Concrete Inputs), which then key its cost."""
+    if not isinstance(name, str):
+        return False
+    if name.startswith("triton_"):
+        return True
+    name = opmodels_serving.canonical_name(name)
+    return name in _WITH_VALUES or name in _ATTN_OTHER or (name.startswith("aten::") and base_name(name) in _ATTN)
+
+
 def is_modelled(name: str) -> bool:
-    if name in _SERVING or name == STEP_ATTENTION:
+    name = opmodels_serving.canonical_name(name)
+    if name in _SERVING or name in _WITH_VALUES or name in _ATTN_OTHER or name in (STEP_ATTENTION,
+                                                                                  opmodels_moe.MOE_STANDIN):
         return True
     if name.startswith("triton_"):
         return name.split("_", 2)[1] in INDUCTOR_KINDS
@@ -932,8 +705,21 @@ def op_cost(
     if name.startswith("triton_"):
         return inductor_kernel(name, input_dims, input_types, concrete_inputs)
     if name == STEP_ATTENTION:
-        return _step_attention(_parse(input_dims), _parse(input_types))
+        return step_attention_cost(_parse(input_dims), _parse(input_types))
+    if name == opmodels_moe.MOE_STANDIN:
+        return opmodels_moe.moe_standin(_parse(input_dims), _parse(input_types))
+    name = opmodels_serving.canonical_name(name)
     strides = _parse(input_strides) or None
+    if name in _WITH_VALUES or name in _ATTN_OTHER:
+        ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype, strides)
+        values = _parse(concrete_inputs)
+        try:
+            if name in _ATTN_OTHER:
+                layout, at = _ATTN_OTHER[name]
+                return _attention(ts, layout, assume_causal, causal_flag(values, at))
+            return _WITH_VALUES[name](ts, values)
+        except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError):
+            return None
     if name in _SERVING:
         try:
             return _SERVING[name](_tensors(_parse(input_dims), _parse(input_types), list_dtype, strides))
@@ -945,7 +731,8 @@ def op_cost(
     ts = _tensors(_parse(input_dims), _parse(input_types), list_dtype, strides)
     try:
         if n in _ATTN:
-            return _attention(ts, _ATTN[n], assume_causal)
+            layout, at = _ATTN[n]
+            return _attention(ts, layout, assume_causal, causal_flag(_parse(concrete_inputs), at))
         model = _MODELS.get(n)
         return model(ts) if model else None
     except (ValueError, TypeError, IndexError, OverflowError):
@@ -1055,9 +842,8 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
     df["concrete_inputs"] = cpu_ops.get("concrete_inputs")
     df["input_strides"] = cpu_ops.get("input_strides")
     df["name"] = df["name"].astype(str)
-    triton = df["name"].str.startswith("triton_")
-    df = df[df["name"].str.startswith("aten::") | df["name"].isin(list(_SERVING)) | (df["name"] == STEP_ATTENTION)
-            | triton]
+    triton = df["name"].map(uses_values).astype(bool)
+    df = df[df["name"].str.startswith("aten::") | df["name"].map(is_modelled).astype(bool) | triton]
     # the scalars' values matter only to Inductor's kernels: elsewhere they would split the cache
     df.loc[~triton[df.index], "concrete_inputs"] = None
     key_cols = ["name", "input_dims", "input_types", "concrete_inputs", "input_strides"]
@@ -1086,9 +872,9 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
     from tracekit.analysis.columns import combine_codes, text_codes
 
     n_code, n_text = text_codes(cpu_ops["name"])
-    triton = np.array([isinstance(t, str) and t.startswith("triton_") for t in n_text], dtype=bool)
-    wanted = triton | np.array([isinstance(t, str) and (t.startswith("aten::") or t in _SERVING or t == STEP_ATTENTION)
-                                for t in n_text], dtype=bool)
+    triton = np.array([uses_values(t) for t in n_text], dtype=bool)  # the ops whose scalars' values matter
+    wanted = triton | np.array([isinstance(t, str) and (t.startswith("aten::") or is_modelled(t)) for t in n_text],
+                               dtype=bool)
     rows = np.flatnonzero(wanted[n_code]) if len(n_code) else np.zeros(0, dtype=np.int64)
     if not len(rows):
         return None

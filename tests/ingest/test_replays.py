@@ -3,6 +3,7 @@ run eagerly (tracekit.ingest.capture.merge, tracekit.ingest.replay_match)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,35 @@ def test_the_replay_line() -> None:
         "replayed kernel time (25% of all GPU activity time) left without op shapes (no FLOP or byte model): "
         "no capture of it")
     assert replay_line({"captures": [{"graph_launches": 0}]}) is None and replay_line({}) is None
+
+
+def test_kernels_run_eagerly_tell_two_captures_in_the_trace_apart(tmp_path: Path) -> None:
+    # cudagraph trees: a warm-up pass runs each graph's ops eagerly, then each is captured, then replayed.
+    # The two graphs have the same ops and launch count; only their shapes (and so their kernels) differ.
+    def shaped(tag: str, rows: int) -> list[Op]:
+        return [Op("aten::mm", [[rows, 64], [64, 128]], [H, H], [(f"gemm_{tag}", "kernel", 2.0)]),
+                Op("aten::add", [[rows, 128], [rows, 128]], [H, H], [(f"add_{tag}", "kernel", 3.0)])]
+
+    a, b = shaped("a", 1), shaped("b", 8)
+    k = Kineto(hip=False)
+    t, g = 100.0, 100.0
+    for op in a + b:  # the warm-up
+        t, g = k.eager(op, t, g)
+    t = k.capture(a, t + 10.0)
+    t = k.capture(b, t + 10.0)
+    for ops in (b, a, a):
+        t, g = k.replay(ops, t + 10.0, g, None)
+    trace = k.write(tmp_path / "t.json")
+    tables, rep = capture.merge(read_file(trace).tables, [])
+    assert (rep.graphs_in_trace, rep.graph_launches, rep.graph_launches_matched) == (2, 3, 3)
+    assert rep.matched_by["trace capture"] == 3
+    gpu, cpu = _frame(tables)
+    dims = dict(zip(cpu["op_id"], cpu["input_dims"], strict=True))
+    replayed = gpu[gpu["launch_name"].astype(str) == "cudaGraphLaunch"].sort_values("ts_ns")
+    rows = [json.loads(dims[o])[0][0] for o in replayed["op_id"]]
+    assert rows == [8, 8, 1, 1, 1, 1]
+    # the captured ops are the capture window's, not the warm-up's
+    ts = dict(zip(cpu["op_id"], cpu["ts_ns"], strict=True))
+    first_capture = int(read_file(trace).tables["runtime"].to_pandas().query(
+        "name == 'cudaStreamBeginCapture'")["ts_ns"].min())
+    assert all(ts[o] > first_capture for o in replayed["op_id"])

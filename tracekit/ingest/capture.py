@@ -334,11 +334,15 @@ def op_kernels(tables: dict[str, pa.Table], skip: np.ndarray | None = None) -> d
     if not keep.any():
         return {}
     c = _frame(cpu, ("op_id", "name", "input_dims"))
-    row_of = {int(o): i for i, o in enumerate(c["op_id"]) if o >= 0}
+    order = np.argsort(c["op_id"], kind="stable")
+    ids = c["op_id"][order]
+    ops = g["op_id"][keep]
+    at = np.clip(np.searchsorted(ids, ops), 0, max(len(ids) - 1, 0))
+    found = ids[at] == ops
+    rows = order[at[found]]
     out: dict[tuple[str, str | None], set[str]] = {}
-    for o, n in {(int(o), str(n)) for o, n in zip(g["op_id"][keep], g["name"][keep], strict=True)}:
-        r = row_of.get(o)
-        if r is not None and c["name"][r]:
+    for r, n in {(int(r), str(n)) for r, n in zip(rows, g["name"][keep][found], strict=True)}:
+        if c["name"][r]:
             out.setdefault((str(c["name"][r]), c["input_dims"][r]), set()).add(n)
     return {k: frozenset(v) for k, v in out.items()}
 

@@ -61,7 +61,7 @@ def test_replays_take_the_ops_of_the_same_kernels_run_eagerly(tmp_path: Path) ->
     tables, rep = capture.merge(read_file(k.write(tmp_path / "t.json")).tables, [])
     assert (rep.graph_launches, rep.graph_launches_matched) == (4, 3)
     assert rep.matched_by == {"capture trace": 0, "trace capture": 0, "eager run": 3}
-    gpu, cpu = _frame(tables)
+    gpu, _ = _frame(tables)
     eager = gpu[gpu["launch_name"].astype(str) == "cudaLaunchKernel"]
     eager = eager.set_index(eager["name"].astype(str))
     replayed = gpu[gpu["launch_name"].astype(str) == "cudaGraphLaunch"]

@@ -154,3 +154,50 @@ def test_kernels_run_eagerly_tell_two_captures_in_the_trace_apart(tmp_path: Path
     first_capture = int(read_file(trace).tables["runtime"].to_pandas().query(
         "name == 'cudaStreamBeginCapture'")["ts_ns"].min())
     assert all(ts[o] > first_capture for o in replayed["op_id"])
+
+
+def test_cudagraph_trees_in_one_trace_leave_no_decode_kernel_other(tmp_path: Path) -> None:
+    # torch.compile reduce-overhead as Transformers runs it: an eager prefill, a warm-up decode pass run
+    # eagerly (Inductor's Triton kernels under ops of their names, the GEMMs under aten::mm), the next
+    # pass captured (launches only), then replays, each after a copy of its inputs into the graph's
+    import contextlib
+    import io
+
+    from tracekit.cli import main
+
+    def decode_ops() -> list[Op]:
+        return [Op("triton_red_fused_embedding_mean_pow_rsqrt_0", [[1, 1, 64]], [H],
+                   [("triton_red_fused_embedding_mean_pow_rsqrt_0", "kernel", 3.0)]),
+                Op("aten::mm", [[1, 64], [64, 4096]], [H, H], [("nvjet_hsh_64x8_1x1_v_bz_TNT", "kernel", 9.0)]),
+                Op("triton_poi_fused_add_mul_silu_1", [[1, 4096]], [H],
+                   [("triton_poi_fused_add_mul_silu_1", "kernel", 2.0)]),
+                Op("aten::mm", [[1, 4096], [4096, 64]], [H, H], [("nvjet_hsh_64x8_1x1_v_bz_NNT", "kernel", 9.0)])]
+
+    k = Kineto(hip=False, props=None)
+    t, g = 100.0, 100.0
+    for op in [Op("aten::embedding", [[32000, 64], [1, 24], [], [], []], [H, "long int", "Scalar", "Scalar", "Scalar"],
+                  [("void at::native::indexSelectLargeIndex<c10::Half, long, unsigned int>", "kernel", 5.0)]),
+               Op("aten::mm", [[24, 64], [64, 4096]], [H, H], [("nvjet_hsh_128x64_1x1_v_bz_TNT", "kernel", 20.0)])]:
+        t, g = k.eager(op, t, g)
+    for op in decode_ops():  # the warm-up pass
+        t, g = k.eager(op, t + 50.0, g)
+    t = k.capture(decode_ops(), t + 50.0)
+    for _ in range(6):
+        ext = k.op("aten::copy_", t + 30.0, 8.0, [[1, 1], [1, 1], []], ["long int", "long int", "Scalar"])
+        c = k.runtime(k.launch_name("memcpy"), t + 31.0, 5.0, ext)
+        k.device("Memcpy DtoD (Device -> Device)", "memcpy", max(g, t + 37.0), 1.0, c, ext, nbytes=8)
+        t, g = k.replay(decode_ops(), t + 45.0, max(g, t + 40.0), None)
+        t = max(t, g) + 200.0
+    trace = k.write(tmp_path / "compiled.json")
+    out = tmp_path / "run"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["analyze", str(trace), "--out", str(out), "--ceiling", "H100"]) == 0
+    kb = pd.read_parquet(out / "tables" / "kernel_bound.parquet")
+    rep = kb[kb["launch_name"].astype(str) == "cudaGraphLaunch"]
+    assert len(rep) == 24 and rep["op_id"].notna().all()
+    assert set(rep["op_name"].dropna().astype(str)) >= {"aten::mm"}
+    assert (rep["bound"].astype(str) != "other").all()
+    # each replayed GEMM has its captured op's FLOPs, per replay: 2 * 1 * 64 * 4096
+    assert sorted(set(rep.loc[rep["kclass"] == "gemm", "flops"])) == [2 * 64 * 4096]
+    assert "graph replays: 6 of 6 launches matched to their ops (6 by trace capture)" in buf.getvalue()

@@ -25,6 +25,7 @@ def _analyze(tmp_path: Path, name: str) -> dict[str, Any]:
     with contextlib.redirect_stdout(buf):
         assert main(["analyze", str(trace), "--out", str(out)]) == 0
     return {"kb": pd.read_parquet(out / "tables" / "kernel_bound.parquet"),
+            "steps": pd.read_parquet(out / "tables" / "steps.parquet"),
             "manifest": json.loads((out / "run.json").read_text()), "text": buf.getvalue()}
 
 
@@ -45,6 +46,8 @@ def test_manual_graph_captured_in_the_trace(tmp_path: Path) -> None:
     assert cap["activities_replayed"] == cap["activities_matched"] == 12 * 225
     assert cap["unmatched_ns"] == 0
     assert "graph replays: 12 of 12 launches matched to their ops (12 by trace capture)" in r["text"]
+    # one decode step per replay: the captured forward pass (its ops ran, its kernels did not) is none
+    assert list(r["steps"]["source"]) == ["cuda_graph"] * truth["replays"]
     # before: 37.8% of decode kernel time was other (the replays kept the graph launch as their op)
     assert _other_share(r["kb"], "decode") < 0.05
     # every replayed kernel has its captured op; the GEMMs are modelled from their aten::mm / aten::bmm shapes

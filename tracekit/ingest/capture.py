@@ -625,17 +625,31 @@ def merge(tables: dict[str, pa.Table], captures: list[CaptureFile]) -> tuple[dic
         # went unmatched, or where no file matched at all (captures of another run or model).
         report.warnings.append(f"{len(unused)} of {len(captures)} capture traces matched no replay "
                                f"(e.g. {unused[0]}): captures of another run or model?")
-    if not report.activities_matched:
-        return tables, report
     out = dict(tables)
+    if own:
+        # The ops inside the trace's own capture windows launched nothing that ran then: captured, like
+        # a capture trace's (step detection and host timing leave them out).
+        out["cpu_ops"] = _marked_captured(tables["cpu_ops"], np.concatenate([gr.ops for gr in own]))
+    if not report.activities_matched:
+        return out, report
     out["gpu_activity"] = gpu.set_column(gpu.schema.get_field_index("op_id"), "op_id",
                                          A.from_numpy(op_id, op_id >= 0))
     made = [_captured_ops(cf, [gr for gr in cf.graphs if gr.used], tables["cpu_ops"]) for cf in captures]
     added = [a for a in made if a is not None and a.num_rows]
     report.ops_added = sum(a.num_rows for a in added)
     if added:
-        out["cpu_ops"] = pa.concat_tables([_schema.conform("cpu_ops", tables["cpu_ops"]), *added])
+        out["cpu_ops"] = pa.concat_tables([_schema.conform("cpu_ops", out["cpu_ops"]), *added])
     return out, report
+
+
+def _marked_captured(cpu: pa.Table, rows: np.ndarray) -> pa.Table:
+    """cpu_ops with ``captured`` true on ``rows`` (the others as they were)."""
+    t = _schema.conform("cpu_ops", cpu)
+    col = t["captured"]
+    flag = np.zeros(t.num_rows, dtype=bool) if col.null_count == t.num_rows else A.to_numpy(col, 0).astype(bool)
+    flag[rows] = True
+    i = t.schema.get_field_index("captured")
+    return t.set_column(i, "captured", A.from_numpy(flag))
 
 
 def _ms(ns: int) -> str:

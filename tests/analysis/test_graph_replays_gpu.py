@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 from helpers import FIXTURES
 
 from tracekit.cli import main
@@ -37,6 +38,7 @@ def _other_share(kb: pd.DataFrame, phase: str) -> float:
     return float(k.loc[k["bound"].astype(str) == "other", "dur_ns"].sum() / k["dur_ns"].sum())
 
 
+@pytest.mark.slow
 def test_manual_graph_captured_in_the_trace(tmp_path: Path) -> None:
     # torch.cuda.graph around one decode forward of a 4-layer Llama (warm-up outside the trace), then
     # 12 replays: 225 activities each, launched in the capture window by 225 launch calls
@@ -69,6 +71,7 @@ def _strip_captures(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_reduce_overhead_graphs_recorded_in_the_trace(tmp_path: Path) -> None:
     # Transformers' static-cache auto-compile (cudagraph trees): the first generate warms up (eager), then
     # captures twice: an empty graph (no launch in the window: no graph), then the decode graph (78
@@ -93,6 +96,7 @@ def test_reduce_overhead_graphs_recorded_in_the_trace(tmp_path: Path) -> None:
     assert rep[0]["bytes"].sum() == rep[1]["bytes"].sum() > 0
 
 
+@pytest.mark.slow
 def test_replays_without_their_capture_are_reported(tmp_path: Path) -> None:
     # d_compiled: tracekit's record --compile trace without its capture_traces/: nothing in the trace
     # holds the decode graph (its eager prefill runs the same Triton kernels on other grids)

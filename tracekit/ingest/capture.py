@@ -2,29 +2,33 @@
 
 A replayed graph's kernels carry the correlation of one ``cudaGraphLaunch`` / ``hipGraphLaunch`` and
 no CPU op of their own: the ops (and their shapes) ran once, when the graph was captured. A capture
-trace is a profile of that moment: inside each ``*StreamBeginCapture`` ... ``*StreamEndCapture``
-window, the runtime launch calls (kernels, memcpys, memsets) in the graph's order, each under the op
-that made it. Captured graph and replay are matched by key, then by position:
+is a ``*StreamBeginCapture`` ... ``*StreamEndCapture`` window: the runtime launch calls (kernels,
+memcpys, memsets) in the graph's order, each under the op that made it, and no kernel run. Captured
+graphs come from capture traces beside the trace and from the trace's own windows; a replay no
+captured graph fits is matched to the same kernels run eagerly in the trace
+(tracekit.ingest.replay_match). Captured graph and replay are matched by key, then by position:
 
 - key: the engine step around the replay (tracekit.model.stepnames) gives the size the engine padded
   to (vLLM: scheduled tokens, rounded up to the smallest captured ``capture_<N>_<MODE>``; SGLang: the
   batch, up to the smallest ``bs_<N>`` file), its mode (vLLM: FULL with one launch in the step, else
   PIECEWISE) and the launch's ordinal in the step (the k-th piece); TraceLens's execution_details.json
   (``[{"file", "batch_size", "mode"}]``) keys the files it lists. No key (tracekit's own
-  ``record --compile``): every captured graph is a candidate.
+  ``record --compile``, a user's script): every captured graph is a candidate.
 - position: the i-th replayed activity is the i-th captured launch (a capture holding more launches
   than the replay, e.g. an SGLang file without capture markers, is aligned at the offset where the
   most agree). Activities are checked where they can be: memcpy/memset against the captured call's
-  kind, Inductor's Triton kernels against the name of the op that launched them. A candidate wins
-  with no disagreement, or >= 90% agreement, and only if no other candidate fits as well (an
-  ambiguity matches nothing: shapes are never guessed).
+  kind, Inductor's Triton kernels against the name of the op that launched them, and any kernel
+  against the kernels an op of the same name and shapes launched where it ran eagerly (a softer
+  check: most of them must agree). A candidate wins with no disagreement, or >= 90% agreement, and
+  only if no other candidate fits as well (an ambiguity matches nothing: shapes are never guessed).
 
-Each matched activity's ``op_id`` becomes the captured op's, and the captured ops (those inside
+Each matched activity's ``op_id`` becomes the captured op's. A capture trace's ops (those inside
 matched windows, with their ancestors) join the run's cpu_ops with ``captured`` true (their times are
-the capture trace's: passes that read host timing skip them). What cannot be matched is named in the
-report's warnings; the replay keeps its launch's op. Captures are found beside a trace by
-``find_captures``: a ``capture_traces/`` or ``graph_capture_profile/`` folder (vLLM, SGLang, and
-tracekit's own recordings), or vLLM's ``graph_capture_rank_*`` files next to it.
+the capture trace's: passes that read host timing skip them); the ops inside the trace's own windows
+are marked ``captured`` where they are. What cannot be matched is named in the report's warnings with
+the replayed time it leaves without shapes; the replay keeps its launch's op. Capture traces are
+found beside a trace by ``find_captures``: a ``capture_traces/`` or ``graph_capture_profile/`` folder
+(vLLM, SGLang, and tracekit's own recordings), or vLLM's ``graph_capture_rank_*`` files next to it.
 """
 
 from __future__ import annotations

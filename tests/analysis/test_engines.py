@@ -215,7 +215,12 @@ def test_bad_inputs_warn_and_invent_nothing(tmp_path: Path) -> None:
 def test_graphs_without_captures_are_reported(tmp_path: Path) -> None:
     trace = vllm_trace(tmp_path / "w.pt.trace.json.gz", [("execute_context_0(0)_generation_8(8)", 8, 0)], hip=False)
     t = analyze(trace)
-    assert any("1 graph launches replay" in x and "no capture traces" in x for x in t["manifest"]["warnings"])
+    w = t["manifest"]["warnings"]
+    assert any("1 graph launches matched no captured graph: no capture of it in the trace or beside it" in x
+               for x in w)
+    assert any("replayed from graphs without its ops' shapes" in x and "--capture" in x for x in w)
+    cap = t["manifest"]["ingest"]["captures"][0]
+    assert cap["unmatched_ns"] == cap["replayed_ns"] > 0
     # no ceiling asked for, none lost: the H100 is identified; the eager logits GEMM still has FLOPs
     kb = t["kernel_bound"]
     assert kb.loc[kb["op_name"] == "aten::mm", "flops"].gt(0).any()

@@ -72,11 +72,19 @@ def _tables(trace: Path) -> dict:
     return read_file(trace).tables
 
 
+def _without_kernels(path: Path) -> Path:
+    """The capture file without the kernels its warm-up ran: only its capture windows are left."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
 def test_equal_captures_without_a_key_match_nothing(tmp_path: Path) -> None:
     # two captures of the same ops and no engine step to tell which one a replay is: a shape would be
     # a guess, so none is taken
-    a = vllm_capture_file(tmp_path / "c", 8, "FULL", hip=True)
-    b = vllm_capture_file(tmp_path / "c", 16, "FULL", hip=True)
+    a = _without_kernels(vllm_capture_file(tmp_path / "c", 8, "FULL", hip=True))
+    b = _without_kernels(vllm_capture_file(tmp_path / "c", 16, "FULL", hip=True))
     k = Kineto(hip=True)
     k.replay(forward_ops(8, True), 100.0, 100.0, None)
     trace = k.write(tmp_path / "t.json")
@@ -89,6 +97,20 @@ def test_equal_captures_without_a_key_match_nothing(tmp_path: Path) -> None:
     files, _ = capture.read_captures([a], 1)
     _, rep = capture.merge(_tables(trace), files)
     assert rep.graph_launches_matched == 1
+
+
+def test_kernels_run_in_a_captures_warm_up_tell_equal_captures_apart(tmp_path: Path) -> None:
+    # the same two captures with their warm-up kernels: aten::mm of [8, 1024] launched MT8x... GEMMs
+    # there, of [16, 1024] MT16x...; the replay's GEMMs are MT8x..., so the size-8 capture is the one
+    a = vllm_capture_file(tmp_path / "c", 8, "FULL", hip=True)
+    b = vllm_capture_file(tmp_path / "c", 16, "FULL", hip=True)
+    k = Kineto(hip=True)
+    k.replay(forward_ops(8, True), 100.0, 100.0, None)
+    files, _ = capture.read_captures([a, b], 1)
+    tables, rep = capture.merge(_tables(k.write(tmp_path / "t.json")), files)
+    assert (rep.graph_launches_matched, files[0].graphs[0].used, files[1].graphs[0].used) == (1, 1, 0)
+    assert rep.matched_by == {"capture trace": 1, "trace capture": 0, "eager run": 0}
+    assert rep.activities_matched == rep.activities_replayed == tables["gpu_activity"].num_rows
 
 
 def test_a_replay_longer_than_every_capture_is_not_matched(tmp_path: Path) -> None:

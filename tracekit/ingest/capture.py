@@ -2,29 +2,33 @@
 
 A replayed graph's kernels carry the correlation of one ``cudaGraphLaunch`` / ``hipGraphLaunch`` and
 no CPU op of their own: the ops (and their shapes) ran once, when the graph was captured. A capture
-trace is a profile of that moment: inside each ``*StreamBeginCapture`` ... ``*StreamEndCapture``
-window, the runtime launch calls (kernels, memcpys, memsets) in the graph's order, each under the op
-that made it. Captured graph and replay are matched by key, then by position:
+is a ``*StreamBeginCapture`` ... ``*StreamEndCapture`` window: the runtime launch calls (kernels,
+memcpys, memsets) in the graph's order, each under the op that made it, and no kernel run. Captured
+graphs come from capture traces beside the trace and from the trace's own windows; a replay no
+captured graph fits is matched to the same kernels run eagerly in the trace
+(tracekit.ingest.replay_match). Captured graph and replay are matched by key, then by position:
 
 - key: the engine step around the replay (tracekit.model.stepnames) gives the size the engine padded
   to (vLLM: scheduled tokens, rounded up to the smallest captured ``capture_<N>_<MODE>``; SGLang: the
   batch, up to the smallest ``bs_<N>`` file), its mode (vLLM: FULL with one launch in the step, else
   PIECEWISE) and the launch's ordinal in the step (the k-th piece); TraceLens's execution_details.json
   (``[{"file", "batch_size", "mode"}]``) keys the files it lists. No key (tracekit's own
-  ``record --compile``): every captured graph is a candidate.
+  ``record --compile``, a user's script): every captured graph is a candidate.
 - position: the i-th replayed activity is the i-th captured launch (a capture holding more launches
   than the replay, e.g. an SGLang file without capture markers, is aligned at the offset where the
   most agree). Activities are checked where they can be: memcpy/memset against the captured call's
-  kind, Inductor's Triton kernels against the name of the op that launched them. A candidate wins
-  with no disagreement, or >= 90% agreement, and only if no other candidate fits as well (an
-  ambiguity matches nothing: shapes are never guessed).
+  kind, Inductor's Triton kernels against the name of the op that launched them, and any kernel
+  against the kernels an op of the same name and shapes launched where it ran eagerly (a softer
+  check: most of them must agree). A candidate wins with no disagreement, or >= 90% agreement, and
+  only if no other candidate fits as well (an ambiguity matches nothing: shapes are never guessed).
 
-Each matched activity's ``op_id`` becomes the captured op's, and the captured ops (those inside
+Each matched activity's ``op_id`` becomes the captured op's. A capture trace's ops (those inside
 matched windows, with their ancestors) join the run's cpu_ops with ``captured`` true (their times are
-the capture trace's: passes that read host timing skip them). What cannot be matched is named in the
-report's warnings; the replay keeps its launch's op. Captures are found beside a trace by
-``find_captures``: a ``capture_traces/`` or ``graph_capture_profile/`` folder (vLLM, SGLang, and
-tracekit's own recordings), or vLLM's ``graph_capture_rank_*`` files next to it.
+the capture trace's: passes that read host timing skip them); the ops inside the trace's own windows
+are marked ``captured`` where they are. What cannot be matched is named in the report's warnings with
+the replayed time it leaves without shapes; the replay keeps its launch's op. Capture traces are
+found beside a trace by ``find_captures``: a ``capture_traces/`` or ``graph_capture_profile/`` folder
+(vLLM, SGLang, and tracekit's own recordings), or vLLM's ``graph_capture_rank_*`` files next to it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import json
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit.ingest import arrays as A
+from tracekit.ingest import replay_match as RM
 from tracekit.ingest.reader import read_file
 from tracekit.ingest.result import FileResult
 from tracekit.model import schema as _schema
@@ -59,6 +64,7 @@ GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 BEGIN_CAPTURE = re.compile(r"StreamBeginCapture", re.IGNORECASE)
 END_CAPTURE = re.compile(r"StreamEndCapture", re.IGNORECASE)
 LAUNCH = re.compile(r"^(cuda|hip|cu)\w*(LaunchKernel|LaunchCooperativeKernel|Memcpy|Memset)", re.IGNORECASE)
+MATCHED_BY = ("capture trace", "trace capture", "eager run")
 AGREEMENT = 0.9  # share of checkable positions that must agree
 MAX_OFFSET = 4096  # offsets tried when a capture holds more launches than the replay
 
@@ -71,6 +77,8 @@ class Launch:
     op_id: int | None
     op_name: str | None
     op_dims: str | None = None  # the op's input_dims: two graphs with the same ops and shapes are one
+    # the kernels an op of this name and shapes launched where it ran eagerly (empty: not seen run)
+    kernels: frozenset[str] = frozenset()
 
     def shape(self) -> tuple[str, str | None, str | None]:
         return self.kind, self.op_name, self.op_dims
@@ -108,13 +116,22 @@ class CaptureReport:
     activities_replayed: int = 0
     activities_matched: int = 0
     ops_added: int = 0
+    graphs_in_trace: int = 0  # graphs captured inside the trace itself
+    # replays matched, by what: "capture trace" (beside the trace), "trace capture" (in it), "eager run"
+    matched_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MATCHED_BY, 0))
+    kernel_ns: int = 0  # every GPU activity's time
+    replayed_ns: int = 0  # replayed activities' time
+    unmatched_ns: int = 0  # replayed activities' time left without a captured op
+    unmatched: dict[str, int] = field(default_factory=dict)  # why -> graph launches
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"files": self.files, "graphs": self.graphs, "graph_launches": self.graph_launches,
-                "graph_launches_matched": self.graph_launches_matched,
+        return {"files": self.files, "graphs": self.graphs, "graphs_in_trace": self.graphs_in_trace,
+                "graph_launches": self.graph_launches, "graph_launches_matched": self.graph_launches_matched,
+                "matched_by": self.matched_by,
                 "activities_replayed": self.activities_replayed, "activities_matched": self.activities_matched,
-                "ops_added": self.ops_added}
+                "ops_added": self.ops_added, "kernel_ns": self.kernel_ns, "replayed_ns": self.replayed_ns,
+                "unmatched_ns": self.unmatched_ns, "unmatched": self.unmatched}
 
 
 # --- finding and reading capture traces -------------------------------------------------------
@@ -234,7 +251,14 @@ def _launch_ops(rt: dict[str, np.ndarray], sel: np.ndarray, cpu: dict[str, np.nd
 
 
 def _graphs(cf: CaptureFile, detail: tuple[int | None, str | None] | None) -> list[CapturedGraph]:
-    tables = cf.result.tables
+    return graphs_in(cf.result.tables, cf.path, detail, whole_file=True)
+
+
+def graphs_in(tables: dict[str, pa.Table], path: str, detail: tuple[int | None, str | None] | None = None,
+              whole_file: bool = False) -> list[CapturedGraph]:
+    """The graphs captured in a trace's tables: one per StreamBeginCapture ... StreamEndCapture window
+    on one thread, its launches in order. ``whole_file``: without capture markers, every launch of the
+    trace is one graph (a capture file that holds nothing else); ``detail``: (size, mode) of the file."""
     rt_t, cpu_t, ann_t = tables["runtime"], tables["cpu_ops"], tables["annotations"]
     if rt_t.num_rows == 0:
         return []
@@ -255,12 +279,14 @@ def _graphs(cf: CaptureFile, detail: tuple[int | None, str | None] | None) -> li
             continue
         used_ends.add(e)
         windows.append((int(rt["ts_ns"][b] + max(rt["dur_ns"][b], 0)), int(rt["ts_ns"][e]), int(key[0]), int(key[1])))
+    if not windows and not whole_file:
+        return []
     if not windows:
         # No capture markers (SGLang's per-batch files): the file's launches, in order, are one graph
         # whose launches the replay is aligned into.
         windows = [(int(rt["ts_ns"].min()), int((rt["ts_ns"] + np.maximum(rt["dur_ns"], 0)).max()), -1, -1)]
     labels = _capture_labels(ann_t)
-    name = Path(cf.path).name
+    name = Path(path).name
     bs = SGLANG_BS.match(name)
     graphs: list[CapturedGraph] = []
     pieces: dict[Any, int] = {}
@@ -295,8 +321,43 @@ def _graphs(cf: CaptureFile, detail: tuple[int | None, str | None] | None) -> li
         group = (size, mode, prefix, id(label) if label is not None else None)
         piece = pieces.get(group, 0)
         pieces[group] = piece + 1
-        graphs.append(CapturedGraph(cf.path, w, size, size_kind, mode, prefix, piece, launches, ops))
+        graphs.append(CapturedGraph(path, w, size, size_kind, mode, prefix, piece, launches, ops))
     return graphs
+
+
+def op_kernels(tables: dict[str, pa.Table], skip: np.ndarray | None = None) -> dict[tuple[str, str | None], frozenset[str]]:
+    """(op name, input_dims) -> the names of the kernels ops of that name and shapes launched in these
+    tables (activities where ``skip`` is true left out: replays, whose op is the graph launch's)."""
+    gpu, cpu = tables["gpu_activity"], tables["cpu_ops"]
+    if gpu.num_rows == 0 or cpu.num_rows == 0:
+        return {}
+    g = _frame(gpu, ("op_id", "name", "kind"))
+    keep = (g["op_id"] >= 0) & (g["kind"] == "kernel")
+    if skip is not None:
+        keep &= ~skip
+    if not keep.any():
+        return {}
+    c = _frame(cpu, ("op_id", "name", "input_dims"))
+    order = np.argsort(c["op_id"], kind="stable")
+    ids = c["op_id"][order]
+    ops = g["op_id"][keep]
+    at = np.clip(np.searchsorted(ids, ops), 0, max(len(ids) - 1, 0))
+    found = ids[at] == ops
+    rows = order[at[found]]
+    out: dict[tuple[str, str | None], set[str]] = {}
+    for r, n in {(int(r), str(n)) for r, n in zip(rows, g["name"][keep][found], strict=True)}:
+        if c["name"][r]:
+            out.setdefault((str(c["name"][r]), c["input_dims"][r]), set()).add(n)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _with_kernels(graphs: list[CapturedGraph], known: dict[tuple[str, str | None], frozenset[str]]) -> None:
+    """Each launch learns the kernels its op (by name and shapes) launched where it ran eagerly."""
+    if not known:
+        return
+    for g in graphs:
+        g.launches = [replace(la, kernels=known.get((la.op_name, la.op_dims), la.kernels))
+                      if la.op_name is not None else la for la in g.launches]
 
 
 def _capture_labels(ann: pa.Table) -> list[tuple[int, int, Any]]:
@@ -369,8 +430,11 @@ def _step_keys(tables: dict[str, pa.Table], launch_ts: np.ndarray) -> list[_Key 
     return keys
 
 
-def _agreement(cap: list[Launch], names: list[str], kinds: list[str], offset: int) -> tuple[int, int]:
-    agree = disagree = 0
+def _agreement(cap: list[Launch], names: list[str], kinds: list[str], offset: int) -> tuple[int, int, int, int]:
+    """(agree, disagree, named agree, named miss) of a replay aligned at ``offset``. Kinds and Triton names
+    (the op is the kernel's launcher) are checks; the kernels an op launched eagerly elsewhere are a
+    softer one ("named"): the same op may pick another kernel when captured."""
+    agree = disagree = named = missed = 0
     for i, (n, k) in enumerate(zip(names, kinds, strict=True)):
         c = cap[offset + i]
         if c.kind != k:
@@ -380,9 +444,14 @@ def _agreement(cap: list[Launch], names: list[str], kinds: list[str], offset: in
                 agree += 1
             else:
                 disagree += 1
+        elif k == "kernel" and c.kernels:
+            if n in c.kernels:
+                named += 1
+            else:
+                missed += 1
         elif k != "kernel":
             agree += 1
-    return agree, disagree
+    return agree, disagree, named, missed
 
 
 def _fit(g: CapturedGraph, names: list[str], kinds: list[str]) -> tuple[float, int, int] | None:
@@ -392,12 +461,14 @@ def _fit(g: CapturedGraph, names: list[str], kinds: list[str]) -> tuple[float, i
         return None
     best: tuple[float, int, int] | None = None
     for off in range(0, min(m - n, MAX_OFFSET) + 1):
-        a, d = _agreement(g.launches, names, kinds, off)
+        a, d, na, nm = _agreement(g.launches, names, kinds, off)
         if d and a / (a + d) < AGREEMENT:
             continue
-        score = (a - d) / max(n, 1) - (0.001 * off if m > n else 0.0)
+        if nm > na:  # most of the kernels its ops launched elsewhere are not the replay's: another graph
+            continue
+        score = (a + na - d - nm) / max(n, 1) - (0.001 * off if m > n else 0.0)
         if best is None or score > best[0]:
-            best = (score, off, a + d)
+            best = (score, off, a + d + na + nm)
     return best
 
 
@@ -450,8 +521,10 @@ def _match(graphs: list[CapturedGraph], key: _Key | None, names: list[str], kind
 def merge(tables: dict[str, pa.Table], captures: list[CaptureFile]) -> tuple[dict[str, pa.Table], CaptureReport]:
     """The trace's tables with replayed activities linked to captured ops, and the captured ops added.
 
-    Pure on its inputs (new tables are returned). Without graph launches, or without captures, the
-    tables come back unchanged and the report says what could not be matched.
+    Each replay is matched, in this order, to a graph captured in the capture traces or in the trace
+    itself (its launches' ops), else to the same kernels run eagerly in the trace
+    (tracekit.ingest.replay_match). Pure on its inputs (new tables are returned). Without graph
+    launches the tables come back unchanged; the report says what could not be matched.
     """
     report = CaptureReport(files=[c.path for c in captures])
     graphs = [g for c in captures for g in c.graphs]
@@ -465,7 +538,7 @@ def merge(tables: dict[str, pa.Table], captures: list[CaptureFile]) -> tuple[dic
     r = _frame(rt, ("ts_ns", "correlation"))
     gl_corr = r["correlation"][is_gl]
     gl_ts = r["ts_ns"][is_gl]
-    g = _frame(gpu, ("ts_ns", "correlation", "name", "kind"))
+    g = _frame(gpu, ("ts_ns", "dur_ns", "correlation", "name", "kind"))
     corr = g["correlation"]
     replayed = np.isin(corr, gl_corr[gl_corr >= 0]) & (corr >= 0)
     order = np.argsort(gl_ts, kind="stable")
@@ -483,40 +556,73 @@ def merge(tables: dict[str, pa.Table], captures: list[CaptureFile]) -> tuple[dic
     gl_corr, gl_ts = gl_corr[keep], gl_ts[keep]
     report.graph_launches = len(gl_corr)
     report.activities_replayed = int(replayed.sum())
+    dur = np.maximum(g["dur_ns"], 0)
+    report.kernel_ns = int(dur.sum())
+    report.replayed_ns = int(dur[replayed].sum())
     if not len(gl_corr):
         return tables, report
-    if not graphs:
-        report.warnings.append(
-            f"{len(gl_corr)} graph launches replay {report.activities_replayed} GPU activities with no "
-            "shapes: no capture traces (pass --capture FILE..., or put them in a capture_traces/ folder "
-            "beside the trace); they keep the launch's op")
-        return tables, report
-    keys = _step_keys(tables, gl_ts)
+    own = graphs_in(tables, "(the trace)")  # graphs captured inside the trace itself
+    report.graphs_in_trace = len(own)
+    known = op_kernels(tables, replayed)
+    for cf in captures:
+        _with_kernels(cf.graphs, {**op_kernels(cf.result.tables), **known})
+    _with_kernels(own, known)
+    templates = graphs + own
+    tokens = RM.activity_tokens(gpu)
     op_id = A.to_numpy(gpu["op_id"], -1).astype(np.int64)
+    runs: RM.EagerRuns | None = None
+    keys = _step_keys(tables, gl_ts)
     memo: dict[tuple[Any, ...], tuple[CapturedGraph | None, int, str]] = {}
+    eager_memo: dict[bytes, RM.EagerMatch | str] = {}
     failures: dict[str, int] = {}
     example: dict[str, str] = {}
-    for c, key in zip(gl_corr, keys, strict=True):
+    matched = np.zeros(len(op_id), dtype=bool)
+    for c, key, ts in zip(gl_corr, keys, gl_ts, strict=True):
         rows = rows_of[int(c)]
         names = [str(n) for n in g["name"][rows]]
         kinds = [str(k) for k in g["kind"][rows]]
         sig = (key, tuple(names), tuple(kinds))
         if sig not in memo:
-            memo[sig] = _match(graphs, key, names, kinds)
+            memo[sig] = _match(templates, key, names, kinds) if templates else (None, 0, "")
         hit, off, why = memo[sig]
-        if hit is None:
-            failures[why] = failures.get(why, 0) + 1
-            example.setdefault(why, f"{len(rows)} activities, first {names[0][:60]!r}")
+        if hit is not None:
+            hit.used += 1
+            report.graph_launches_matched += 1
+            report.matched_by["trace capture" if any(hit is o for o in own) else "capture trace"] += 1
+            for i, row in enumerate(rows):
+                launch = hit.launches[off + i]
+                if launch.op_id is not None:
+                    op_id[row] = launch.op_id
+                    matched[row] = True
+                    report.activities_matched += 1
             continue
-        hit.used += 1
-        report.graph_launches_matched += 1
-        for i, row in enumerate(rows):
-            launch = hit.launches[off + i]
-            if launch.op_id is not None:
-                op_id[row] = launch.op_id
-                report.activities_matched += 1
+        tok = tokens[rows]
+        if tok.tobytes() not in eager_memo:
+            if runs is None:
+                runs = RM.EagerRuns.of(tokens, op_id, g["ts_ns"], corr, replayed)
+            eager_memo[tok.tobytes()] = RM.match(runs, tok, int(ts))
+        em = eager_memo[tok.tobytes()]
+        if isinstance(em, RM.EagerMatch):
+            report.graph_launches_matched += 1
+            report.matched_by["eager run"] += 1
+            got = em.op_id >= 0
+            op_id[rows[got]] = em.op_id[got]
+            matched[rows[got]] = True
+            report.activities_matched += int(got.sum())
+            continue
+        why = (f"captured graphs: {why}; " if why else "no capture of it in the trace or beside it; ") + em
+        failures[why] = failures.get(why, 0) + 1
+        example.setdefault(why, f"{len(rows)} activities, first {names[0][:60]!r}")
+    report.unmatched_ns = int(dur[replayed & ~matched].sum())
     for why, n in failures.items():
+        report.unmatched[why] = n
         report.warnings.append(f"{n} graph launches matched no captured graph: {why} (e.g. {example[why]})")
+    if failures:
+        report.warnings.append(
+            f"{_ms(report.unmatched_ns)} of kernel time ({_pct(report.unmatched_ns, report.kernel_ns)} of all "
+            "GPU activity time) replayed from graphs without its ops' shapes: no model for it"
+            + ("" if captures else " (pass --capture FILE..., or put capture traces in a capture_traces/ "
+               "folder beside the trace)"))
     unused = [Path(cf.path).name for cf in captures if cf.graphs and not any(gr.used for gr in cf.graphs)]
     if unused and (failures or len(unused) == len(captures)):
         # An engine captures every size it may replay: an unused file is a warning only where replays
@@ -524,14 +630,38 @@ def merge(tables: dict[str, pa.Table], captures: list[CaptureFile]) -> tuple[dic
         report.warnings.append(f"{len(unused)} of {len(captures)} capture traces matched no replay "
                                f"(e.g. {unused[0]}): captures of another run or model?")
     out = dict(tables)
+    if own:
+        # The ops inside the trace's own capture windows launched nothing that ran then: captured, like
+        # a capture trace's (step detection and host timing leave them out).
+        out["cpu_ops"] = _marked_captured(tables["cpu_ops"], np.concatenate([gr.ops for gr in own]))
+    if not report.activities_matched:
+        return out, report
     out["gpu_activity"] = gpu.set_column(gpu.schema.get_field_index("op_id"), "op_id",
                                          A.from_numpy(op_id, op_id >= 0))
     made = [_captured_ops(cf, [gr for gr in cf.graphs if gr.used], tables["cpu_ops"]) for cf in captures]
     added = [a for a in made if a is not None and a.num_rows]
     report.ops_added = sum(a.num_rows for a in added)
     if added:
-        out["cpu_ops"] = pa.concat_tables([_schema.conform("cpu_ops", tables["cpu_ops"]), *added])
+        out["cpu_ops"] = pa.concat_tables([_schema.conform("cpu_ops", out["cpu_ops"]), *added])
     return out, report
+
+
+def _marked_captured(cpu: pa.Table, rows: np.ndarray) -> pa.Table:
+    """cpu_ops with ``captured`` true on ``rows`` (the others as they were)."""
+    t = _schema.conform("cpu_ops", cpu)
+    col = t["captured"]
+    flag = np.zeros(t.num_rows, dtype=bool) if col.null_count == t.num_rows else A.to_numpy(col, 0).astype(bool)
+    flag[rows] = True
+    i = t.schema.get_field_index("captured")
+    return t.set_column(i, "captured", A.from_numpy(flag))
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
 
 def _captured_ops(cf: CaptureFile, used: list[CapturedGraph], main_cpu: pa.Table) -> pa.Table | None:

@@ -136,18 +136,15 @@ def capture_paths(files: Sequence[Path], given: Sequence[str | Path] | None) -> 
 
 
 def merge_captures(results: Sequence[FileResult], caps: Sequence[Path], first_file_index: int) -> list[dict[str, Any]]:
-    """Merge the capture traces into each result's tables (in place); one report per result."""
+    """Merge graph captures into each result's tables (in place): the capture traces given, and those
+    inside the trace itself (tracekit.ingest.capture.merge); one report per result that replays graphs."""
     reports: list[dict[str, Any]] = []
-    if not caps:
-        for r in results:
-            _, rep = _capture.merge(r.tables, [])
-            if rep.warnings:
-                reports.append({"rank": r.rank, **rep.as_dict(), "warnings": rep.warnings})
-        return reports
     for j, r in enumerate(results):
         # Each rank gets its own copy of the captured ops, under op ids of its own.
-        files, warnings = _capture.read_captures(list(caps), first_file_index + j * len(caps))
+        files, warnings = _capture.read_captures(list(caps), first_file_index + j * len(caps)) if caps else ([], [])
         r.tables, rep = _capture.merge(r.tables, files)
+        if not (caps or rep.graph_launches or rep.warnings):
+            continue
         # Replayed activities that got their captured op are no longer without a launching op.
         key = "GPU activity without a launching CPU op"
         left = r.tables["gpu_activity"]["op_id"].null_count

@@ -69,8 +69,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # (a 0 stride, e.g. '[[1,0],[2048,1]]'); null elsewhere, where the dims are dense
         ("input_strides", pa.string()),
         ("parent_id", _i64),  # op_id of the enclosing op on the same thread
-        # True: an op of a graph-capture trace (it ran when the CUDA/HIP graph was captured, on that
-        # trace's clock); it lends its shapes to the kernels the graph replays (tracekit.ingest.capture)
+        # True: an op that ran while a CUDA/HIP graph was captured (in a graph-capture trace, on that
+        # trace's clock, or inside the trace's own capture window): nothing it launched ran then; it
+        # lends its shapes to the kernels the graph replays (tracekit.ingest.capture)
         ("captured", pa.bool_()),
         doc="CPU-side aten and user ops",
     ),

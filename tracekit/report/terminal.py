@@ -90,6 +90,9 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     ks = result["kernel_steps"]
     if len(ks):
         lines.append(f"GPU activities: {len(ks)}, outside every step: {int(ks['step_id'].isna().sum())}")
+    replays = replay_line((result.get("manifest") or {}).get("ingest") or {})
+    if replays:
+        lines.append(replays)
     verdict = result.get("check")
     if verdict is not None:
         lines.append(f"check: {verdict.headline} (`tracekit check` gives each finding and its fix)")
@@ -98,6 +101,33 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     return [visible(line) for line in lines]
 
 
+
+
+def replay_line(ingest: Mapping[str, Any]) -> str | None:
+    """"graph replays: ..." from run.json ``ingest.captures``: launches matched, by what, and the replayed
+    kernel time left without its ops' shapes (no FLOP or byte model) and the commonest reason; None without replays."""
+    reps = [r for r in ingest.get("captures") or [] if isinstance(r, Mapping) and r.get("graph_launches")]
+    if not reps:
+        return None
+    total = sum(int(r.get("graph_launches") or 0) for r in reps)
+    got = sum(int(r.get("graph_launches_matched") or 0) for r in reps)
+    by: dict[str, int] = {}
+    why: dict[str, int] = {}
+    for r in reps:
+        for k, n in (r.get("matched_by") or {}).items():
+            by[str(k)] = by.get(str(k), 0) + int(n or 0)
+        for k, n in (r.get("unmatched") or {}).items():
+            why[str(k)] = why.get(str(k), 0) + int(n or 0)
+    how = ", ".join(f"{n} by {k}" for k, n in by.items() if n)
+    line = f"graph replays: {got} of {total} launches matched to their ops" + (f" ({how})" if how else "")
+    left = sum(int(r.get("unmatched_ns") or 0) for r in reps)
+    if got < total or left:
+        kernel = sum(int(r.get("kernel_ns") or 0) for r in reps)
+        share = f" ({100 * left / kernel:.0f}% of all GPU activity time)" if kernel else ""
+        line += f"; {_ms(left)} of replayed kernel time{share} left without op shapes (no FLOP or byte model)"
+        if why:
+            line += f": {max(why, key=lambda k: why[k])}"
+    return line
 
 
 def _bound_text(r: Mapping[Any, Any]) -> str:

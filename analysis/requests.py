@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import workload as _workload
 from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
 
@@ -36,7 +37,7 @@ REQUEST_COLUMNS = [
     "host_ttft_ns", "host_tpot_ns", "host_e2e_ns",
 ]
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+PROFILER_STEP = _workload.PROFILER_STEP
 # The profiler's own session annotation: it spans whatever ran under ``with profile()``
 # (the caller's timers, synchronisations, start-up), so it is never a request window.
 PROFILER_SESSION = re.compile(r"^PyTorch Profiler \(\d+\)$")
@@ -306,16 +307,24 @@ def _host_timings(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
 def build(
     steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
     manifest: dict[str, Any] | None = None, runtime: Any = None, other_events: Any = None,
+    workload: dict[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """(requests, steps with request_id, kernel_steps with request_id, warnings). Inputs untouched.
 
     ``runtime`` and ``other_events`` (optional) let a window skip the profiler's own
-    stall at its head (_after_profiler_stall)."""
+    stall at its head (_after_profiler_stall). ``workload`` (the steps pass's): an ``iterations``
+    trace has no requests; a ``diffusion`` one has its diffusion windows (_diffusion)."""
     steps = steps.copy()
     kernel_steps = kernel_steps.copy()
     warnings: list[str] = []
-    if steps.empty:
+    kind = (workload or {}).get("kind", "llm")
+    if steps.empty or kind == "iterations":
+        steps["request_id"] = pd.Series(pd.NA, index=steps.index, dtype="Int64")
+        if not kernel_steps.empty:
+            kernel_steps["request_id"] = pd.Series(pd.NA, index=kernel_steps.index, dtype="Int64")
         return pd.DataFrame(columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+    if kind == "diffusion":
+        return _diffusion(steps, kernel_steps, annotations, cpu_ops)
     cpu_ops = live_ops(as_df(cpu_ops))
     windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime), cpu_ops)
     windows = _after_profiler_stall(windows, cpu_ops, runtime, other_events)
@@ -378,6 +387,26 @@ def build(
     if n_out and windows:
         warnings.append(f"{n_out} steps fall outside every request window")
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+
+
+def _diffusion(steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any, cpu_ops: Any
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """Requests of a diffusion trace (tracekit.analysis.workload): e2e from each window's start to its
+    end or its last step's GPU end, whichever is later; no tokens, TTFT or TPOT (a denoising step emits
+    no token)."""
+    ann = annotation_rows(as_df(annotations), live_ops(as_df(cpu_ops)))
+    rid_of_step = pd.Series(pd.NA, index=steps.index, dtype="Int64")
+    rows = []
+    for r in _workload.diffusion_requests(steps, ann):
+        rid_of_step[steps["step_id"].isin(r["step_ids"]) & rid_of_step.isna()] = r["request_id"]
+        rows.append({**dict.fromkeys(REQUEST_COLUMNS), "request_id": r["request_id"], "name": r["name"],
+                     "batch": r["batch"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "e2e_ns": r["e2e_ns"],
+                     "source": r["source"]})
+    steps["request_id"] = rid_of_step
+    if not kernel_steps.empty:
+        m = steps.set_index("step_id")["request_id"]
+        kernel_steps["request_id"] = kernel_steps["step_id"].map(m).astype("Int64")
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, []
 
 
 def timing_requests(manifest: dict[str, Any] | None, which: str) -> list[dict[str, Any]]:

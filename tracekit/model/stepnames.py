@@ -313,9 +313,34 @@ def _mean(total: int | None, n: int | None) -> int | None:
     return max(1, round(total / n)) if total is not None and n else None
 
 
-def _digits_sum(text: str) -> int:
-    """'300' -> 300; '12_4' -> 16 (an underscore-joined variant of vLLM's token counts)."""
-    return sum(_int(p) for p in text.split("_") if p)
+def _phase_numbers(requests: int, text: str) -> PhaseStats:
+    """One phase of ``execute_context_C(...)_generation_G(...)``: ``(T)`` or the underscore-joined ``(T_S)``.
+
+    ``T`` is the phase's scheduled query tokens (vLLM compute_iteration_details: num_ctx_tokens /
+    num_generation_tokens). A second number is Σ query² of the phase (``888_788544``: one 888-token
+    prompt, 888² = 788,544), never more tokens: it is kept as ``sqsq`` where it is one, i.e. within
+    [T²/C, T²] (each of the C sequences has q ≥ 1: Cauchy-Schwarz below, one sequence above), and
+    dropped otherwise (``unread`` counts the numbers not taken). More numbers are not read either.
+    """
+    parts = [_int(p) for p in text.split("_") if p]
+    sq = parts[0] if parts else 0
+    sqsq = parts[1] if len(parts) > 1 else None
+    if sqsq is not None and not (requests and sq * sq <= sqsq * requests and sqsq <= sq * sq):
+        sqsq = None
+    return PhaseStats(requests, sq=sq, sqsq=sqsq)
+
+
+def unread_numbers(name: str) -> int:
+    """How many numbers of a ``vllm_context_generation`` annotation its parser does not take (0 for any other)."""
+    m = VLLM_CONTEXT_GENERATION.match(name)
+    if m is None:
+        return 0
+    n = 0
+    for req, text in ((m.group(2), m.group(3)), (m.group(4), m.group(5))):
+        parts = [p for p in text.split("_") if p]
+        taken = 1 + (_phase_numbers(int(req), text).sqsq is not None)
+        n += max(0, len(parts) - taken)
+    return n
 
 
 def _engine_step(engine: str, fmt: str, ctx: PhaseStats | None, gen: PhaseStats | None, tokens: int | None,
@@ -380,8 +405,9 @@ def parse_vllm_context_generation(name: str) -> EngineStep | None:
     if m is None:
         return None
     # A leading count ("execute_7_context_...") is taken as nothing: the token counts are explicit.
-    c, tc, g, tg = _int(m.group(2)), _digits_sum(m.group(3)), _int(m.group(4)), _digits_sum(m.group(5))
-    return _engine_step("vllm", "vllm_context_generation", PhaseStats(c, sq=tc), PhaseStats(g, sq=tg), tc + tg)
+    c, g = _int(m.group(2)), _int(m.group(4))
+    ctx, gen = _phase_numbers(c, m.group(3)), _phase_numbers(g, m.group(5))
+    return _engine_step("vllm", "vllm_context_generation", ctx, gen, (ctx.sq or 0) + (gen.sq or 0))
 
 
 def parse_vllm_detailed(name: str) -> EngineStep | None:
@@ -462,6 +488,26 @@ def looks_like_engine_step(name: str) -> bool:
     """An annotation shaped like an engine step ("execute_...", "step[...]") whether or not its format
     is known: an unknown one is reported, never taken for a request window."""
     return name.startswith("execute_") or name.lower().startswith("step[")
+
+
+# xDiT (xfuser) diffusion pipelines: one annotation per generated image batch, "execute_diffusion_{batch}_{H}x{W}"
+# (the corpus's Flux.1 trace: "execute_diffusion_1_256x256"); a request, not a step.
+DIFFUSION_REQUEST = re.compile(r"^execute_diffusion_(\d+)_(\d+)x(\d+)$")
+
+
+@dataclass(frozen=True)
+class DiffusionLabel:
+    batch: int
+    height: int
+    width: int
+
+
+def parse_diffusion_request(name: str) -> DiffusionLabel | None:
+    """xDiT's request annotation (``execute_diffusion_1_256x256``); None if not one."""
+    m = DIFFUSION_REQUEST.match(name)
+    if m is None or any(len(g) > 9 for g in m.groups()):
+        return None
+    return DiffusionLabel(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 @dataclass(frozen=True)

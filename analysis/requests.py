@@ -101,9 +101,15 @@ def _after_profiler_stall(windows: list[tuple[int, int, str, str, Any]], cpu_ops
     return out
 
 
-def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
-             runtime: Any = None) -> list[tuple[int, int, str, str, Any]]:
-    """(start, end, name, source, label) of each request."""
+def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any, runtime: Any = None,
+             warnings: list[str] | None = None) -> list[tuple[int, int, str, str, Any]]:
+    """(start, end, name, source, label) of each request; what was ambiguous is appended to ``warnings``.
+
+    A user annotation (or ProfilerStep window) is a request when it holds exactly one prefill and at least
+    one step; the innermost such wins. Ambiguous, and reported: two such ranges that overlap without one
+    holding the other (both kept), and a user range holding several prefills and no request range (a
+    loop over requests: each prefill starts a request)."""
+    notes = warnings if warnings is not None else []
     labels = request_labels(annotations, cpu_ops)
     if labels:
         return [(s, e, lab.name, "tracekit", lab) for s, e, lab in labels]
@@ -112,6 +118,7 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
     starts = steps["cpu_start_ns"].to_numpy(dtype=np.int64)
     step_names = {"tracekit.step", "execute_", "step["}
     cands = []
+    several: list[tuple[int, int, str, int]] = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
         if any(name.startswith(p) for p in step_names) or PROFILER_SESSION.match(name):
             continue
@@ -120,6 +127,19 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
         if n_pre == 1 and n_all >= 1:
             src = "profiler_step" if PROFILER_STEP.match(name) else "user_annotation"
             cands.append((int(ts), int(ts + dur), name, src, None))
+        elif n_pre > 1 and not PROFILER_STEP.match(name):
+            several.append((int(ts), int(ts + dur), name, n_pre))
+    crossing = [(a[2], b[2]) for i, a in enumerate(cands) for b in cands[i + 1:]
+                if a[0] < b[1] and b[0] < a[1] and not (a[0] <= b[0] and b[1] <= a[1])
+                and not (b[0] <= a[0] and a[1] <= b[1])]
+    if crossing:
+        notes.append(f"{len(crossing)} pairs of request ranges overlap without one holding the other (e.g. "
+                     f"{crossing[0][0]!r} and {crossing[0][1]!r}): both kept, a step between them counts in the first")
+    loops = [w for w in several if not any(w[0] <= c[0] and c[1] <= w[1] for c in cands)]
+    if loops:
+        notes.append(f"user range {loops[0][2]!r} holds {loops[0][3]} prefills and no range holding one: not taken "
+                     "as one request (each prefill starts one)" + (f"; {len(loops) - 1} more such ranges"
+                                                                  if len(loops) > 1 else ""))
     # Innermost wins: drop any candidate that contains another one.
     chosen = [c for c in cands if not any(o is not c and c[0] <= o[0] and o[1] <= c[1] and o[:2] != c[:2]
                                           for o in cands)]
@@ -326,7 +346,9 @@ def build(
     if kind == "diffusion":
         return _diffusion(steps, kernel_steps, annotations, cpu_ops)
     cpu_ops = live_ops(as_df(cpu_ops))
-    windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime), cpu_ops)
+    ambiguous: list[str] = []
+    windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime, ambiguous), cpu_ops)
+    warnings = ambiguous + warnings
     windows = _after_profiler_stall(windows, cpu_ops, runtime, other_events)
     host = _host_timings(manifest)
     has_tracekit_ids = (steps["source"] == "tracekit").all() and steps["request_id"].notna().all()

@@ -141,3 +141,30 @@ def test_loop_starts_needs_two_repeats() -> None:
 def test_nothing_known_is_other() -> None:
     w = workload.decide(pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat"]), pd.DataFrame(), None, False)
     assert w.kind == "other"
+
+
+def _emb(i: int, ts: int, q: int) -> dict[str, Any]:
+    return _op(i, ts, "aten::embedding", dims=[[32000, 64], [1, q]])
+
+
+def test_user_ranges_around_hand_written_requests() -> None:
+    # GIVEN record_function("request_i") around a prefill and 3 decodes each, all inside a range "bench"
+    ann = [_ann(0, 2000, "bench"), _ann(10, 900, "request_0"), _ann(1010, 900, "request_1")]
+    ops = []
+    for r, t0 in enumerate((10, 1010)):
+        ops += [_emb(4 * r, t0 + 10, 48), *[_emb(4 * r + k, t0 + 10 + 200 * k, 1) for k in (1, 2, 3)]]
+    d, req, st, warn = _run(ops, ann)
+    # THEN each user range is its request (the innermost holding one prefill), every step inside one
+    assert req["name"].tolist() == ["request_0", "request_1"] and set(req["source"]) == {"user_annotation"}
+    assert req["input_tokens"].tolist() == [48, 48] and req["output_tokens"].tolist() == [4, 4]
+    assert st["request_id"].tolist() == [0] * 4 + [1] * 4
+    assert not any("overlap" in w or "holds" in w for w in warn)
+
+
+def test_ambiguous_user_ranges_are_reported() -> None:
+    # GIVEN two ranges crossing each other around one prefill each, and a loop range over two prefills
+    ann = [_ann(0, 450, "req_a"), _ann(400, 600, "req_b"), _ann(2000, 1000, "loop")]
+    ops = [_emb(0, 10, 8), _emb(1, 500, 8), _emb(2, 2010, 8), _emb(3, 2500, 8)]
+    warn = _run(ops, ann)[3]
+    assert any("overlap without one holding the other" in w and "'req_a' and 'req_b'" in w for w in warn)
+    assert any("user range 'loop' holds 2 prefills" in w for w in warn)

@@ -95,7 +95,7 @@ class Detected:
     steps: pd.DataFrame
     kernel_steps: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
-    workload: workload.Workload = workload.Workload("other", "not decided")
+    workload: workload.Workload = field(default_factory=lambda: workload.Workload("other", "not decided"))
 
 
 def as_df(table: Any) -> pd.DataFrame:

@@ -24,6 +24,7 @@ the window is one step. Pure functions of the tables they are given.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ def diffusion_windows(ann: pd.DataFrame) -> list[tuple[int, int, str, str, int |
     annotations naming a diffusion loop (the outermost ones)."""
     if ann.empty:
         return []
-    xdit = [(int(t), int(t + d), n, "xdit", lab.batch) for t, d, n in zip(ann["ts_ns"], ann["dur_ns"], ann["name"],
+    xdit: list[tuple[int, int, str, str, int | None]] = [(int(t), int(t + d), str(n), "xdit", lab.batch) for t, d, n in zip(ann["ts_ns"], ann["dur_ns"], ann["name"],
                                                                           strict=True)
             if (lab := parse_diffusion_request(n)) is not None]
     if xdit:
@@ -183,7 +184,7 @@ def denoise_rows(ann: pd.DataFrame, cpu: pd.DataFrame) -> tuple[list[dict[str, A
         if at:
             bounds = [*ts[at].tolist(), end]
             rows += [_row(kind="denoise", source="loop", cpu_start_ns=int(a), cpu_end_ns=int(b))
-                     for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+                     for a, b in itertools.pairwise(bounds)]
             continue
         notes.append(f"diffusion request {name!r}: no ProfilerStep windows, compiled-graph calls or repeating loop "
                      "body inside it: its whole window is one denoising step")

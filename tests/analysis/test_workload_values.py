@@ -52,7 +52,7 @@ def test_sglang_step_inside_a_detailed_outer_one_is_one_step() -> None:
     # prefill of 15 prompts of 1,024 tokens and one decode step of the same 15 sequences
     ann = [_ann(0, 100, EXTEND_OUTER), _ann(2, 96, "step[EXTEND bs=15 toks=15360]"),
            _ann(200, 50, DECODE_OUTER), _ann(201, 48, "step[DECODE bs=15]")]
-    d, req, st, warn = _run([], ann)
+    d, req, _st, warn = _run([], ann)
     # THEN one step per pass, with the outer one's window and sums, the inner one's engine
     s = d.steps
     assert s["kind"].tolist() == ["prefill", "decode"]
@@ -122,7 +122,7 @@ def test_a_denoising_loop_is_cut_where_its_body_starts_again() -> None:
                 ops.append(_op(len(ops), t + 1, "aten::child", dur=1))
             t += 5
     ann = [_ann(0, t + 10, "denoise_loop")]
-    d, req, st, warn = _run(ops, ann)
+    d, req, st, _warn = _run(ops, ann)
     assert d.workload.kind == "diffusion"
     s = d.steps
     assert s["kind"].tolist() == ["denoise"] * 3 and set(s["source"]) == {"loop"}
@@ -153,7 +153,7 @@ def test_user_ranges_around_hand_written_requests() -> None:
     ops = []
     for r, t0 in enumerate((10, 1010)):
         ops += [_emb(4 * r, t0 + 10, 48), *[_emb(4 * r + k, t0 + 10 + 200 * k, 1) for k in (1, 2, 3)]]
-    d, req, st, warn = _run(ops, ann)
+    _d, req, st, warn = _run(ops, ann)
     # THEN each user range is its request (the innermost holding one prefill), every step inside one
     assert req["name"].tolist() == ["request_0", "request_1"] and set(req["source"]) == {"user_annotation"}
     assert req["input_tokens"].tolist() == [48, 48] and req["output_tokens"].tolist() == [4, 4]

@@ -29,6 +29,7 @@ import pandas as pd
 from tracekit.analysis import workload as _workload
 from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
+from tracekit.model.stepnames import looks_like_engine_step
 
 REQUEST_COLUMNS = [
     "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns",
@@ -120,7 +121,7 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any, runtime: Any =
     cands = []
     several: list[tuple[int, int, str, int]] = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
-        if any(name.startswith(p) for p in step_names) or PROFILER_SESSION.match(name):
+        if any(name.startswith(p) for p in step_names) or looks_like_engine_step(name) or PROFILER_SESSION.match(name):
             continue
         n_pre = int(((pre >= ts) & (pre < ts + dur)).sum())
         n_all = int(((starts >= ts) & (starts < ts + dur)).sum())

@@ -810,7 +810,7 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
     mm = np.sort(cpu.loc[is_in(cpu["name"], MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu.empty else np.empty(0, dtype=np.int64)
     gl = np.sort(_graph_launches(rt)["ts_ns"].to_numpy(dtype=np.int64))
-    engine = steps["source"].astype(str).isin(["vllm", "sglang"]).to_numpy()
+    engine = steps["source"].astype(str).isin(["vllm", "sglang", "atom"]).to_numpy()
     big = np.iinfo(np.int64).max
     starts = pd.to_numeric(steps["cpu_start_ns"], errors="coerce").astype("Int64").fillna(big).to_numpy(dtype=np.int64)
     nxt = np.full(len(steps), big, dtype=np.int64)

@@ -127,3 +127,27 @@ def test_vllm_capture_labels() -> None:
     low = parse_capture_label("capture_8192_piecewise")
     assert low is not None and (low.tokens, low.mode) == (8192, "PIECEWISE")
     assert parse_capture_label("capture_128_decode") is None  # TraceLens's examples of other engines
+
+
+@pytest.mark.parametrize(("name", "kind", "batch", "tokens", "q_len", "kv_len", "sums"), [
+    # ATOM's model runner labels (examples from TraceLens's annotation_utils and ATOM's docs)
+    ("prefill[bs=2 tok=14721 ctx=[7803, 6918]]", "prefill", 2, 14721, 7360, None, {"requests": 2, "sq": 14721}),
+    ("prefill[bs=2 tok=14721 ctx=[7803, 6918] sqsq=108745533 sqsk=108745533 sk=14721]", "prefill", 2, 14721,
+     7360, 7360, {"requests": 2, "sq": 14721, "sk": 14721, "sqsq": 108745533, "sqsk": 108745533}),
+    ("decode[bs=117/128 tok=117 d=117]", "decode", 117, 117, 1, None, {"requests": 117, "sq": 117}),
+    ("decode[bs=32 tok=128 d=32 spec=3 sqsq=512 sqsk=262144 sk=65536]", "decode", 32, 128, 4, 2048,
+     {"requests": 32, "sq": 128, "sk": 65536, "sqsq": 512, "sqsk": 262144}),
+    ("eager_decode[bs=4 tok=4 ctx=[10, 11, 12, 13]]", "decode", 4, 4, 1, None, {"requests": 4, "sq": 4}),
+])
+def test_atom_labels(name: str, kind: str, batch: int, tokens: int, q_len: int, kv_len: int | None,
+                     sums: dict[str, int]) -> None:
+    s = parse_engine_step(name)
+    assert s is not None and (s.engine, s.format) == ("atom", "atom_step")
+    assert (s.kind, s.batch, s.tokens, s.q_len, s.kv_len) == (kind, batch, tokens, q_len, kv_len)
+    phase = s.context if kind == "prefill" else s.generation
+    assert phase is not None and phase.as_dict() == sums
+    assert looks_like_engine_step(name)
+
+
+def test_a_users_decode_label_is_not_atoms() -> None:
+    assert parse_engine_step("decode[3]") is None and not looks_like_engine_step("decode[3]")

@@ -282,7 +282,7 @@ class PhaseStats:
 class EngineStep:
     """One engine step annotation, parsed. ``kind`` None: an idle step (no sequence scheduled)."""
 
-    engine: str  # vllm | sglang
+    engine: str  # vllm | sglang | atom
     format: str  # which format matched (ENGINE_FORMATS)
     kind: str | None
     batch: int | None  # requests in the step
@@ -386,7 +386,12 @@ SGLANG_KINDS = {
     "MIXED": "mixed",
     "IDLE": None, "DUMMY_FIRST": None,
 }
-ENGINE_FORMATS = ("vllm_new_cached", "vllm_context_generation", "vllm_detailed", "sglang_step")
+# ATOM (ROCm/ATOM) model runner: record_function(f"prefill[bs={bs} tok={total_tokens} ctx={context_lens}]"),
+# "decode[bs=.. tok=.. d=.. spec=..]" (graph replay), "eager_decode[bs=.. tok=.. ctx=..]"; its detailed mode
+# (ATOM_ENABLE_DETAILED_ANNOTATION=1, ROCm/ATOM PR #477) appends sk=, sqsq=, sqsk= (the phase's sums).
+ATOM_STEP = re.compile(r"^(prefill|decode|eager_decode)\[(.*)\]$")
+_ATOM_FIELD = re.compile(r"(\w+)=(\[[^\]]*\](?:\.\.\.\+\d+)?|\S+)")
+ENGINE_FORMATS = ("vllm_new_cached", "vllm_context_generation", "vllm_detailed", "sglang_step", "atom_step")
 
 
 def parse_vllm_new_cached(name: str) -> EngineStep | None:
@@ -469,7 +474,30 @@ def parse_sglang_step(name: str) -> EngineStep | None:
     return _engine_step("sglang", "sglang_step", None, gen, tokens, mode, kind, bs)
 
 
-_ENGINE_PARSERS = (parse_vllm_detailed, parse_vllm_context_generation, parse_vllm_new_cached, parse_sglang_step)
+def parse_atom_step(name: str) -> EngineStep | None:
+    """ATOM's step label; None if not one (``bs=`` is required: a user's ``decode[3]`` is not a step).
+
+    bs = requests (``bs=117/128``: real/padded, the real one), tok = query tokens of all of them (> bs
+    in a speculative decode); sk, sqsq, sqsk the phase's sums where the detailed mode wrote them."""
+    m = ATOM_STEP.match(name)
+    if m is None:
+        return None
+    f = dict(_ATOM_FIELD.findall(m.group(2)))
+    if "bs" not in f or not re.fullmatch(r"\d+(/\d+)?", f["bs"]):
+        return None
+    bs = _int(f["bs"].split("/")[0])
+
+    def num(k: str) -> int | None:
+        return _int(f[k]) if k in f and f[k].isdigit() else None
+
+    stats = PhaseStats(bs, sq=num("tok"), sk=num("sk"), sqsq=num("sqsq"), sqsk=num("sqsk"))
+    if m.group(1) == "prefill":
+        return _engine_step("atom", "atom_step", stats, None, stats.sq, m.group(1), "prefill", bs)
+    return _engine_step("atom", "atom_step", None, stats, stats.sq, m.group(1), "decode", bs)
+
+
+_ENGINE_PARSERS = (parse_vllm_detailed, parse_vllm_context_generation, parse_vllm_new_cached, parse_sglang_step,
+                   parse_atom_step)
 
 
 def parse_engine_step(name: str) -> EngineStep | None:
@@ -487,7 +515,8 @@ def parse_engine_step(name: str) -> EngineStep | None:
 def looks_like_engine_step(name: str) -> bool:
     """An annotation shaped like an engine step ("execute_...", "step[...]") whether or not its format
     is known: an unknown one is reported, never taken for a request window."""
-    return name.startswith("execute_") or name.lower().startswith("step[")
+    return name.startswith("execute_") or name.lower().startswith("step[") or ATOM_STEP.match(name) is not None \
+        and "bs=" in name
 
 
 # xDiT (xfuser) diffusion pipelines: one annotation per generated image batch, "execute_diffusion_{batch}_{H}x{W}"

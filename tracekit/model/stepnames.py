@@ -515,8 +515,8 @@ def parse_engine_step(name: str) -> EngineStep | None:
 def looks_like_engine_step(name: str) -> bool:
     """An annotation shaped like an engine step ("execute_...", "step[...]") whether or not its format
     is known: an unknown one is reported, never taken for a request window."""
-    return name.startswith("execute_") or name.lower().startswith("step[") or ATOM_STEP.match(name) is not None \
-        and "bs=" in name
+    atom = ATOM_STEP.match(name) is not None and "bs=" in name
+    return name.startswith("execute_") or name.lower().startswith("step[") or atom
 
 
 # xDiT (xfuser) diffusion pipelines: one annotation per generated image batch, "execute_diffusion_{batch}_{H}x{W}"

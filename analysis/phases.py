@@ -27,7 +27,8 @@ import pandas as pd
 
 from tracekit.analysis import intervals, timeline
 
-PHASES = ("prefill", "decode", "mixed", "draft", "verify")  # draft / verify: speculative decoding
+PHASES = ("prefill", "decode", "mixed", "draft", "verify", "denoise", "iteration")
+# draft / verify: speculative decoding; denoise: a diffusion step; iteration: a ProfilerStep window
 PHASE_COLUMNS = ["request_id", "phase", "steps", "steps_captured", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
 
 

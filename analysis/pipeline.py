@@ -114,7 +114,7 @@ def _steps_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     d = _steps.detect(t["cpu_ops"], t["annotations"], t["runtime"], t["gpu_activity"])
     if _recorded_steps(t):
         d = _steps.merge_recorded(d, t["recorded_steps"], t["gpu_activity"], t["runtime"], t["cpu_ops"])
-    return {"steps": d.steps, "kernel_steps": d.kernel_steps, "warnings": d.warnings}
+    return {"steps": d.steps, "kernel_steps": d.kernel_steps, "warnings": d.warnings, "workload": d.workload.as_dict()}
 
 
 def _requests_pass(t: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def _requests_pass(t: Mapping[str, Any]) -> dict[str, Any]:
     else:
         req, steps, ks, warn = _requests.build(
             t["steps"], t["kernel_steps"], t["annotations"], t["cpu_ops"], t.get("manifest"),
-            runtime=t.get("runtime"), other_events=t.get("other_events"),
+            runtime=t.get("runtime"), other_events=t.get("other_events"), workload=t.get("workload"),
         )
     return {"requests": req, "steps": steps, "kernel_steps": ks, "warnings": warn}
 
@@ -158,7 +158,7 @@ def _phases_pass(t: Mapping[str, Any]) -> dict[str, Any]:
 
 
 STEPS = Pass("steps", _steps_pass, needs=("cpu_ops", "annotations", "runtime", "gpu_activity"),
-             adds=("steps", "kernel_steps"))
+             adds=("steps", "kernel_steps", "workload"))
 REQUESTS = Pass("requests", _requests_pass, needs=("steps", "kernel_steps", "annotations", "cpu_ops"),
                 adds=("requests", "steps", "kernel_steps"))
 PHASES = Pass("phases", _phases_pass, needs=("steps", "kernel_steps"), adds=("phases", "gpu_timeline"))

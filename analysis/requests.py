@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import workload as _workload
 from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
+from tracekit.model.stepnames import looks_like_engine_step
 
 REQUEST_COLUMNS = [
     "request_id", "name", "batch", "input_tokens", "output_tokens", "start_ns", "end_ns", "ttft_ns",
@@ -36,7 +38,7 @@ REQUEST_COLUMNS = [
     "host_ttft_ns", "host_tpot_ns", "host_e2e_ns",
 ]
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+PROFILER_STEP = _workload.PROFILER_STEP
 # The profiler's own session annotation: it spans whatever ran under ``with profile()``
 # (the caller's timers, synchronisations, start-up), so it is never a request window.
 PROFILER_SESSION = re.compile(r"^PyTorch Profiler \(\d+\)$")
@@ -100,9 +102,15 @@ def _after_profiler_stall(windows: list[tuple[int, int, str, str, Any]], cpu_ops
     return out
 
 
-def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
-             runtime: Any = None) -> list[tuple[int, int, str, str, Any]]:
-    """(start, end, name, source, label) of each request."""
+def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any, runtime: Any = None,
+             warnings: list[str] | None = None) -> list[tuple[int, int, str, str, Any]]:
+    """(start, end, name, source, label) of each request; what was ambiguous is appended to ``warnings``.
+
+    A user annotation (or ProfilerStep window) is a request when it holds exactly one prefill and at least
+    one step; the innermost such wins. Ambiguous, and reported: two such ranges that overlap without one
+    holding the other (both kept), and a user range holding several prefills and no request range (a
+    loop over requests: each prefill starts a request)."""
+    notes = warnings if warnings is not None else []
     labels = request_labels(annotations, cpu_ops)
     if labels:
         return [(s, e, lab.name, "tracekit", lab) for s, e, lab in labels]
@@ -111,14 +119,28 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
     starts = steps["cpu_start_ns"].to_numpy(dtype=np.int64)
     step_names = {"tracekit.step", "execute_", "step["}
     cands = []
+    several: list[tuple[int, int, str, int]] = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
-        if any(name.startswith(p) for p in step_names) or PROFILER_SESSION.match(name):
+        if any(name.startswith(p) for p in step_names) or looks_like_engine_step(name) or PROFILER_SESSION.match(name):
             continue
         n_pre = int(((pre >= ts) & (pre < ts + dur)).sum())
         n_all = int(((starts >= ts) & (starts < ts + dur)).sum())
         if n_pre == 1 and n_all >= 1:
             src = "profiler_step" if PROFILER_STEP.match(name) else "user_annotation"
             cands.append((int(ts), int(ts + dur), name, src, None))
+        elif n_pre > 1 and not PROFILER_STEP.match(name):
+            several.append((int(ts), int(ts + dur), name, n_pre))
+    crossing = [(a[2], b[2]) for i, a in enumerate(cands) for b in cands[i + 1:]
+                if a[0] < b[1] and b[0] < a[1] and not (a[0] <= b[0] and b[1] <= a[1])
+                and not (b[0] <= a[0] and a[1] <= b[1])]
+    if crossing:
+        notes.append(f"{len(crossing)} pairs of request ranges overlap without one holding the other (e.g. "
+                     f"{crossing[0][0]!r} and {crossing[0][1]!r}): both kept, a step between them counts in the first")
+    loops = [w for w in several if not any(w[0] <= c[0] and c[1] <= w[1] for c in cands)]
+    if loops:
+        notes.append(f"user range {loops[0][2]!r} holds {loops[0][3]} prefills and no range holding one: not taken "
+                     "as one request (each prefill starts one)" + (f"; {len(loops) - 1} more such ranges"
+                                                                  if len(loops) > 1 else ""))
     # Innermost wins: drop any candidate that contains another one.
     chosen = [c for c in cands if not any(o is not c and c[0] <= o[0] and o[1] <= c[1] and o[:2] != c[:2]
                                           for o in cands)]
@@ -306,18 +328,28 @@ def _host_timings(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
 def build(
     steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any, cpu_ops: Any,
     manifest: dict[str, Any] | None = None, runtime: Any = None, other_events: Any = None,
+    workload: dict[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """(requests, steps with request_id, kernel_steps with request_id, warnings). Inputs untouched.
 
     ``runtime`` and ``other_events`` (optional) let a window skip the profiler's own
-    stall at its head (_after_profiler_stall)."""
+    stall at its head (_after_profiler_stall). ``workload`` (the steps pass's): an ``iterations``
+    trace has no requests; a ``diffusion`` one has its diffusion windows (_diffusion)."""
     steps = steps.copy()
     kernel_steps = kernel_steps.copy()
     warnings: list[str] = []
-    if steps.empty:
+    kind = (workload or {}).get("kind", "llm")
+    if steps.empty or kind == "iterations":
+        steps["request_id"] = pd.Series(pd.NA, index=steps.index, dtype="Int64")
+        if not kernel_steps.empty:
+            kernel_steps["request_id"] = pd.Series(pd.NA, index=kernel_steps.index, dtype="Int64")
         return pd.DataFrame(columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+    if kind == "diffusion":
+        return _diffusion(steps, kernel_steps, annotations, cpu_ops)
     cpu_ops = live_ops(as_df(cpu_ops))
-    windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime), cpu_ops)
+    ambiguous: list[str] = []
+    windows, warnings = _gap_windows(steps, _windows(steps, annotations, cpu_ops, runtime, ambiguous), cpu_ops)
+    warnings = ambiguous + warnings
     windows = _after_profiler_stall(windows, cpu_ops, runtime, other_events)
     host = _host_timings(manifest)
     has_tracekit_ids = (steps["source"] == "tracekit").all() and steps["request_id"].notna().all()
@@ -378,6 +410,26 @@ def build(
     if n_out and windows:
         warnings.append(f"{n_out} steps fall outside every request window")
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, warnings
+
+
+def _diffusion(steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any, cpu_ops: Any
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """Requests of a diffusion trace (tracekit.analysis.workload): e2e from each window's start to its
+    end or its last step's GPU end, whichever is later; no tokens, TTFT or TPOT (a denoising step emits
+    no token)."""
+    ann = annotation_rows(as_df(annotations), live_ops(as_df(cpu_ops)))
+    rid_of_step = pd.Series(pd.NA, index=steps.index, dtype="Int64")
+    rows = []
+    for r in _workload.diffusion_requests(steps, ann):
+        rid_of_step[steps["step_id"].isin(r["step_ids"]) & rid_of_step.isna()] = r["request_id"]
+        rows.append({**dict.fromkeys(REQUEST_COLUMNS), "request_id": r["request_id"], "name": r["name"],
+                     "batch": r["batch"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "e2e_ns": r["e2e_ns"],
+                     "source": r["source"]})
+    steps["request_id"] = rid_of_step
+    if not kernel_steps.empty:
+        m = steps.set_index("step_id")["request_id"]
+        kernel_steps["request_id"] = kernel_steps["step_id"].map(m).astype("Int64")
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, []
 
 
 def timing_requests(manifest: dict[str, Any] | None, which: str) -> list[dict[str, Any]]:

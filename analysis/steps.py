@@ -31,23 +31,25 @@ from __future__ import annotations
 import json
 import re
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import timeline
+from tracekit.analysis import timeline, workload
 from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.opmodels import is_shape
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
     STEP_PREFIX,
     looks_like_engine_step,
+    parse_diffusion_request,
     parse_engine_step,
     parse_request,
     parse_step,
     step_kind,
+    unread_numbers,
 )
 
 EMBEDDING_OPS = ("aten::embedding",)
@@ -93,6 +95,7 @@ class Detected:
     steps: pd.DataFrame
     kernel_steps: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
+    workload: workload.Workload = field(default_factory=lambda: workload.Workload("other", "not decided"))
 
 
 def as_df(table: Any) -> pd.DataFrame:
@@ -231,26 +234,37 @@ def _from_tracekit(ann: pd.DataFrame, warnings: list[str]) -> list[dict[str, Any
 
 
 def _from_engine(ann: pd.DataFrame, warnings: list[str]) -> list[dict[str, Any]]:
-    """One row per engine step annotation (tracekit.model.stepnames), in any known format.
+    """One row per engine step (tracekit.model.stepnames), in any known format.
 
-    Idle steps are skipped; annotations shaped like engine steps in no known format are
-    counted in one warning naming an example, and are not steps."""
-    rows = []
+    Engine annotations that nest (a profiling patch's detailed ``execute_…`` around SGLang's own
+    ``step[…]``) are one forward pass: one step, its window the outermost annotation's, its numbers
+    merged (_merge_nested). An annotation holding two or more disjoint ones is not a pass: its
+    children are the steps. Idle steps are skipped; annotations shaped like engine steps in no known
+    format are counted in one warning naming an example, and are not steps."""
+    parsed: list[tuple[int, int, Any]] = []
     unknown: list[str] = []
-    idle = 0
+    unread = 0
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
         step = parse_engine_step(name)
         if step is None:
-            if looks_like_engine_step(name):
+            if looks_like_engine_step(name) and parse_diffusion_request(name) is None:
                 unknown.append(name)
             continue
+        unread += unread_numbers(name)
+        parsed.append((int(ts), int(ts + dur), step))
+    rows = []
+    idle = 0
+    nested = 0
+    for group in _nest(parsed, warnings):
+        step = _merge_nested([g[2] for g in group], warnings)
+        nested += len(group) > 1
         if step.kind is None:
             idle += 1
             continue
         stats = step.seq_stats()
         rows.append(
             _row(kind=step.kind, batch=step.batch, q_len=step.q_len, kv_len=step.kv_len, tokens=step.tokens,
-                 source=step.engine, cpu_start_ns=int(ts), cpu_end_ns=int(ts + dur),
+                 source=step.engine, cpu_start_ns=group[0][0], cpu_end_ns=group[0][1],
                  seq_stats=json.dumps(stats, sort_keys=True) if stats else None)
         )
     if unknown:
@@ -258,11 +272,84 @@ def _from_engine(ann: pd.DataFrame, warnings: list[str]) -> list[dict[str, Any]]
             f"{len(unknown)} annotations look like engine steps but match no known format "
             f"(e.g. {unknown[0]!r}; known: {', '.join(ENGINE_FORMATS)}): not used as steps"
         )
+    if unread:
+        warnings.append(f"{unread} numbers of vLLM step annotations are neither tokens nor a sum of squared query "
+                        "lengths (docs/metrics.md, \"Engine step annotations\"): not read")
+    if nested:
+        warnings.append(f"{nested} steps are nested engine annotations of one forward pass each: one step per "
+                        "pass, their numbers merged")
     if rows and idle:
         warnings.append(f"{idle} idle engine steps (nothing scheduled) are not steps")
     if len({r["source"] for r in rows}) > 1:
         warnings.append("both vLLM and SGLang step annotations in one trace: both kept")
     return rows
+
+
+def _nest(parsed: list[tuple[int, int, Any]], warnings: list[str]) -> list[list[tuple[int, int, Any]]]:
+    """Engine annotations grouped by forward pass, outermost first in each group.
+
+    A chain of annotations each holding the next (and nothing else) is one group. An annotation that
+    holds two or more disjoint ones is dropped (reported): its children are the passes."""
+    parsed = sorted(parsed, key=lambda p: (p[0], -(p[1] - p[0])))
+    # children[i]: the annotations directly inside parsed[i]
+    parent = [-1] * len(parsed)
+    stack: list[int] = []
+    for i, (s, e, _) in enumerate(parsed):
+        while stack and parsed[stack[-1]][1] <= s:
+            stack.pop()
+        if stack and e <= parsed[stack[-1]][1]:
+            parent[i] = stack[-1]
+        stack.append(i)
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parent):
+        if p >= 0:
+            children.setdefault(p, []).append(i)
+    groups: list[list[tuple[int, int, Any]]] = []
+    dropped = 0
+
+    def walk(i: int) -> None:
+        nonlocal dropped
+        chain = [i]
+        while len(children.get(chain[-1], [])) == 1:
+            chain.append(children[chain[-1]][0])
+        kids = children.get(chain[-1], [])
+        if kids:  # the last of the chain holds several passes: they are the steps
+            dropped += len(chain)
+            for k in kids:
+                walk(k)
+            return
+        groups.append([parsed[j] for j in chain])
+
+    for i, p in enumerate(parent):
+        if p < 0:
+            walk(i)
+    if dropped:
+        warnings.append(f"{dropped} engine annotations hold several others: not steps themselves (the ones inside are)")
+    return sorted(groups, key=lambda g: g[0][0])
+
+
+def _merge_nested(parts: list[Any], warnings: list[str]) -> Any:
+    """One EngineStep from the nested annotations of one pass: the numbers of the most detailed one (the
+    most per-phase sums), SGLang's ForwardMode and engine from whichever names one (the engine's own
+    step annotation), the rest from the others where the detailed one is silent. Kinds that disagree
+    are reported; the detailed one's is kept."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def detail(p: Any) -> int:
+        return sum(len(ph.as_dict()) for ph in (p.context, p.generation) if ph is not None)
+
+    best = max(parts, key=detail)
+    moded = next((p for p in parts if p.mode is not None), None)
+    kinds = {p.kind for p in parts}
+    if len(kinds) > 1:
+        warnings.append(f"nested engine annotations of one pass disagree on its kind ({sorted(map(str, kinds))}): "
+                        f"the {best.format} one's ({best.kind}) is kept")
+    fill = {f: next((getattr(p, f) for p in parts if getattr(p, f) is not None), None)
+            for f in ("batch", "tokens", "q_len", "kv_len")}
+    own = moded or best
+    return replace(best, engine=own.engine, mode=own.mode,
+                   **{f: getattr(best, f) if getattr(best, f) is not None else v for f, v in fill.items()})
 
 
 # --- source 3 and 4: the model's own ops, CUDA graph launches ---------------------
@@ -599,8 +686,20 @@ def detect(
     if not rows:
         rows = _from_engine(ann, warnings)
     d2h = _d2h_launches(gpu, rt, cpu)
-    if not rows:
-        rows = _from_model_ops(cpu, rt, request_fences(ann), d2h, warnings)
+    if rows:
+        work = workload.decide(ann, cpu, str(rows[0]["source"]), True)
+    else:
+        inferred: list[str] = []
+        rows = _from_model_ops(cpu, rt, request_fences(ann), d2h, inferred)
+        work = workload.decide(ann, cpu, None, bool(rows))
+        if work.kind == "llm":
+            warnings += inferred
+        elif work.kind == "iterations":
+            rows = [_row(**r) for r in workload.iteration_rows(ann)]
+        elif work.kind == "diffusion":
+            found, notes = workload.denoise_rows(ann, cpu)
+            rows = [_row(**r) for r in found]
+            warnings += notes
     steps = pd.DataFrame(rows, columns=STEP_COLUMNS)
     if not steps.empty:
         reused = int(steps["step_id"].dropna().duplicated().sum())
@@ -619,7 +718,8 @@ def detect(
     else:
         warnings.append(
             "no model steps found (no tracekit/vLLM/SGLang step annotations, no aten::embedding with "
-            "input shapes, no cudaGraphLaunch): the whole trace is one outside row (GPU timeline, kernel classes)"
+            "input shapes, no cudaGraphLaunch, no ProfilerStep window): the whole trace is one outside row "
+            "(GPU timeline, kernel classes)"
         )
 
     kernel_steps = assign_gpu(gpu, rt, cpu, steps)
@@ -629,7 +729,7 @@ def detect(
     for c in ("step_id", "request_id", "batch", "q_len", "kv_len", "tokens", "cpu_start_ns", "cpu_end_ns",
               "gpu_start_ns", "gpu_end_ns", "gpu_busy_ns", "graph_launches", "token_ns"):
         steps[c] = steps[c].astype("Int64")
-    return Detected(steps=steps.reset_index(drop=True), kernel_steps=kernel_steps, warnings=warnings)
+    return Detected(steps=steps.reset_index(drop=True), kernel_steps=kernel_steps, warnings=warnings, workload=work)
 
 
 def assign_gpu(gpu: pd.DataFrame, rt: pd.DataFrame, cpu: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -710,7 +810,7 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
     mm = np.sort(cpu.loc[is_in(cpu["name"], MATMUL_OPS), "ts_ns"].to_numpy(dtype=np.int64)) \
         if not cpu.empty else np.empty(0, dtype=np.int64)
     gl = np.sort(_graph_launches(rt)["ts_ns"].to_numpy(dtype=np.int64))
-    engine = steps["source"].astype(str).isin(["vllm", "sglang"]).to_numpy()
+    engine = steps["source"].astype(str).isin(["vllm", "sglang", "atom"]).to_numpy()
     big = np.iinfo(np.int64).max
     starts = pd.to_numeric(steps["cpu_start_ns"], errors="coerce").astype("Int64").fillna(big).to_numpy(dtype=np.int64)
     nxt = np.full(len(steps), big, dtype=np.int64)
@@ -814,4 +914,5 @@ def merge_recorded(detected: Detected, recorded: Any, gpu_activity: Any, runtime
     steps["kind"] = steps["kind"].astype(str)
     steps["source"] = steps["source"].astype(str)
     steps["captured"] = steps["captured"].astype(bool)
-    return Detected(steps=steps, kernel_steps=kernel_steps, warnings=warnings)
+    return Detected(steps=steps, kernel_steps=kernel_steps, warnings=warnings,
+                    workload=workload.Workload("llm", "tracekit's recorded steps"))

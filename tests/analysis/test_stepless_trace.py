@@ -59,7 +59,8 @@ def test_the_outside_row_splits_the_whole_trace(analysed: dict[str, pd.DataFrame
 
 def test_an_mi250_trace_gets_its_gcds_ceiling(corpus_dir: Path, tmp_path: Path) -> None:
     """The corpus's ROCm 6.2 MI250 trace names its GPU only "AMD Radeon Graphics": the GPU is identified
-    from deviceProperties as one MI250 GCD, whose datasheet ceiling splits the whole trace by class."""
+    from deviceProperties as one MI250 GCD, whose datasheet ceiling splits the whole trace by class
+    (its iterations and what lies outside them)."""
     import json
 
     from tracekit.app.analyze import analyse_run
@@ -70,11 +71,19 @@ def test_an_mi250_trace_gets_its_gcds_ceiling(corpus_dir: Path, tmp_path: Path) 
     r = analyse_run(run)
     assert r["ceiling"].gpu == "AMD Instinct MI250 (1 GCD)"
     assert json.loads((tmp_path / "r" / "run.json").read_text())["analysis"]["ceiling"]["gpu"] == r["ceiling"].gpu
-    o = pd.read_parquet(tmp_path / "r" / "tables" / "phases.parquet").set_index("phase").loc["outside"]
-    split = [o[c] for c in ("compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns")]
-    assert all(pd.notna(v) for v in split)
-    # busy time is the kernels' split plus the copies (this trace has no collectives)
-    assert sum(int(v) for v in split) + int(o["memcpy_ns"]) == int(o["gpu_busy_ns"]) > 0
+    # its two ProfilerStep windows are its steps (workload iterations); each run row splits its busy time
+    ph = pd.read_parquet(tmp_path / "r" / "tables" / "phases.parquet")
+    assert r["workload"]["kind"] == "iterations"
+    run_rows = ph[ph["request_id"].isna() & ph["phase"].isin(["iteration", "outside"])]
+    assert int(run_rows.set_index("phase").loc["iteration", "steps"]) == 2
+    busy = 0
+    for o in run_rows.to_dict("records"):
+        split = [o[c] for c in ("compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns")]
+        assert all(pd.notna(v) for v in split)
+        # busy time is the kernels' split plus the copies (this trace has no collectives)
+        assert sum(int(v) for v in split) + int(o["memcpy_ns"]) == int(o["gpu_busy_ns"])
+        busy += int(o["gpu_busy_ns"])
+    assert busy > 0
     k = pd.read_parquet(tmp_path / "r" / "tables" / "kernel_bound.parquet")
     kern = k[k["bound"].ne("memcpy") | k["bound"].isna()]
     assert len(kern) == 14 and kern["bound"].isin(["compute", "memory", "latency"]).all()

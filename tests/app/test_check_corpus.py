@@ -8,7 +8,7 @@
   schedule(wait=1, warmup=1, active=3) (scripts/gpu/foreign_traces.py ``train_loop``).
 
 Why each verdict (what the trace shows):
-  amd_trace mi250: 16 GPU activities, all launched in the window; ProfilerStep#1/#2 only -> no model steps.
+  amd_trace mi250: 16 GPU activities, all launched in the window; its ProfilerStep windows are its steps (iterations).
   cupti_profiler: CUPTI range-profiler counters (77 cuda_profiler_range events), no kernel -> unfit.
   df_index_resolver: V100 DDP, no Input Dims, profile_memory on, 42% of kernel time sgemm/cudnn without shapes.
   mtia_inference: an MTIA device's events (mtia_ccp_events), nothing tracekit reads as GPU -> unfit.
@@ -33,31 +33,30 @@ from helpers import DATA, FIXTURES, REPO
 from tracekit.app.check import check
 
 TRIMMED = {
-    "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz": "fit, with 1 caveat: no steps",
+    "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz": "fit: every check passed",
     "cupti_profiler__benchmark_result_924719_1679055439_trace.json.gz":
         "unfit: no GPU activity (and 1 caveat: dropped or unknown events)",
     "df_index_resolver__df_index_resolver.json.gz":
-        "fit, with 5 caveats: window cut mid-step, no steps, shapes not recorded, kernel time without a model, "
-        "profiler overhead",
+        # the trimmed slice cuts an iteration (a ProfilerStep window): unfit
+        "unfit: window cut mid-step (and 3 caveats: shapes not recorded, kernel time without a model, profiler overhead)",
     "mtia_inference_trace__mtia_inference_rank_0.json.gz":
         "unfit: no GPU activity (and 1 caveat: dropped or unknown events)",
     "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz":
-        "fit, with 5 caveats: window cut mid-step, correlation ids that link nothing, no steps, shapes not recorded, "
-        "kernel time without a model",
+        "unfit: window cut mid-step (and 3 caveats: correlation ids that link nothing, shapes not recorded, "
+        "kernel time without a model)",
     "trace_file_list__inference_rank_1.json.gz":
         "fit, with 4 caveats: no steps, shapes not recorded, kernel time without a model, no ceiling",
-    "trace_filter__sampled_rank-0.json.gz": "fit, with 2 caveats: no steps, no ceiling",
-    "trace_filter__sampled_rank-1.json.gz": "fit, with 2 caveats: no steps, no ceiling",
-    "triton_example__triton_example.json.gz": "fit, with 1 caveat: no steps",
+    "trace_filter__sampled_rank-0.json.gz": "fit, with 1 caveat: no ceiling",
+    "trace_filter__sampled_rank-1.json.gz": "fit, with 1 caveat: no ceiling",
+    "triton_example__triton_example.json.gz": "fit: every check passed",
 }
 # The originals: the two trimmed ones are whole, so nothing cuts their window.
 FULL = {
     **{f"hta/{k}": v for k, v in TRIMMED.items()},
     "hta/df_index_resolver__df_index_resolver.json.gz":
-        "fit, with 4 caveats: no steps, shapes not recorded, kernel time without a model, profiler overhead",
+        "fit, with 3 caveats: shapes not recorded, kernel time without a model, profiler overhead",
     "hta/ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz":
-        "fit, with 4 caveats: correlation ids that link nothing, no steps, shapes not recorded, "
-        "kernel time without a model",
+        "fit, with 3 caveats: correlation ids that link nothing, shapes not recorded, kernel time without a model",
     "engines/sglang_decode/sglang_Qwen3-8B_decode.json.gz":
         "unfit: work before the window (and 2 caveats: kernel time without a model, profiler overhead)",
     "engines/vllm_decode_full/graph_execution.json.gz":

@@ -15,11 +15,13 @@ from tracekit.model.stepnames import (
     PhaseStats,
     looks_like_engine_step,
     parse_capture_label,
+    parse_diffusion_request,
     parse_engine_step,
     parse_sglang_step,
     parse_vllm_context_generation,
     parse_vllm_detailed,
     parse_vllm_new_cached,
+    unread_numbers,
 )
 
 
@@ -35,7 +37,10 @@ from tracekit.model.stepnames import (
         ("execute_context_0(0)_generation_64(64)", "vllm_context_generation", "decode", 64, 64, 1, None),
         ("execute_context_2(2048)_generation_0(0)", "vllm_context_generation", "prefill", 2, 2048, 1024, None),
         ("execute_context_0(0)_generation_4(12)", "vllm_context_generation", "decode", 4, 12, 3, None),  # spec decode
-        ("execute_context_2(12_4)_generation_1(1)", "vllm_context_generation", "mixed", 3, 17, 8, None),
+        # an underscore-joined pair is (tokens _ Σ query²), never a sum of tokens: 888² = 788,544 (a B200 trace)
+        ("execute_context_1(888_788544)_generation_0(0)", "vllm_context_generation", "prefill", 1, 888, 888, None),
+        # a second number no Σ query² can be (4 < 12² / 2): not read, not tokens either
+        ("execute_context_2(12_4)_generation_1(1)", "vllm_context_generation", "mixed", 3, 13, 6, None),
         # vLLM detailed: bs = Σsq; kv_len the mean KV length after the step
         ("execute_5_context_1(sq4sk4sqsq16sqsk16)_generation_1(sq1sk11sqsq1sqsk11)", "vllm_detailed", "mixed",
          2, 5, 4, 8),
@@ -82,6 +87,23 @@ def test_detailed_sums_are_kept_per_phase() -> None:
     assert v is not None and v.kind == "decode" and v.generation == PhaseStats(2, 8, 100, 32, 400) and v.q_len == 4
 
 
+def test_underscore_pair_is_tokens_and_sum_of_squares() -> None:
+    s = parse_vllm_context_generation("execute_context_1(888_788544)_generation_0(0)")
+    assert s is not None and s.context == PhaseStats(1, sq=888, sqsq=788_544) and s.tokens == 888
+    # two prompts of 300 and 100: Σq = 400, Σq² = 100,000, inside [400² / 2, 400²]
+    two = parse_vllm_context_generation("execute_context_2(400_100000)_generation_3(3)")
+    assert two is not None and two.context == PhaseStats(2, sq=400, sqsq=100_000) and two.tokens == 403
+    assert unread_numbers("execute_context_2(12_4)_generation_1(1)") == 1
+    assert unread_numbers("execute_context_1(888_788544)_generation_0(0)") == 0
+
+
+def test_diffusion_request_label() -> None:
+    d = parse_diffusion_request("execute_diffusion_1_256x256")
+    assert d is not None and (d.batch, d.height, d.width) == (1, 256, 256)
+    assert parse_diffusion_request("execute_diffusion_x") is None
+    assert parse_engine_step("execute_diffusion_1_256x256") is None
+
+
 def test_idle_steps_and_unknown_formats() -> None:
     for idle in ("execute_new_0_cached_0", "execute_context_0(0)_generation_0(0)", "step[IDLE bs=0]", "step[idle]"):
         s = parse_engine_step(idle)
@@ -105,3 +127,27 @@ def test_vllm_capture_labels() -> None:
     low = parse_capture_label("capture_8192_piecewise")
     assert low is not None and (low.tokens, low.mode) == (8192, "PIECEWISE")
     assert parse_capture_label("capture_128_decode") is None  # TraceLens's examples of other engines
+
+
+@pytest.mark.parametrize(("name", "kind", "batch", "tokens", "q_len", "kv_len", "sums"), [
+    # ATOM's model runner labels (examples from TraceLens's annotation_utils and ATOM's docs)
+    ("prefill[bs=2 tok=14721 ctx=[7803, 6918]]", "prefill", 2, 14721, 7360, None, {"requests": 2, "sq": 14721}),
+    ("prefill[bs=2 tok=14721 ctx=[7803, 6918] sqsq=108745533 sqsk=108745533 sk=14721]", "prefill", 2, 14721,
+     7360, 7360, {"requests": 2, "sq": 14721, "sk": 14721, "sqsq": 108745533, "sqsk": 108745533}),
+    ("decode[bs=117/128 tok=117 d=117]", "decode", 117, 117, 1, None, {"requests": 117, "sq": 117}),
+    ("decode[bs=32 tok=128 d=32 spec=3 sqsq=512 sqsk=262144 sk=65536]", "decode", 32, 128, 4, 2048,
+     {"requests": 32, "sq": 128, "sk": 65536, "sqsq": 512, "sqsk": 262144}),
+    ("eager_decode[bs=4 tok=4 ctx=[10, 11, 12, 13]]", "decode", 4, 4, 1, None, {"requests": 4, "sq": 4}),
+])
+def test_atom_labels(name: str, kind: str, batch: int, tokens: int, q_len: int, kv_len: int | None,
+                     sums: dict[str, int]) -> None:
+    s = parse_engine_step(name)
+    assert s is not None and (s.engine, s.format) == ("atom", "atom_step")
+    assert (s.kind, s.batch, s.tokens, s.q_len, s.kv_len) == (kind, batch, tokens, q_len, kv_len)
+    phase = s.context if kind == "prefill" else s.generation
+    assert phase is not None and phase.as_dict() == sums
+    assert looks_like_engine_step(name)
+
+
+def test_a_users_decode_label_is_not_atoms() -> None:
+    assert parse_engine_step("decode[3]") is None and not looks_like_engine_step("decode[3]")

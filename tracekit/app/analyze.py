@@ -220,6 +220,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
         "steps": len(steps),
         "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
         "requests": len(result["requests"]),
+        "workload": result.get("workload"),
         "ceiling": ceiling.to_dict() if ceiling is not None else None,
         # kernels whose modelled rate is above every peak: their model over-counts (kernel_bound.over_peak)
         "kernels_over_peak": int(result["kernel_bound"]["over_peak"].sum())

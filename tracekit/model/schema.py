@@ -157,12 +157,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("rank", _i32),
         ("step_id", _i64),
         ("request_id", _i64),
-        ("kind", _dict),  # prefill | decode | mixed
+        ("kind", _dict),  # prefill | decode | mixed (llm); denoise (diffusion); iteration (iterations)
         ("batch", _i64),
         ("q_len", _i64),  # query tokens per sequence (max over the batch)
         ("kv_len", _i64),  # KV positions attended after this step (past + q)
         ("tokens", _i64),  # query tokens in the step, all sequences
-        ("source", _dict),  # which source decided the split
+        ("source", _dict),  # which source decided the split (docs/metrics.md, Steps and Workload kinds)
         ("cpu_start_ns", _i64),
         ("cpu_end_ns", _i64),
         ("gpu_start_ns", _i64),

@@ -282,7 +282,7 @@ class PhaseStats:
 class EngineStep:
     """One engine step annotation, parsed. ``kind`` None: an idle step (no sequence scheduled)."""
 
-    engine: str  # vllm | sglang
+    engine: str  # vllm | sglang | atom
     format: str  # which format matched (ENGINE_FORMATS)
     kind: str | None
     batch: int | None  # requests in the step
@@ -313,9 +313,34 @@ def _mean(total: int | None, n: int | None) -> int | None:
     return max(1, round(total / n)) if total is not None and n else None
 
 
-def _digits_sum(text: str) -> int:
-    """'300' -> 300; '12_4' -> 16 (an underscore-joined variant of vLLM's token counts)."""
-    return sum(_int(p) for p in text.split("_") if p)
+def _phase_numbers(requests: int, text: str) -> PhaseStats:
+    """One phase of ``execute_context_C(...)_generation_G(...)``: ``(T)`` or the underscore-joined ``(T_S)``.
+
+    ``T`` is the phase's scheduled query tokens (vLLM compute_iteration_details: num_ctx_tokens /
+    num_generation_tokens). A second number is Σ query² of the phase (``888_788544``: one 888-token
+    prompt, 888² = 788,544), never more tokens: it is kept as ``sqsq`` where it is one, i.e. within
+    [T²/C, T²] (each of the C sequences has q ≥ 1: Cauchy-Schwarz below, one sequence above), and
+    dropped otherwise (``unread`` counts the numbers not taken). More numbers are not read either.
+    """
+    parts = [_int(p) for p in text.split("_") if p]
+    sq = parts[0] if parts else 0
+    sqsq = parts[1] if len(parts) > 1 else None
+    if sqsq is not None and not (requests and sq * sq <= sqsq * requests and sqsq <= sq * sq):
+        sqsq = None
+    return PhaseStats(requests, sq=sq, sqsq=sqsq)
+
+
+def unread_numbers(name: str) -> int:
+    """How many numbers of a ``vllm_context_generation`` annotation its parser does not take (0 for any other)."""
+    m = VLLM_CONTEXT_GENERATION.match(name)
+    if m is None:
+        return 0
+    n = 0
+    for req, text in ((m.group(2), m.group(3)), (m.group(4), m.group(5))):
+        parts = [p for p in text.split("_") if p]
+        taken = 1 + (_phase_numbers(int(req), text).sqsq is not None)
+        n += max(0, len(parts) - taken)
+    return n
 
 
 def _engine_step(engine: str, fmt: str, ctx: PhaseStats | None, gen: PhaseStats | None, tokens: int | None,
@@ -361,7 +386,12 @@ SGLANG_KINDS = {
     "MIXED": "mixed",
     "IDLE": None, "DUMMY_FIRST": None,
 }
-ENGINE_FORMATS = ("vllm_new_cached", "vllm_context_generation", "vllm_detailed", "sglang_step")
+# ATOM (ROCm/ATOM) model runner: record_function(f"prefill[bs={bs} tok={total_tokens} ctx={context_lens}]"),
+# "decode[bs=.. tok=.. d=.. spec=..]" (graph replay), "eager_decode[bs=.. tok=.. ctx=..]"; its detailed mode
+# (ATOM_ENABLE_DETAILED_ANNOTATION=1, ROCm/ATOM PR #477) appends sk=, sqsq=, sqsk= (the phase's sums).
+ATOM_STEP = re.compile(r"^(prefill|decode|eager_decode)\[(.*)\]$")
+_ATOM_FIELD = re.compile(r"(\w+)=(\[[^\]]*\](?:\.\.\.\+\d+)?|\S+)")
+ENGINE_FORMATS = ("vllm_new_cached", "vllm_context_generation", "vllm_detailed", "sglang_step", "atom_step")
 
 
 def parse_vllm_new_cached(name: str) -> EngineStep | None:
@@ -380,8 +410,9 @@ def parse_vllm_context_generation(name: str) -> EngineStep | None:
     if m is None:
         return None
     # A leading count ("execute_7_context_...") is taken as nothing: the token counts are explicit.
-    c, tc, g, tg = _int(m.group(2)), _digits_sum(m.group(3)), _int(m.group(4)), _digits_sum(m.group(5))
-    return _engine_step("vllm", "vllm_context_generation", PhaseStats(c, sq=tc), PhaseStats(g, sq=tg), tc + tg)
+    c, g = _int(m.group(2)), _int(m.group(4))
+    ctx, gen = _phase_numbers(c, m.group(3)), _phase_numbers(g, m.group(5))
+    return _engine_step("vllm", "vllm_context_generation", ctx, gen, (ctx.sq or 0) + (gen.sq or 0))
 
 
 def parse_vllm_detailed(name: str) -> EngineStep | None:
@@ -443,7 +474,30 @@ def parse_sglang_step(name: str) -> EngineStep | None:
     return _engine_step("sglang", "sglang_step", None, gen, tokens, mode, kind, bs)
 
 
-_ENGINE_PARSERS = (parse_vllm_detailed, parse_vllm_context_generation, parse_vllm_new_cached, parse_sglang_step)
+def parse_atom_step(name: str) -> EngineStep | None:
+    """ATOM's step label; None if not one (``bs=`` is required: a user's ``decode[3]`` is not a step).
+
+    bs = requests (``bs=117/128``: real/padded, the real one), tok = query tokens of all of them (> bs
+    in a speculative decode); sk, sqsq, sqsk the phase's sums where the detailed mode wrote them."""
+    m = ATOM_STEP.match(name)
+    if m is None:
+        return None
+    f = dict(_ATOM_FIELD.findall(m.group(2)))
+    if "bs" not in f or not re.fullmatch(r"\d+(/\d+)?", f["bs"]):
+        return None
+    bs = _int(f["bs"].split("/")[0])
+
+    def num(k: str) -> int | None:
+        return _int(f[k]) if k in f and f[k].isdigit() else None
+
+    stats = PhaseStats(bs, sq=num("tok"), sk=num("sk"), sqsq=num("sqsq"), sqsk=num("sqsk"))
+    if m.group(1) == "prefill":
+        return _engine_step("atom", "atom_step", stats, None, stats.sq, m.group(1), "prefill", bs)
+    return _engine_step("atom", "atom_step", None, stats, stats.sq, m.group(1), "decode", bs)
+
+
+_ENGINE_PARSERS = (parse_vllm_detailed, parse_vllm_context_generation, parse_vllm_new_cached, parse_sglang_step,
+                   parse_atom_step)
 
 
 def parse_engine_step(name: str) -> EngineStep | None:
@@ -461,7 +515,28 @@ def parse_engine_step(name: str) -> EngineStep | None:
 def looks_like_engine_step(name: str) -> bool:
     """An annotation shaped like an engine step ("execute_...", "step[...]") whether or not its format
     is known: an unknown one is reported, never taken for a request window."""
-    return name.startswith("execute_") or name.lower().startswith("step[")
+    atom = ATOM_STEP.match(name) is not None and "bs=" in name
+    return name.startswith("execute_") or name.lower().startswith("step[") or atom
+
+
+# xDiT (xfuser) diffusion pipelines: one annotation per generated image batch, "execute_diffusion_{batch}_{H}x{W}"
+# (the corpus's Flux.1 trace: "execute_diffusion_1_256x256"); a request, not a step.
+DIFFUSION_REQUEST = re.compile(r"^execute_diffusion_(\d+)_(\d+)x(\d+)$")
+
+
+@dataclass(frozen=True)
+class DiffusionLabel:
+    batch: int
+    height: int
+    width: int
+
+
+def parse_diffusion_request(name: str) -> DiffusionLabel | None:
+    """xDiT's request annotation (``execute_diffusion_1_256x256``); None if not one."""
+    m = DIFFUSION_REQUEST.match(name)
+    if m is None or any(len(g) > 9 for g in m.groups()):
+        return None
+    return DiffusionLabel(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from tracekit.report.view import (
     timed_steps,
     verdicts,
     warmup_line,
+    workload_kind,
     workload_text,
 )
 
@@ -126,7 +127,7 @@ def run_section(run: RunView) -> str:
     ops = op_rows(run.df("kernel_ops"))
     if ops[1]:
         parts.append(_section_table("Largest ops by kernel time", *ops))
-    parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups)))
+    parts.append(_section_table("Per-request latency", *request_rows(run.df("requests"), run.warmups, workload_kind(run.manifest)[0])))
     for title, (headers, rows) in (("Each request's cost inside the batch", cost_rows(run.df("requests"))),
                                    ("Speculative decoding", assisted_rows(run.df("requests"), run.df("steps")))):
         if rows:

@@ -29,6 +29,7 @@ from tracekit.report.view import (
     request_rows,
     verdicts,
     warmup_line,
+    workload_kind,
     workload_text,
 )
 
@@ -40,6 +41,10 @@ def _ms(v: Any) -> str:
 def analyze_lines(result: dict[str, Any]) -> list[str]:
     lines = []
     steps: pd.DataFrame = result["steps"]
+    work = result.get("workload")
+    if isinstance(work, dict) and work.get("kind"):
+        lines.append(f"workload: {work['kind']} (decided by {work.get('rule', '?')})")
+    kind = work.get("kind") if isinstance(work, dict) else None
     if steps.empty:
         lines.append("steps: none found (the whole trace is one outside row)")
     else:
@@ -54,6 +59,12 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
             line += f"; the run had {ran} steps, the trace and the recorder's tables here hold {len(steps)}"
         lines.append(line)
     for r in result["requests"].to_dict("records"):
+        if kind == "diffusion":  # no tokens: its denoising steps and end-to-end time
+            n = int(((steps["request_id"] == r["request_id"]).fillna(False)).sum()) if "request_id" in steps else 0
+            lines.append(f"request {r['request_id']} {r['name']} [{r['source']}]: batch "
+                         f"{'-' if r['batch'] is None or pd.isna(r['batch']) else r['batch']}, {n} denoising steps, "
+                         f"e2e {_ms(r['e2e_ns'])}")
+            continue
         share = r["prefill_share"]
         host = r.get("host_ttft_ns") is not None and not pd.isna(r["host_ttft_ns"])
         label = "without the profiler" if r["source"] == "tracekit_host" else "host"
@@ -252,7 +263,7 @@ def render_terminal(views: list[Any], out: Any) -> None:
                 console.print(f"  {visible(note)}", markup=False)
         for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
                                        ("largest ops by kernel time", op_rows(v.df("kernel_ops"))),
-                                       ("requests", request_rows(v.df("requests"), v.warmups)),
+                                       ("requests", request_rows(v.df("requests"), v.warmups, workload_kind(v.manifest)[0])),
                                        ("each request's cost inside the batch", cost_rows(v.df("requests"))),
                                        ("speculative decoding", assisted_rows(v.df("requests"), v.df("steps")))):
             if not rows:

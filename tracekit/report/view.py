@@ -294,6 +294,9 @@ def workload_text(m: dict[str, Any]) -> str:
     for key, fmt in (("gpu", "{}"), ("driver", "driver {}"), ("torch", "torch {}"), ("transformers", "transformers {}")):
         if isinstance(env, dict) and env.get(key):
             parts.append(fmt.format(env[key]))
+    kind, rule = workload_kind(m)
+    if rule:
+        parts.append(f"workload kind {kind} ({rule})")
     return " · ".join(parts) if parts else "workload: not recorded"
 
 
@@ -454,7 +457,23 @@ def op_rows(ops: pd.DataFrame, per_phase: int = OPS_PER_PHASE) -> tuple[list[str
     return headers, rows
 
 
-def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = ()) -> tuple[list[str], list[list[str]]]:
+def workload_kind(m: dict[str, Any]) -> tuple[str, str | None]:
+    """(kind, the rule that decided it) from run.json's analysis (tracekit.analysis.workload); ("llm", None)
+    for runs analysed before kinds were recorded."""
+    a = m.get("analysis") if isinstance(m, dict) else None
+    w = a.get("workload") if isinstance(a, dict) else None
+    if isinstance(w, dict) and isinstance(w.get("kind"), str):
+        return w["kind"], w.get("rule") if isinstance(w.get("rule"), str) else None
+    return "llm", None
+
+
+def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = (), kind: str = "llm"
+                 ) -> tuple[list[str], list[list[str]]]:
+    """Per-request latency; a diffusion request has no tokens: its denoising steps and e2e only."""
+    if kind == "diffusion":
+        return (["request", "batch", "denoising steps", "e2e (ms)"],
+                [[str(r.get("name", r.get("request_id"))), cell(r.get("batch")), cell(r.get("steps")),
+                  cell(r.get("e2e_ns"), "ms")] for r in (requests.to_dict("records") if not requests.empty else [])])
     headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p90 (ms)", "e2e (ms)",
                "decode tok/s", "prefill share"]
     rows = []

@@ -119,6 +119,39 @@ def atomic_open(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
         yield fh
 
 
+def resolved(path: Path) -> Path:
+    """``path`` with its symbolic links resolved, for a writer: a run reached through a link
+    (``runs/latest -> runs/x``) is written where the link points, and the link stays a link."""
+    path = Path(path)
+    try:
+        return Path(os.path.realpath(path)) if _has_link(path) else path
+    except OSError:
+        return path
+
+
+def _has_link(path: Path) -> bool:
+    p = Path(os.path.abspath(path))
+    return any(q.is_symlink() for q in (p, *p.parents))
+
+
+def staging_leftover(d: Path) -> bool:
+    """Whether ``d`` (named like a staging directory) is one tracekit made and may remove: a real
+    directory (never a link), owned by this user, empty or holding what a writer leaves there (a run's
+    run.json or tables, a run or sweep moved aside, a dataset's marker)."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    try:
+        names = set(os.listdir(d))
+    except OSError:
+        return False
+    return not names or bool(names & {"run.json", "tables", "run", "old", "sweep.json", "points",
+                                      "_tracekit_dataset.json", "_tracekit_replaces.json"})
+
+
 def make_dir_beside(target: Path, tag: str) -> Path:
     """A new, empty directory beside ``target`` (same file system) named ``.tracekit-<tag>-<random>``."""
     mkdirs(target.parent)
@@ -137,6 +170,11 @@ def link_tree(src: Path, tag: str) -> Path | None:
     import shutil
     import stat
 
+    for dirpath, dirnames, _ in os.walk(src):
+        for d in dirnames:
+            if os.path.islink(os.path.join(dirpath, d)):
+                raise UsageError(f"{visible(Path(dirpath) / d)} is a symbolic link: tracekit writes only inside "
+                                 f"the run {visible(src)}; put the folder it points to in its place")
     dest = make_dir_beside(src, tag)
     try:
         os.chmod(dest, stat.S_IMODE(os.stat(src).st_mode))
@@ -191,6 +229,7 @@ def replace_dir(new: Path, target: Path, tag: str) -> None:
     can exchange directories, else two renames (``target`` is absent only between them)."""
     import shutil
 
+    target = resolved(target)
     if not target.exists():
         os.replace(new, target)
         return

@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     safe_streams()
     try:
         with _signals_interrupt():
+            from tracekit.model import environ
+
+            environ.check()
             rv = cli.main(args=args, prog_name="tracekit", standalone_mode=False)
     except TracekitError as exc:
         click.echo(f"tracekit: error: {exc.message}", err=True)
@@ -118,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()  # the reader went away (``| head``): what it read was all it wanted
         return EXIT_OK
-    except SystemExit as exc:  # click's own handling of EPIPE (it wraps the streams, exits 1): as above
+    except SystemExit:  # click's own handling of EPIPE (it wraps the streams, exits 1): as above
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
             if type(stream).__name__ == "_PacifyFlushWrapper":

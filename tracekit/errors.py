@@ -35,6 +35,21 @@ def visible(text: object) -> str:
     return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
 
 
+def lines(text: str) -> str:
+    """Several lines, each made visible (the line breaks between them kept)."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+def say(text: object = "", *, err: bool = False) -> None:
+    """Print ``text`` (one line or several) to stdout, or stderr with ``err``: every line made visible
+    (control characters as escapes, whatever they came from), the line breaks between them kept. The one
+    way tracekit prints plain text; rich output (tables, bars) goes through tracekit.report.text's
+    ``cell`` and ``markup_safe``."""
+    import click
+
+    click.echo(lines(text if isinstance(text, str) else str(text)), err=err)
+
+
 class TracekitError(Exception):
     """A user-facing error: one line, one exit code."""
 

@@ -10,7 +10,7 @@ import click
 
 from tracekit.app.query import run_query
 from tracekit.errors import UsageError, visible
-from tracekit.report.text import cell
+from tracekit.report.text import cell, say
 
 
 def _table_output(result: Any, out: Any) -> None:
@@ -44,7 +44,7 @@ def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
         result = run_query(sql, runs_dir, notes)
     finally:  # what was skipped is said even when the query then fails
         for note in notes:
-            click.echo(f"warning: {visible(note)}", err=True)
+            say(f"warning: {visible(note)}", err=True)
     if fmt == "parquet":
         if out is None:
             raise UsageError("--format parquet needs --out FILE")
@@ -54,7 +54,7 @@ def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
 
         with atomic_path(out) as tmp:
             pq.write_table(parquet_ready(result), tmp)
-        click.echo(f"wrote {visible(out)} ({result.num_rows} rows)", err=True)
+        say(f"wrote {visible(out)} ({result.num_rows} rows)", err=True)
         return
     if out is None:
         _write(result, fmt, sys.stdout, terminal=True)

@@ -12,6 +12,7 @@ import click
 from tracekit.errors import UsageError, visible
 from tracekit.model import pricing as _pricing
 from tracekit.model import sweepspec
+from tracekit.report.text import say
 
 
 def _csv_ints(text: str | None) -> list[int] | None:
@@ -199,12 +200,12 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
         check_target(out_dir, resume=resume, force=force)
     cuda = _cuda(spec.device)
     est = sweepspec.estimate_seconds(spec, cuda=cuda)
-    click.echo(f"sweep {visible(spec.name)}: {len(spec.points)} points, model {visible(spec.model)}, "
+    say(f"sweep {visible(spec.name)}: {len(spec.points)} points, model {visible(spec.model)}, "
                f"{'GPU' if cuda else 'CPU'}, {spec.warmup_runs} warm-up + {spec.repeats_for(cuda)} timed run(s) "
                f"per point; estimated {est / 60:.1f} min -> {visible(out_dir)}")  # fmt: skip
     if dry_run:
         for p in spec.points:
-            click.echo(f"  {visible(p.id)}")
+            say(f"  {visible(p.id)}")
         return 0
     target, staging = out_dir, None
     if force and out_dir.exists() and not resume:
@@ -251,8 +252,8 @@ def _run(spec: Any, out_dir: Path, target: Path, staging: Path | None, resume: b
         replace_dir(staging, target, "sweep")
         files = {k: target / Path(v).relative_to(staging) for k, v in files.items()}
     for line in failed:
-        click.echo(f"failed: {visible(line)}", err=True)
-    click.echo(f"summary: {visible(files['summary'])}\nreport: {visible(files['report_md'])} and "
+        say(f"failed: {visible(line)}", err=True)
+    say(f"summary: {visible(files['summary'])}\nreport: {visible(files['report_md'])} and "
                f"{visible(files['report_html'])}")
     return 0 if not failed or len(failed) < len(spec.points) else 1
 

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TraceFormatError, TracekitError, UsageError, visible
+from tracekit.errors import TraceFormatError, TracekitError, UsageError, say, visible
 from tracekit.ingest.result import not_a_trace
 from tracekit.store import dataset as _ds
 
@@ -271,20 +271,18 @@ def ingest_command(
     run_id: str | None = None,
 ) -> int:  # fmt: skip
     """What ``tracekit ingest --engine ray|process|serial --dataset`` runs: prints a summary, returns the exit code."""
-    import click
-
     s = ingest_dataset(paths, out, engine=engine, address=address, jobs=jobs, force=force, run_id=run_id)
     ranks = sum(len(v) for v in s.runs.values())
-    click.echo(
+    say(
         f"{s.files - len(s.failed)}/{s.files} traces -> {visible(s.root)} ({len(s.runs)} runs, {ranks} ranks, "
         f"{s.events:,} events, {s.seconds:.1f} s, engine {s.engine})"
     )
     for path, err in s.failed:
-        click.echo(f"warning: {visible(path)}: {visible(err)}", err=True)
+        say(f"warning: {visible(path)}: {visible(err)}", err=True)
     if s.failed:  # one error line, after a warning per file
         unwritten = sum(1 for _, err in s.failed if err.startswith("cannot write"))
         what = ("could not be written" if unwritten == len(s.failed) else
                 "could not be read" if not unwritten else "could not be read or written")
-        click.echo(f"tracekit: error: {len(s.failed)} of {s.files} traces {what} (listed above)", err=True)
+        say(f"tracekit: error: {len(s.failed)} of {s.files} traces {what} (listed above)", err=True)
         return 1
     return 0

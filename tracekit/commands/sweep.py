@@ -54,7 +54,11 @@ def build_spec(
     elif preset is not None:
         spec = sweepspec.from_preset(preset, model=flags.get("model"), device=flags.get("device") or "auto")
     elif config is not None:
-        spec = sweepspec.from_toml(config)
+        from tracekit.store.fsops import decode_text, read_input
+
+        where = f"sweep config {visible(config)}"
+        spec = sweepspec.from_toml_text(decode_text(read_input(config, "--config"), where), name=Path(config).stem,
+                                        where=config)
     elif point_flags:
         data: dict[str, Any] = {}
         if flags.get("shapes"):

@@ -29,10 +29,9 @@ import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
 from tracekit.model.quant import CHOICES as QUANT_CHOICES
 from tracekit.model.quant import NONE as QUANT_NONE
 
@@ -420,15 +419,14 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
     return spec_.with_points(pts)
 
 
-def from_toml(path: str | Path) -> SweepSpec:
-    p = Path(path)
+def from_toml_text(text: str, *, name: str, where: str) -> SweepSpec:
+    """The spec a TOML text describes (a config file's, read by the sweep command); UsageError (naming
+    ``where``) where it is not TOML or not a sweep."""
     try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"sweep config {p} not found") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"sweep config {p}: {exc}") from None
-    return from_mapping(data, name=p.stem)
+        raise UsageError(f"sweep config {visible(where)}: {exc}") from None
+    return from_mapping(data, name=name)
 
 
 def estimate_seconds(

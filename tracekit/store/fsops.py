@@ -37,6 +37,55 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+INPUT_LIMIT = 64 << 20  # a config or list file larger than this is not one
+
+
+def read_input(path: str | os.PathLike[str], what: str, *, limit: int = INPUT_LIMIT) -> bytes:
+    """The bytes of an input file a user named (a config, a lengths list): UsageError, one line, where it
+    is missing, not a regular file (a FIFO or /dev/zero would hang or never end), unreadable or larger
+    than ``limit``. Opened without blocking, checked on the open descriptor, read to ``limit`` + 1."""
+    shown = f"{what} {visible(path)}"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{shown}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+            raise UsageError(f"{shown}: not a regular file ({kind})")
+        if st.st_size > limit:
+            raise UsageError(f"{shown}: {st.st_size / 1e6:.0f} MB, larger than any {what} file ({limit >> 20} MB)")
+        chunks, got = [], 0
+        while got <= limit:
+            block = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not block:
+                break
+            chunks.append(block)
+            got += len(block)
+        if got > limit:
+            raise UsageError(f"{shown}: larger than any {what} file ({limit >> 20} MB)")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UsageError(f"{shown}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text (a BOM skipped); UsageError naming ``where`` and the first bad byte otherwise
+    (a binary file, UTF-16, Latin-1)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UsageError(f"{where}: UTF-16 text; save it as UTF-8")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                         "save it as UTF-8") from None
+
+
 def umask() -> int:
     """The process umask, read without changing it where /proc says it (Linux >= 4.7)."""
     try:

@@ -17,8 +17,9 @@ EXIT_FAILURE = 1  # the work ran and failed (e.g. nothing usable in a trace)
 EXIT_USAGE = 2  # bad arguments, unknown preset, missing path
 EXIT_INTERRUPTED = 130  # Ctrl-C; what was captured is kept and marked incomplete
 
-# C0 and C1 controls, DEL, bidi embeddings/overrides/isolates, line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# C0 and C1 controls, DEL, bidi embeddings/overrides/isolates, line and paragraph separators, lone
+# surrogates (no encoding can write one: a file name that is not UTF-8) and the non-characters U+FFFE/FFFF.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff\ufffe\uffff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

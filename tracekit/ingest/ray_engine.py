@@ -34,6 +34,7 @@ from typing import Any
 from tracekit.errors import TraceFormatError, TracekitError, UsageError, say, visible
 from tracekit.ingest.result import not_a_trace
 from tracekit.store import dataset as _ds
+from tracekit.store.fsops import check_distinct
 
 ENGINES = ("ray", "process", "serial")
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_.]?(\d+)", re.IGNORECASE)
@@ -101,6 +102,7 @@ def plan(paths: Sequence[str | os.PathLike[str]], *, run_id: str | None = None,
             raise UsageError(f"{p}: no such file")
     if not files:
         raise UsageError("no trace given")
+    check_distinct(files)
     jobs: list[FileJob] = []
     # The part name is unique per run, not per (run, rank): the rank is final only once the
     # trace is read (its distributedInfo wins), and two files must never write one path.

@@ -409,7 +409,7 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         name=str(data.get("name", name)),
         model=str(data.get("model", "tiny")),
         device=str(data.get("device", "auto")),
-        dtype=str(data.get("dtype", "auto")),
+        dtype=_dtype(data.get("dtype", "auto")),
         warmup_runs=_int(data, "warmup_runs", 1, least=0),
         repeats=_int(data, "repeats", 0, least=0),  # 0: the default for the device
         trace_steps=_int(data, "trace_steps", 6),
@@ -417,6 +417,16 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         max_batch_tokens=max_batch_tokens,
     )
     return spec_.with_points(pts)
+
+
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+
+
+def _dtype(value: Any) -> str:
+    """The sweep's dtype: one of DTYPES (float128, float64 or a typo is refused before anything runs)."""
+    if not isinstance(value, str) or value not in DTYPES:
+        raise UsageError(f"sweep config: dtype {visible(repr(value))} is not one of {', '.join(DTYPES)}")
+    return value
 
 
 def from_toml_text(text: str, *, name: str, where: str) -> SweepSpec:

@@ -74,6 +74,33 @@ def read_input(path: str | os.PathLike[str], what: str, *, limit: int = INPUT_LI
         os.close(fd)
 
 
+def check_distinct(paths: list[Path], what: str = "trace") -> None:
+    """UsageError where one file is given twice: the same file by two paths (a link, ``./a`` and ``a``)
+    or two files with the same bytes (a copy). Digests are taken only of files of equal size."""
+    by_id: dict[tuple[int, int], Path] = {}
+    by_size: dict[int, list[Path]] = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue  # the read says why
+        first = by_id.setdefault((st.st_dev, st.st_ino), p)
+        if first is not p:
+            raise UsageError(f"{visible(first)} and {visible(p)} are the same file: give each {what} once")
+        by_size.setdefault(st.st_size, []).append(p)
+    for group in by_size.values():
+        if len(group) < 2:
+            continue
+        seen: dict[str, Path] = {}
+        for p in group:
+            try:
+                first = seen.setdefault(file_digest(p), p)
+            except OSError:
+                continue
+            if first is not p:
+                raise UsageError(f"{visible(first)} and {visible(p)} hold the same bytes: give each {what} once")
+
+
 def decode_text(data: bytes, where: str) -> str:
     """``data`` as UTF-8 text (a BOM skipped); UsageError naming ``where`` and the first bad byte otherwise
     (a binary file, UTF-16, Latin-1)."""

@@ -237,6 +237,11 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
     notes = notes if notes is not None else []
     if not _STATEMENT.search(sql):
         raise UsageError("the query is empty: give a SQL statement, e.g. \"select kind, count(*) from steps group by kind\"")
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a byte of the command line that was not UTF-8
+        raise UsageError(f"the query is not UTF-8 text (character {exc.start + 1} is {visible(sql[exc.start])}): "
+                         "write it in UTF-8") from None
     _one_result(sql)
     dataset = is_dataset(runs_dir)
     runs: list[Path] = []

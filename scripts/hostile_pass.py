@@ -117,7 +117,7 @@ def cli(argv: list[Any], cwd: Path | None = None) -> tuple[int | None, str, str,
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main([str(a) for a in argv])
-    except BaseException:  # noqa: BLE001 - a traceback the user would have seen
+    except BaseException:
         tb = traceback.format_exc()
     finally:
         os.chdir(old)
@@ -144,7 +144,7 @@ def guarded(o: Outcome, root: Path, out: Path | None) -> Iterator[None]:
         yield
     except AssertionError as exc:
         o.wrong = o.wrong or f"check failed: {exc}"[:500]
-    except Exception as exc:  # noqa: BLE001 - the harness's own failure is a finding too
+    except Exception as exc:
         o.wrong = o.wrong or f"harness: {type(exc).__name__}: {exc}"[:500]
     o.seconds = time.perf_counter() - t0
     after = faultlib.snapshot(root, skip=[out] if out is not None else [])
@@ -505,7 +505,7 @@ def c_query(box: Box, rng: random.Random, n: int, tally: Tally) -> None:
               "'\x1b]0;T\x07'", "'[bold]MK[/bold]'", "uuid()", "'1 day'::interval * 2", "map([1],['a'])",
               "to_timestamp(0)", "'\ud800'", "2::hugeint", "blob 'x'"]
     cols = ["a", "a", "b", "A", "a_2", '"a"', "x y"]
-    for i in range(n):
+    for _ in range(n):
         root = box.fresh()
         k = rng.randrange(1, 5)
         select = ", ".join(f"{rng.choice(values)} as {json.dumps(rng.choice(cols))}" for _ in range(k))
@@ -627,7 +627,7 @@ def c_svg(box: Box, rng: random.Random, n: int, tally: Tally) -> None:
         try:
             doc = f'<svg xmlns="http://www.w3.org/2000/svg"><text title="{esc(s)}">{esc(s)}</text></svg>'
             ET.fromstring(doc.encode("utf-8"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             o.wrong = f"{type(exc).__name__}: {exc}"
         tally.add(o)
 

@@ -87,7 +87,7 @@ def test_sweep_never_replaces_or_continues_a_folder_that_is_not_a_sweep(tmp_path
 
 
 def test_staging_named_folder_that_is_not_ours_is_left_alone(tmp_path: Path, run: Path) -> None:
-    from tracekit.store.rundir import _staging_tag  # noqa: PLC2701 - the name the writer uses
+    from tracekit.store.rundir import _staging_tag
 
     theirs = run.parent / f".tracekit-{_staging_tag(run)}-mine"
     theirs.mkdir()

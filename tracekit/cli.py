@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from tracekit.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, TracekitError, visible
+from tracekit.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TracekitError, visible
 from tracekit.model.version import VERSION
 
 # verb -> (module, one-line help). The help is here so `--help` imports nothing.
@@ -84,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     safe_streams()
+    _RECEIVED.clear()
     try:
         with _signals_interrupt():
             from tracekit.model import environ
@@ -112,8 +113,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"tracekit: interrupted ({exc.name}); what was being written was left as it was")
         return 128 + exc.signum
     except KeyboardInterrupt:
+        if _RECEIVED:  # a SIGTERM that DuckDB (or another library) reported as its own interrupt
+            name = signal.Signals(_RECEIVED[-1]).name
+            _say(f"tracekit: interrupted ({name}); what was being written was left as it was")
+            return 128 + _RECEIVED[-1]
         _say("tracekit: interrupted")
         return EXIT_INTERRUPTED
+    except UnicodeEncodeError as exc:
+        if "surrogates" not in str(exc):
+            raise
+        # a file or folder name (or an argument) holding bytes that are not UTF-8: Arrow and DuckDB take
+        # only UTF-8 paths
+        _say(f"tracekit: error: a name is not UTF-8 text ({visible(exc.object[max(0, exc.start - 40):exc.end + 10])}); "
+             "rename it or choose another path")
+        return EXIT_USAGE
     except MemoryError:
         _say("tracekit: error: out of memory (what was being written was left as it was; free memory or "
              "use a machine with more)")
@@ -148,7 +161,11 @@ class Terminated(KeyboardInterrupt):
         self.name = signal.Signals(signum).name
 
 
+_RECEIVED: list[int] = []  # SIGTERM/SIGHUP received while main ran (a library may turn the exception into its own)
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
     raise Terminated(signum)
 
 

@@ -256,6 +256,10 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
             return unique_columns(_execute(cat.con, sql), notes)
         except duckdb.InterruptException:  # Ctrl-C while DuckDB ran: an interrupt, not a bad query
             raise KeyboardInterrupt from None
+        except RuntimeError as exc:  # a signal's exception (SIGTERM) that DuckDB reported as its own
+            if "interrupted" in str(exc).lower():
+                raise KeyboardInterrupt from None
+            raise
         except duckdb.Error as exc:
             msg = " ".join(str(exc).split())
             m = _STREAM.search(msg)

@@ -294,6 +294,10 @@ class RunDir:
         with run.json): any other non-empty directory is refused.
         """
         target = resolved(Path(path))  # a link to a run stays a link: the run it points to is written
+        try:  # Arrow writes tables only to UTF-8 paths: refused before anything is made
+            os.path.abspath(target).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{visible(target)}: the path is not UTF-8 text; choose another --out") from None
         if target.exists() and not target.is_dir():
             raise RunExistsError(f"{visible(target)} exists and is not a directory; choose another --out")
         _lock.acquire(target)

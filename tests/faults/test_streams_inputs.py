@@ -227,3 +227,38 @@ def test_svg_stays_valid_xml(name: str) -> None:
 
     doc = f'<svg xmlns="http://www.w3.org/2000/svg"><text title="{esc(name)}">{esc(name)}</text></svg>'
     ET.fromstring(doc.encode("utf-8"))  # a lone surrogate would not even encode
+
+
+# --------------------------------------------------------------------------- honest messages
+def test_out_of_memory_is_said_as_itself(tmp_path: Path, good_template: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import pyarrow.parquet as pqm
+
+    run = shutil.copytree(good_template, tmp_path / "r")
+
+    def no_memory(*a: object, **k: object) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(pqm, "ParquetFile", no_memory)
+    r = cli(["analyze", run])
+    one_line(r)
+    assert r.rc == 1 and "out of memory" in r.err and "re-ingest" not in r.err, r.err
+
+
+@pytest.mark.parametrize(("errno_", "text"), [(28, "No space left on device"), (36, "File name too long")])
+def test_a_dataset_write_failure_is_said_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                errno_: int, text: str) -> None:
+    from tracekit.store import dataset as _ds
+    from tracekit.store.fsops import write_error
+
+    def full(path: Path, *a: object, **k: object) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raise write_error(path, OSError(errno_, text))
+
+    monkeypatch.setattr(_ds, "write_table", full)
+    src = write_trace(tmp_path / "t.json", trace_doc())
+    r = cli(["ingest", src, "--dataset", "--engine", "serial", "--out", tmp_path / "ds"])
+    one_line(r)
+    assert r.rc == 1 and "could not be written" in r.err and text in r.err, r.err
+    assert not [p for p in (tmp_path / "ds").rglob("*") if p.is_dir() and p.name.startswith(("run_id=", "rank="))]

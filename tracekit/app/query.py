@@ -279,14 +279,14 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
                 excluded.update(bad)
 
 
-# Statements a script may run before its last one: they change the session, they return no rows to show.
-_SETUP = ("CREATE", "DROP", "ALTER", "INSERT", "UPDATE", "DELETE", "SET", "VARIABLE_SET", "TRANSACTION")
+# Statements that return rows: before the last one of a script, their rows would never be shown.
+_ROWS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL", "EXECUTE", "RELATION", "LOGICAL_PLAN", "ANALYZE")
 
 
 def _one_result(sql: str) -> None:
-    """UsageError where a script of several statements would drop the rows of one of them: every
-    statement but the last must be one that returns none (CREATE, INSERT, SET, ...). A script that
-    does not parse is left to DuckDB's own message."""
+    """UsageError where a script of several statements would drop the rows of one of them: no statement
+    but the last may return rows (SELECT, EXPLAIN, PRAGMA, CALL, ...). A script that does not parse, and
+    statements DuckDB refuses anyway (ATTACH, COPY: no file access), are left to DuckDB's own message."""
     import duckdb
 
     try:
@@ -295,10 +295,10 @@ def _one_result(sql: str) -> None:
         return
     for i, st in enumerate(stmts[:-1]):
         kind = str(getattr(st.type, "name", st.type)).rsplit(".", 1)[-1]
-        if kind not in _SETUP:
+        if kind in _ROWS:
             raise UsageError(f"the query holds {len(stmts)} statements and statement {i + 1} ({kind}) returns rows "
-                             "that would not be shown: give one query (earlier statements may only create, "
-                             "insert or set)")
+                             "that would not be shown: give one query (statements before the last may create, "
+                             "insert or set, not select)")
 
 
 def unique_columns(table: Any, notes: list[str]) -> Any:

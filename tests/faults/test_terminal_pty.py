@@ -111,6 +111,7 @@ def _cases(root: Path) -> list[list[str]]:
         ["sweep", "--quick", "--dry-run", "--out", str(out / f"s{PAYLOAD.replace('/', '_')}")],
         ["doctor", "--runs", str(out / "d")],
         ["counters", str(run)],
+        ["check", str(trace)],
         ["ingest", str(out / "missing"), "--out", str(out / "m")],
         ["record", "--preset", f"nope{PAYLOAD}", "--out", str(out / "r")],
         ["calibrate", "--device", f"cuda{PAYLOAD}"],

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
 
 
 @dataclass(frozen=True)
@@ -219,9 +219,11 @@ def config_preset(path: Path) -> ModelPreset:
     import json
 
     where = path / "config.json"
+    from tracekit.store.fsops import decode_text, read_input
+
     try:
-        config = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        config = json.loads(decode_text(read_input(where, "--model config.json"), f"--model {visible(path)}"))
+    except (RecursionError, ValueError) as exc:
         raise UsageError(f"--model {str(path)!r}: config.json is unreadable ({exc})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise UsageError(f"--model {str(path)!r}: config.json names no model_type")

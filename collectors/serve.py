@@ -41,7 +41,7 @@ from typing import Any
 from tracekit.collectors.hooks import RequestRecord
 from tracekit.collectors.noise import ThirdPartyOutput
 from tracekit.collectors.session import Recording, RecordOptions, create_run, keep_third_party, timings
-from tracekit.errors import TracekitError, UsageError
+from tracekit.errors import TracekitError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.model.stepnames import SeqLabel, StepLabel, batch_label, format_batch_step
 from tracekit.model.sweepspec import AgentSpec
@@ -120,10 +120,9 @@ def serve_shape(name: str, rng: random.Random | None = None) -> tuple[int, int]:
 
 def read_lengths(path: Path) -> list[tuple[int, int]]:
     """A lengths file: one request per line, ``PROMPT OUTPUT`` (space or comma); ``#`` comments."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"--lengths {path}: {exc.strerror or exc}") from None
+    from tracekit.store.fsops import decode_text, read_input
+
+    text = decode_text(read_input(path, "--lengths"), f"--lengths {visible(path)}")
     out: list[tuple[int, int]] = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()

@@ -1,3 +1,8 @@
-from tracekit.cli import entry
+import sys
+
+try:
+    from tracekit.cli import entry
+except KeyboardInterrupt:  # Ctrl-C while the CLI loads
+    sys.exit(130)
 
 entry()

@@ -7,14 +7,20 @@ out of every verb that does not record.
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import importlib.util
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
 
 import click
 
-from tracekit.errors import EXIT_FAILURE, EXIT_INTERRUPTED, TracekitError, visible
+from tracekit.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TracekitError, visible
 from tracekit.model.version import VERSION
 
 # verb -> (module, one-line help). The help is here so `--help` imports nothing.
@@ -77,8 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tracekit.store import lock
 
     args = list(sys.argv[1:] if argv is None else argv)
+    safe_streams()
+    _RECEIVED.clear()
     try:
-        rv = cli.main(args=args, prog_name="tracekit", standalone_mode=False)
+        with _signals_interrupt():
+            from tracekit.model import environ
+
+            environ.check()
+            rv = cli.main(args=args, prog_name="tracekit", standalone_mode=False)
     except TracekitError as exc:
         click.echo(f"tracekit: error: {exc.message}", err=True)
         return exc.exit_code
@@ -86,7 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc.__context__, EOFError):  # click turns any EOFError into Abort: a cut input, not Ctrl-C
             click.echo(f"tracekit: error: unexpected end of input ({_one_line(exc.__context__)})", err=True)
             return EXIT_FAILURE
-        click.echo("tracekit: interrupted", err=True)
+        if isinstance(exc.__context__, Terminated):
+            _say(f"tracekit: interrupted ({exc.__context__.name}); what was being written was left as it was")
+            return 128 + exc.__context__.signum
+        _say("tracekit: interrupted")
         return EXIT_INTERRUPTED
     except click.ClickException as exc:
         # click's usage errors are already one line; keep its exit code (2).
@@ -94,12 +109,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except Terminated as exc:
+        _say(f"tracekit: interrupted ({exc.name}); what was being written was left as it was")
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        click.echo("tracekit: interrupted", err=True)
+        if _RECEIVED:  # a SIGTERM that DuckDB (or another library) reported as its own interrupt
+            name = signal.Signals(_RECEIVED[-1]).name
+            _say(f"tracekit: interrupted ({name}); what was being written was left as it was")
+            return 128 + _RECEIVED[-1]
+        _say("tracekit: interrupted")
         return EXIT_INTERRUPTED
+    except UnicodeEncodeError as exc:
+        if "surrogates" not in str(exc):
+            raise
+        # a file or folder name (or an argument) holding bytes that are not UTF-8: Arrow and DuckDB take
+        # only UTF-8 paths
+        _say(f"tracekit: error: a name is not UTF-8 text ({visible(exc.object[max(0, exc.start - 40):exc.end + 10])}); "
+             "rename it or choose another path")
+        return EXIT_USAGE
     except MemoryError:
-        click.echo("tracekit: error: out of memory", err=True)
+        _say("tracekit: error: out of memory (what was being written was left as it was; free memory or "
+             "use a machine with more)")
         return EXIT_FAILURE
+    except BrokenPipeError:
+        _quiet_stdout()  # the reader went away (``| head``): what it read was all it wanted
+        return EXIT_OK
+    except SystemExit:  # click's own handling of EPIPE (it wraps the streams, exits 1): as above
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if type(stream).__name__ == "_PacifyFlushWrapper":
+                setattr(sys, name, getattr(stream, "wrapped", stream))
+                if name == "stdout":
+                    _quiet_stdout()
+                    return EXIT_OK
+        raise
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         click.echo(f"tracekit: error: {visible(where)}{_one_line(exc)}", err=True)
@@ -109,12 +152,122 @@ def main(argv: Sequence[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the process was so that every writer cleans up as for Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+_RECEIVED: list[int] = []  # SIGTERM/SIGHUP received while main ran (a library may turn the exception into its own)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
+    raise Terminated(signum)
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt the work like Ctrl-C (staging folders and temp files removed, a run
+    left as it was) while main runs; a handler someone else installed is kept."""
+    installed: list[tuple[int, Any]] = []
+    if threading.current_thread() is threading.main_thread():
+        for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                installed.append((sig, signal.signal(sig, _raise_terminated)))
+    try:
+        yield
+    finally:
+        for sig, old in installed:
+            signal.signal(sig, old)
+
+
+def _ascii_fallback(exc: UnicodeError) -> tuple[str, int]:
+    """The codec error handler of tracekit's output streams: a character the terminal's encoding
+    cannot show becomes a readable ASCII stand-in (``->`` for an arrow, ``\\u00b5`` otherwise)."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start:exc.end]
+    return "".join(_ASCII.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                                     f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+                   for c in text), exc.end
+
+
+_ASCII = {"\u2192": "->", "\u2190": "<-", "\u2014": "--", "\u2013": "-", "\u2026": "...", "\u00d7": "x",
+          "\u00b5": "u", "\u03bc": "u", "\u2264": "<=", "\u2265": ">=", "\u2248": "~", "\u2018": "'", "\u2019": "'",
+          "\u201c": '"', "\u201d": '"', "\u00b1": "+-", "\u2212": "-", "\u00a0": " ", "\u2022": "*", "\u2713": "ok",
+          "\u2717": "x", "\u2500": "-", "\u2502": "|", "\u2501": "=", "\u2503": "|"}
+codecs.register_error("tracekit-ascii", _ascii_fallback)
+
+
+def safe_streams() -> None:
+    """Make stdout and stderr safe to print anything to: a character the locale's encoding lacks is
+    written as an ASCII stand-in (never a UnicodeEncodeError), and a closed descriptor 0, 1 or 2 is
+    taken by /dev/null (a file tracekit opens must never become the terminal's stdout)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if got != fd:
+                os.dup2(got, fd)
+                os.close(got)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:  # Python found the descriptor closed at start
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - the process's stream, never closed
+            continue
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if reconfigure is not None and not encoding.startswith("utf"):
+            with suppress(ValueError, OSError, AttributeError):
+                reconfigure(errors="tracekit-ascii")
+
+
+def _say(line: str) -> None:
+    """One line to stderr, whatever state stderr is in."""
+    with suppress(OSError, ValueError):
+        click.echo(line, err=True)
+
+
+def _quiet_stdout() -> None:
+    """After EPIPE on stdout: point it at /dev/null, so the interpreter's final flush raises nothing."""
+    with suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _one_line(exc: BaseException) -> str:
     text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)).strip()
     return visible(text.split("\n", 1)[0]) if text else type(exc).__name__
 
 
 def entry() -> None:
-    sys.exit(main())
+    """The console script: main's exit code; Ctrl-C at any moment (while the verb loads, while an
+    error is printed) is exit 130, and a reader of stdout that went away is a quiet exit."""
+    try:
+        code = main()
+    except Terminated as exc:
+        code = 128 + exc.signum
+    except KeyboardInterrupt:
+        _say("tracekit: interrupted")
+        code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = EXIT_OK
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        _quiet_stdout()
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    sys.exit(code)
 
 

@@ -17,8 +17,9 @@ EXIT_FAILURE = 1  # the work ran and failed (e.g. nothing usable in a trace)
 EXIT_USAGE = 2  # bad arguments, unknown preset, missing path
 EXIT_INTERRUPTED = 130  # Ctrl-C; what was captured is kept and marked incomplete
 
-# C0 and C1 controls, DEL, bidi embeddings/overrides/isolates, line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# C0 and C1 controls, DEL, bidi embeddings/overrides/isolates, line and paragraph separators, lone
+# surrogates (no encoding can write one: a file name that is not UTF-8) and the non-characters U+FFFE/FFFF.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff\ufffe\uffff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -33,6 +34,21 @@ def visible(text: object) -> str:
     """``text`` with every control character written as an escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
     s = text if isinstance(text, str) else str(text)
     return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
+
+
+def lines(text: str) -> str:
+    """Several lines, each made visible (the line breaks between them kept)."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+def say(text: object = "", *, err: bool = False) -> None:
+    """Print ``text`` (one line or several) to stdout, or stderr with ``err``: every line made visible
+    (control characters as escapes, whatever they came from), the line breaks between them kept. The one
+    way tracekit prints plain text; rich output (tables, bars) goes through tracekit.report.text's
+    ``cell`` and ``markup_safe``."""
+    import click
+
+    click.echo(lines(text if isinstance(text, str) else str(text)), err=err)
 
 
 class TracekitError(Exception):

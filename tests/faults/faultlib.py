@@ -22,6 +22,7 @@ import io
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -105,6 +106,9 @@ def snapshot(root: Path, *, skip: Sequence[Path] = ()) -> dict[str, tuple[int, s
             if n == LOCK_NAME or p.resolve() in skips or (n.startswith(".") and n.endswith(".tmp")):
                 continue  # a killed writer's temp file is never read (the next writer removes it)
             try:
+                if not stat.S_ISREG(os.stat(p).st_mode):
+                    out[str(p.relative_to(root))] = (-1, "not a regular file")  # a FIFO would block the read
+                    continue
                 data = p.read_bytes()
             except OSError:
                 continue

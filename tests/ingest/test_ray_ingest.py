@@ -33,7 +33,7 @@ def traces(tmp_path: Path) -> Path:
             json.dump(_trace(r, 6 + r), fh)
         tp = d / "tprun" / "ranks" / str(r)
         tp.mkdir(parents=True)
-        (tp / "trace.json.gz").write_bytes(gzip.compress(json.dumps(_trace(0, 4)).encode()))
+        (tp / "trace.json.gz").write_bytes(gzip.compress(json.dumps(_trace(r, 4)).encode()))  # ranks differ
     (d / "jobB.json").write_text(json.dumps(_trace(0, 3)))
     return d
 

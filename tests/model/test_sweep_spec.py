@@ -77,7 +77,7 @@ def test_toml_config(tmp_path):
         'prompt_lengths = [32, 64]\n[agent]\nsteps = 2\ntool_tokens = 4\nmodes = ["kv-reuse"]\n'
         "[pricing]\ninput_per_mtok = 1.0\noutput_per_mtok = 4.0\n"
     )
-    spec = sweepspec.from_toml(f)
+    spec = sweepspec.from_toml_text(f.read_text(), name=f.stem, where=str(f))
     groups = [p.group for p in spec.points]
     assert groups.count("shapes") == 4 and groups.count("batch") == 4 and groups.count("prompt") == 4
     agents = [p for p in spec.points if p.agent]
@@ -93,7 +93,7 @@ def test_bad_configs_are_usage_errors(tmp_path, text):
     f = tmp_path / "bad.toml"
     f.write_text(text)
     with pytest.raises(UsageError):
-        sweepspec.from_toml(f)
+        sweepspec.from_toml_text(f.read_text(), name=f.stem, where=str(f))
 
 
 def test_pricing_override_and_default_cites_source():

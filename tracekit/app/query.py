@@ -112,6 +112,8 @@ def _readable(path: Path, reserved: tuple[str, ...] = ()) -> str | None:
 
     try:
         names = pq.read_schema(path).names
+    except MemoryError:  # out of memory is not a damaged table: said as itself
+        raise
     except (OSError, ValueError, pa.ArrowException) as exc:
         return str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
     if not names:
@@ -235,6 +237,12 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
     notes = notes if notes is not None else []
     if not _STATEMENT.search(sql):
         raise UsageError("the query is empty: give a SQL statement, e.g. \"select kind, count(*) from steps group by kind\"")
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a byte of the command line that was not UTF-8
+        raise UsageError(f"the query is not UTF-8 text (character {exc.start + 1} is {visible(sql[exc.start])}): "
+                         "write it in UTF-8") from None
+    _one_result(sql)
     dataset = is_dataset(runs_dir)
     runs: list[Path] = []
     excluded: set[Path] = set()
@@ -245,7 +253,13 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
     while True:
         cat = _connect_dataset(runs_dir, sql, notes, excluded) if dataset else _connect_runs(runs, sql, notes)
         try:
-            return _execute(cat.con, sql)
+            return unique_columns(_execute(cat.con, sql), notes)
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran: an interrupt, not a bad query
+            raise KeyboardInterrupt from None
+        except RuntimeError as exc:  # a signal's exception (SIGTERM) that DuckDB reported as its own
+            if "interrupted" in str(exc).lower():
+                raise KeyboardInterrupt from None
+            raise
         except duckdb.Error as exc:
             msg = " ".join(str(exc).split())
             m = _STREAM.search(msg)
@@ -265,12 +279,60 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
                 excluded.update(bad)
 
 
+# Statements that return rows: before the last one of a script, their rows would never be shown.
+_ROWS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL", "EXECUTE", "RELATION", "LOGICAL_PLAN", "ANALYZE")
+
+
+def _one_result(sql: str) -> None:
+    """UsageError where a script of several statements would drop the rows of one of them: no statement
+    but the last may return rows (SELECT, EXPLAIN, PRAGMA, CALL, ...). A script that does not parse, and
+    statements DuckDB refuses anyway (ATTACH, COPY: no file access), are left to DuckDB's own message."""
+    import duckdb
+
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return
+    for i, st in enumerate(stmts[:-1]):
+        kind = str(getattr(st.type, "name", st.type)).rsplit(".", 1)[-1]
+        if kind in _ROWS:
+            raise UsageError(f"the query holds {len(stmts)} statements and statement {i + 1} ({kind}) returns rows "
+                             "that would not be shown: give one query (statements before the last may create, "
+                             "insert or set, not select)")
+
+
+def unique_columns(table: Any, notes: list[str]) -> Any:
+    """``table`` with every column name unique: a second ``a`` becomes ``a_2`` (a third ``a_3``, skipping
+    names taken), with a note for each renamed column; the table as it is when all are unique."""
+    names = list(table.column_names)
+    if len(set(names)) == len(names):
+        return table
+    taken = set(names)
+    seen: set[str] = set()
+    out = []
+    for n in names:
+        if n not in seen:
+            seen.add(n)
+            out.append(n)
+            continue
+        k = 2
+        while f"{n}_{k}" in taken:
+            k += 1
+        new = f"{n}_{k}"
+        taken.add(new)
+        notes.append(f"the result has two columns named {visible(n)!r}: the second is {visible(new)!r}")
+        out.append(new)
+    return table.rename_columns(out)
+
+
 def _corrupt(path: Path) -> bool:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         pq.read_table(path)
+    except MemoryError:  # out of memory is not a damaged table: said as itself
+        raise
     except (OSError, ValueError, pa.ArrowException):
         return True
     return False

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from tracekit.report.text import say
+
 
 @click.command("analyze")
 @click.argument("target", type=click.Path(path_type=Path))
@@ -35,12 +37,12 @@ def command(target: Path, out: Path | None, force: bool, warmup_requests: int | 
     with Bar(quiet=quiet) as bar, listening(bar):
         run, result = analyze(target, out, force, warmup_requests, captures=list(captures) if captures else None,
                               ceiling=ceiling)
-    click.echo(visible(run.path))
+    say(visible(run.path))
     if isinstance(result, MultirankResult):
         lines = multirank_lines(result) + [
             visible(f"warning: {w}") for w in run.read_manifest().get("rank_analysis", {}).get("failed", [])]
     else:
         lines = analyze_lines(result)
     for line in lines:
-        click.echo(f"  {line}")
+        say(f"  {line}")
     return 0

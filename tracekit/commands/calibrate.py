@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit.model import ceilings
+from tracekit.report.text import say
 from tracekit.store import calibration
 
 
@@ -23,15 +24,15 @@ def command(out: Path | None, device: int, quick: bool) -> int:
     m = measure(cfg)
     ceiling = ceilings.measured_ceiling(m["gpu"], m)
     path = calibration.save_measured(ceiling, out)
-    click.echo(f"GPU: {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']})")
-    click.echo(f"copy (read + write): {m['copy_bytes_per_s'] / 1e12:.2f} TB/s")
+    say(f"GPU: {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']})")
+    say(f"copy (read + write): {m['copy_bytes_per_s'] / 1e12:.2f} TB/s")
     ds = ceilings.datasheet(m["gpu"])
     for k, v in m["matmul_flops_per_s"].items():
         ref = ds.flops(k) if ds else None
         pct = f" ({100 * v / ref:.0f}% of datasheet {ref / 1e12:.0f})" if ref else ""
-        click.echo(f"matmul {k} n={m['matmul_n']}: {v / 1e12:.1f} TFLOP/s{pct}")
+        say(f"matmul {k} n={m['matmul_n']}: {v / 1e12:.1f} TFLOP/s{pct}")
     if ds:
-        click.echo(f"datasheet bandwidth {ds.peak_bytes_per_s / 1e12:.2f} TB/s: measured is "
+        say(f"datasheet bandwidth {ds.peak_bytes_per_s / 1e12:.2f} TB/s: measured is "
                    f"{100 * m['copy_bytes_per_s'] / ds.peak_bytes_per_s:.0f}%")
-    click.echo(f"saved: {path}")
+    say(f"saved: {path}")
     return 0

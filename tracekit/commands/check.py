@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.errors import EXIT_USAGE
+from tracekit.errors import EXIT_USAGE, say
 
 
 @click.command("check")
@@ -40,7 +40,7 @@ def command(target: Path, out: Path | None, force: bool, captures: tuple[str, ..
         raise TracekitError(exc.message, exit_code=EXIT_USAGE) from exc
     for c in checked:
         for line in check_lines(c.label, c.verdict):
-            click.echo(line)
+            say(line)
     if json_out is not None:
         with atomic_open(json_out, "w") as fh:
             json.dump([{"target": c.label, **c.verdict.to_dict()} for c in checked], fh, indent=1)

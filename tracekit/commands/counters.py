@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from tracekit.report.text import say
+
 
 @click.command("counters", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("run", type=click.Path(path_type=Path))
@@ -52,10 +54,10 @@ def command(run: Path, steps: str | None, metric_set: str, timeout_s: float, ncu
         assert w is not None
         n, secs = estimate(run, w)
         size = f" (~{n:,} kernels, ~{secs:,.0f} s of kernel replay)" if n is not None and secs is not None else ""
-        click.echo(f"counters: profiling steps {w} of {run} under ncu{size}", err=True)
+        say(f"counters: profiling steps {w} of {run} under ncu{size}", err=True)
     res = collect(run, opts)
-    click.echo(f"counters: {res.kernels:,} kernels read, {res.matched:,} joined to the trace (steps {res.steps}) "
+    say(f"counters: {res.kernels:,} kernels read, {res.matched:,} joined to the trace (steps {res.steps}) "
                f"in {res.elapsed_s:,.1f} s; kept as {res.csv}")
     for line in res.lines:
-        click.echo(line)
+        say(line)
     return 0

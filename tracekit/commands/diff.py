@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tracekit.errors import UsageError, visible
+from tracekit.report.text import say
 from tracekit.store.rundir import RunDir, atomic_path, check_output
 
 
@@ -28,10 +29,10 @@ def command(run_a: Path, run_b: Path, out: Path | None) -> None:
     a, b = RunDir.open(run_a), RunDir.open(run_b)
     for r in (a, b) if a.path != b.path else (a,):
         for what in r.unfinished():
-            click.echo(f"warning: {visible(r.run_id)}: {visible(what)}", err=True)
+            say(f"warning: {visible(r.run_id)}: {visible(what)}", err=True)
     df, missing = diff(a, b)
     for run_id, names in missing.items():
-        click.echo(f"note: {visible(run_id)}: not recorded: {', '.join(names)}", err=True)
+        say(f"note: {visible(run_id)}: not recorded: {', '.join(names)}", err=True)
     render_diff(df, a.run_id, b.run_id, sys.stdout)
     if out is not None:
         with atomic_path(out) as tmp:
@@ -39,4 +40,4 @@ def command(run_a: Path, run_b: Path, out: Path | None) -> None:
                 df.to_csv(tmp, index=False)
             else:
                 df.to_parquet(tmp, index=False)
-        click.echo(f"wrote {visible(out)} ({len(df)} rows)", err=True)
+        say(f"wrote {visible(out)} ({len(df)} rows)", err=True)

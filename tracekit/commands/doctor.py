@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from tracekit.report.text import say
+
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 
@@ -25,19 +27,19 @@ def command(runs: Path, probe_counters: bool, json_out: Path | None) -> int:
     from tracekit.store.rundir import atomic_open
 
     d = diagnose(runs, probe_counters=probe_counters)
-    click.echo("tracekit doctor: what this machine can record and measure")
+    say("tracekit doctor: what this machine can record and measure")
     width = max(len(c.name) for c in d.checks)
     for c in d.checks:
-        click.echo(f"  {MARK.get(c.status, c.status)}  {c.name:<{width}}  {c.detail}")
+        say(f"  {MARK.get(c.status, c.status)}  {c.name:<{width}}  {c.detail}")
         if c.fix and c.status != "ok":
-            click.echo(f"  {'':4}  {'':<{width}}  fix: {c.fix}")
+            say(f"  {'':4}  {'':<{width}}  fix: {c.fix}")
     gpus = [c.detail.split(",")[0] for c in d.checks if c.name.startswith("GPU ") and c.status == "ok"]
     if not d.can_record:
-        click.echo("recording cannot proceed: fix the FAIL lines above")
+        say("recording cannot proceed: fix the FAIL lines above")
     elif gpus:
-        click.echo(f"recording can proceed, on {len(gpus)} GPU(s): {', '.join(dict.fromkeys(gpus))}")
+        say(f"recording can proceed, on {len(gpus)} GPU(s): {', '.join(dict.fromkeys(gpus))}")
     else:
-        click.echo("recording can proceed, on the CPU only (no GPU: no kernels, no GPU counters)")
+        say("recording can proceed, on the CPU only (no GPU: no kernels, no GPU counters)")
     if json_out is not None:
         with atomic_open(json_out, "w") as fh:
             fh.write(to_json(d))

@@ -8,6 +8,7 @@ import click
 
 from tracekit.app.export import export_from_trace, export_run, load_tables, resolve_window
 from tracekit.errors import UsageError, visible
+from tracekit.report.text import say
 from tracekit.store.rundir import RunDir, check_output
 
 
@@ -51,7 +52,7 @@ def command(
         ts, counts = export_from_trace(run, out, tables) if from_trace else export_run(run, fmt, out, win, tables)
     size = out.stat().st_size
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
-    click.echo(f"wrote {visible(out)} ({size / 1e6:.2f} MB; {detail})")
+    say(f"wrote {visible(out)} ({size / 1e6:.2f} MB; {detail})")
     for note in ts.notes:
-        click.echo(f"  note: {visible(note)}")
-    click.echo("  open it at https://ui.perfetto.dev (Open trace file)")
+        say(f"  note: {visible(note)}")
+    say("  open it at https://ui.perfetto.dev (Open trace file)")

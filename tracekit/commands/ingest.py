@@ -7,6 +7,7 @@ import time
 import click
 
 from tracekit.errors import UsageError
+from tracekit.report.text import say
 
 
 @click.command("ingest")
@@ -62,18 +63,18 @@ def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no
     mb = sum(f.get("bytes", 0) for f in info.get("files", [])) / 1e6
     from tracekit.report.text import visible
 
-    click.echo(f"{visible(run.path)}: {counts.get('events_read', 0)} events from {len(info.get('files', []))} file(s)"
+    say(f"{visible(run.path)}: {counts.get('events_read', 0)} events from {len(info.get('files', []))} file(s)"
                + (" (cached)" if cached else f", {mb:.1f} MB in {wall:.2f} s ({mb / wall if wall else 0:.0f} MB/s)"))
     rows = counts.get("rows_by_table", {})
-    click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
+    say("  rows: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
     skipped = counts.get("skipped", {})
     if skipped:
-        click.echo("  skipped: " + visible(", ".join(f"{k} {v}" for k, v in skipped.items())))
+        say("  skipped: " + visible(", ".join(f"{k} {v}" for k, v in skipped.items())))
     for rep in info.get("captures", []):
         if rep.get("graph_launches"):
-            click.echo(f"  graphs: {rep['graph_launches_matched']} of {rep['graph_launches']} replays matched to "
+            say(f"  graphs: {rep['graph_launches_matched']} of {rep['graph_launches']} replays matched to "
                        f"{len(rep.get('files', []))} capture file(s); {rep['activities_matched']} of "
                        f"{rep['activities_replayed']} replayed activities have their captured op")
     for w in m.get("warnings", []):
-        click.echo(f"  warning: {visible(w)}")
+        say(f"  warning: {visible(w)}")
     return 0

@@ -10,7 +10,7 @@ import click
 
 from tracekit.app.query import run_query
 from tracekit.errors import UsageError, visible
-from tracekit.report.text import cell
+from tracekit.report.text import cell, say
 
 
 def _table_output(result: Any, out: Any) -> None:
@@ -44,7 +44,7 @@ def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
         result = run_query(sql, runs_dir, notes)
     finally:  # what was skipped is said even when the query then fails
         for note in notes:
-            click.echo(f"warning: {note}", err=True)
+            say(f"warning: {visible(note)}", err=True)
     if fmt == "parquet":
         if out is None:
             raise UsageError("--format parquet needs --out FILE")
@@ -53,8 +53,8 @@ def command(sql: str, runs_dir: Path, fmt: str, out: Path | None) -> None:
         from tracekit.store.rundir import atomic_path
 
         with atomic_path(out) as tmp:
-            pq.write_table(result, tmp)
-        click.echo(f"wrote {visible(out)} ({result.num_rows} rows)", err=True)
+            pq.write_table(parquet_ready(result), tmp)
+        say(f"wrote {visible(out)} ({result.num_rows} rows)", err=True)
         return
     if out is None:
         _write(result, fmt, sys.stdout, terminal=True)
@@ -90,4 +90,38 @@ def _write(result: Any, fmt: str, fh: Any, *, terminal: bool) -> None:
         import json
 
         for row in result.to_pylist():  # json escapes control characters itself
-            fh.write(json.dumps(row, default=str) + "\n")
+            fh.write(json.dumps(_strict(row), default=str, allow_nan=False) + "\n")
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every NaN and infinity null: JSON has no such numbers (json.dumps would write them
+    as the non-JSON ``NaN`` / ``Infinity``)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
+
+
+def parquet_ready(result: Any) -> Any:
+    """``result`` with the columns Parquet has no type for made ones it has: an INTERVAL column becomes a
+    struct of months, days and nanoseconds (lossless)."""
+    import pyarrow as pa
+
+    cols, changed = [], False
+    for col in result.columns:
+        if pa.types.is_interval(col.type):
+            flat = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            vals = flat.to_pylist()
+            col = pa.StructArray.from_arrays(
+                [pa.array([None if v is None else v.months for v in vals], pa.int32()),
+                 pa.array([None if v is None else v.days for v in vals], pa.int32()),
+                 pa.array([None if v is None else v.nanoseconds for v in vals], pa.int64())],
+                names=["months", "days", "nanoseconds"], mask=pa.array([v is None for v in vals]))
+            changed = True
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=result.column_names) if changed else result

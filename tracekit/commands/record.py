@@ -9,6 +9,7 @@ import click
 
 from tracekit.errors import UsageError
 from tracekit.model.quant import CHOICES as QUANT_CHOICES
+from tracekit.report.text import say
 
 
 @click.command(
@@ -275,7 +276,7 @@ def command(
         )
         run, code = run_script(list(script), opts)
         if not quiet:
-            click.echo(render(RunDir.open(run.path).read_manifest(), run.path), err=True)
+            say(render(RunDir.open(run.path).read_manifest(), run.path), err=True)
         if with_counters and code == 0:
             _counters(run.path, window, quiet)
         return code
@@ -361,7 +362,7 @@ def command(
     else:
         run = run_workload(cfg, opts)
     if not quiet:
-        click.echo(render(run.read_manifest(), run.path), err=True)
+        say(render(run.read_manifest(), run.path), err=True)
     if with_counters:
         _counters(run.path, window, quiet)
     return 0
@@ -376,10 +377,10 @@ def _counters(path: Path, window: object, quiet: bool) -> None:
     except CountersError as exc:
         raise CountersError(f"run kept at {path}; counters: {exc.message}") from None
     if not quiet:
-        click.echo(f"counters: {res.kernels:,} kernels, {res.matched:,} joined (steps {res.steps}) in "
+        say(f"counters: {res.kernels:,} kernels, {res.matched:,} joined (steps {res.steps}) in "
                    f"{res.elapsed_s:,.1f} s", err=True)
         for line in res.lines:
-            click.echo(line, err=True)
+            say(line, err=True)
 
 
 # Options of the built-in workload: meaningless for a script (``tracekit record -- python my.py``).
@@ -490,9 +491,9 @@ def _record_tp(
         )
     )
     if not quiet:
-        click.echo(
+        say(
             f"tracekit record --tp {world}: {run.path} (ranks under {run.path / 'ranks'}); rank 0:", err=True
         )
         r0 = rank_dir(run.path, 0)
-        click.echo(render(RunDir.open(r0).read_manifest(), r0), err=True)
+        say(render(RunDir.open(r0).read_manifest(), r0), err=True)
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from tracekit.errors import visible
+from tracekit.report.text import say
 from tracekit.store.rundir import RunDir, atomic_open, check_output
 
 
@@ -34,7 +35,7 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
     dirs = [RunDir.open(p) for p in runs]
     for d in dirs:
         for what in d.unfinished():
-            click.echo(f"warning: {visible(d.run_id)}: {visible(what)}", err=True)
+            say(f"warning: {visible(d.run_id)}: {visible(what)}", err=True)
     views = [load_view(d, warmup_requests) for d in dirs]
     # Libraries' warnings (matplotlib's, pandas') are not the report's output: caught, counted in one line.
     with warnings.catch_warnings(record=True) as caught:
@@ -50,11 +51,11 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
         text = build_html(views, title="tracekit report: " + ", ".join(v.run_id for v in views))
     with atomic_open(html_path, "w") as fh:
         fh.write(text)
-    click.echo(f"wrote {visible(html_path)} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
+    say(f"wrote {visible(html_path)} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
     _say_caught(caught)
 
 
 def _say_caught(caught: list[warnings.WarningMessage]) -> None:
     if caught:
         first = str(caught[0].message).strip().splitlines()[0][:120]
-        click.echo(f"({len(caught)} library warning(s) while drawing, not shown; the first: {first})", err=True)
+        say(f"({len(caught)} library warning(s) while drawing, not shown; the first: {first})", err=True)

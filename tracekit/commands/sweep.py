@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
 from tracekit.model import pricing as _pricing
 from tracekit.model import sweepspec
+from tracekit.report.text import say
 
 
 def _csv_ints(text: str | None) -> list[int] | None:
@@ -53,7 +54,11 @@ def build_spec(
     elif preset is not None:
         spec = sweepspec.from_preset(preset, model=flags.get("model"), device=flags.get("device") or "auto")
     elif config is not None:
-        spec = sweepspec.from_toml(config)
+        from tracekit.store.fsops import decode_text, read_input
+
+        where = f"sweep config {visible(config)}"
+        spec = sweepspec.from_toml_text(decode_text(read_input(config, "--config"), where), name=Path(config).stem,
+                                        where=config)
     elif point_flags:
         data: dict[str, Any] = {}
         if flags.get("shapes"):
@@ -191,16 +196,20 @@ def command(preset: str | None, quick: bool, config: str | None, out: str | None
     if gpu_price is not None:
         price = _pricing.from_mapping({"gpu_per_hour": gpu_price, "gpu_source": "--gpu-price"}, base=price)
     out_dir = Path(out) if out else Path("runs") / f"sweep-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    if out_dir.exists() and any(out_dir.iterdir()) and not (resume or force) and not dry_run:
-        raise UsageError(f"{out_dir} already exists; pass --resume to continue it or --force to overwrite it")
+    if not dry_run:
+        from tracekit.store.fsops import resolved
+        from tracekit.store.sweepdir import check_target
+
+        out_dir = resolved(out_dir)  # a link to a sweep stays a link
+        check_target(out_dir, resume=resume, force=force)
     cuda = _cuda(spec.device)
     est = sweepspec.estimate_seconds(spec, cuda=cuda)
-    click.echo(f"sweep {spec.name}: {len(spec.points)} points, model {spec.model}, "
+    say(f"sweep {visible(spec.name)}: {len(spec.points)} points, model {visible(spec.model)}, "
                f"{'GPU' if cuda else 'CPU'}, {spec.warmup_runs} warm-up + {spec.repeats_for(cuda)} timed run(s) "
-               f"per point; estimated {est / 60:.1f} min -> {out_dir}")  # fmt: skip
+               f"per point; estimated {est / 60:.1f} min -> {visible(out_dir)}")  # fmt: skip
     if dry_run:
         for p in spec.points:
-            click.echo(f"  {p.id}")
+            say(f"  {visible(p.id)}")
         return 0
     target, staging = out_dir, None
     if force and out_dir.exists() and not resume:
@@ -231,7 +240,7 @@ def _run(spec: Any, out_dir: Path, target: Path, staging: Path | None, resume: b
 
         def on_start(point: Any) -> None:
             current["id"] = point.id
-            bar.current_item = point.id
+            bar.current_item = visible(point.id)
             bar.render_progress()
 
         def on_point(res: Any) -> None:
@@ -247,8 +256,9 @@ def _run(spec: Any, out_dir: Path, target: Path, staging: Path | None, resume: b
         replace_dir(staging, target, "sweep")
         files = {k: target / Path(v).relative_to(staging) for k, v in files.items()}
     for line in failed:
-        click.echo(f"failed: {line}", err=True)
-    click.echo(f"summary: {files['summary']}\nreport: {files['report_md']} and {files['report_html']}")
+        say(f"failed: {visible(line)}", err=True)
+    say(f"summary: {visible(files['summary'])}\nreport: {visible(files['report_md'])} and "
+               f"{visible(files['report_html'])}")
     return 0 if not failed or len(failed) < len(spec.points) else 1
 
 

@@ -31,9 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TraceFormatError, TracekitError, UsageError, visible
+from tracekit.errors import TraceFormatError, TracekitError, UsageError, say, visible
 from tracekit.ingest.result import not_a_trace
 from tracekit.store import dataset as _ds
+from tracekit.store.fsops import check_distinct
 
 ENGINES = ("ray", "process", "serial")
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_.]?(\d+)", re.IGNORECASE)
@@ -82,8 +83,11 @@ def _strip_ext(name: str) -> str:
     return name
 
 
-def plan(paths: Sequence[str | os.PathLike[str]], *, run_id: str | None = None) -> list[FileJob]:
-    """One job per trace file, with its run id, rank and a part name unique within its run."""
+def plan(paths: Sequence[str | os.PathLike[str]], *, run_id: str | None = None,
+         given: dict[str, set[str]] | None = None) -> list[FileJob]:
+    """One job per trace file, with its run id, rank and a part name unique within its run; ``given``
+    (if passed) receives, per stored run id, the run ids it was made from."""
+    given = {} if given is None else given
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -98,12 +102,14 @@ def plan(paths: Sequence[str | os.PathLike[str]], *, run_id: str | None = None) 
             raise UsageError(f"{p}: no such file")
     if not files:
         raise UsageError("no trace given")
+    check_distinct(files)
     jobs: list[FileJob] = []
     # The part name is unique per run, not per (run, rank): the rank is final only once the
     # trace is read (its distributedInfo wins), and two files must never write one path.
     seen: dict[str, int] = {}
     for f in files:
         rid, rank = _identify(f)
+        given.setdefault(_ds.safe_run_id(run_id or rid), set()).add(run_id or rid)
         rid = _ds.safe_run_id(run_id or rid)
         n = seen.get(rid, 0)
         seen[rid] = n + 1
@@ -233,7 +239,9 @@ def ingest_dataset(
         raise UsageError(f"--engine {engine!r}: use {', '.join(ENGINES)}")
     if address and engine != "ray":
         raise UsageError("--address is for --engine ray")
-    todo = plan(paths, run_id=run_id)
+    given: dict[str, set[str]] = {}
+    todo = plan(paths, run_id=run_id, given=given)
+    _ds.check_run_ids(given, None if force else root)
     root_p = _ds.init_dataset(root, force=force)
     t0 = time.perf_counter()
     outcomes = _ENGINES[engine](todo, str(root_p.resolve()), address=address, jobs_n=jobs, num_cpus=num_cpus)
@@ -241,7 +249,7 @@ def ingest_dataset(
     written = [_ds.PartWritten(**p) for o in outcomes for p in o.parts]
     failed = [(o.path, o.error) for o in outcomes if o.error]
     _ds.record_parts(
-        root_p, written, last_ingest={"engine": engine, "files": len(todo), "failed": len(failed)}
+        root_p, written, given={k: min(v) for k, v in given.items()}, last_ingest={"engine": engine, "files": len(todo), "failed": len(failed)}
     )
     # --force: the new dataset replaces the old one only if every trace was read
     root_p = _ds.finish_dataset(root_p, keep=not failed)
@@ -265,17 +273,18 @@ def ingest_command(
     run_id: str | None = None,
 ) -> int:  # fmt: skip
     """What ``tracekit ingest --engine ray|process|serial --dataset`` runs: prints a summary, returns the exit code."""
-    import click
-
     s = ingest_dataset(paths, out, engine=engine, address=address, jobs=jobs, force=force, run_id=run_id)
     ranks = sum(len(v) for v in s.runs.values())
-    click.echo(
-        f"{s.files - len(s.failed)}/{s.files} traces -> {s.root} ({len(s.runs)} runs, {ranks} ranks, "
+    say(
+        f"{s.files - len(s.failed)}/{s.files} traces -> {visible(s.root)} ({len(s.runs)} runs, {ranks} ranks, "
         f"{s.events:,} events, {s.seconds:.1f} s, engine {s.engine})"
     )
     for path, err in s.failed:
-        click.echo(f"warning: {visible(path)}: {visible(err)}", err=True)
+        say(f"warning: {visible(path)}: {visible(err)}", err=True)
     if s.failed:  # one error line, after a warning per file
-        click.echo(f"tracekit: error: {len(s.failed)} of {s.files} traces could not be read (listed above)", err=True)
+        unwritten = sum(1 for _, err in s.failed if err.startswith("cannot write"))
+        what = ("could not be written" if unwritten == len(s.failed) else
+                "could not be read" if not unwritten else "could not be read or written")
+        say(f"tracekit: error: {len(s.failed)} of {s.files} traces {what} (listed above)", err=True)
         return 1
     return 0

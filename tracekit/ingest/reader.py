@@ -86,7 +86,7 @@ def read_file(
     ``work_dir`` are the DuckDB reader's. Safe in a worker process (process pool, Ray task).
     """
     t0 = time.perf_counter()
-    raw = reader().read(path, threads=threads, work_dir=work_dir)
+    raw = skip_overflowing_ends(reader().read(path, threads=threads, work_dir=work_dir))
     counts = raw.counts
     final_rank = _rank_of(raw.meta, rank)
     tables: dict[str, pa.Table] = {}
@@ -104,7 +104,27 @@ def read_raw(path: str | Path) -> RawScan:
     """One trace's raw tables (as the reader makes them: no rank, no linkage), its metadata and counts.
     For a caller that needs a table's own columns and nothing that linkage adds (record's search for
     its annotations): linkage is a third of read_file's time."""
-    return reader().read(path)
+    return skip_overflowing_ends(reader().read(path))
+
+
+END_RANGE = "end (ts + dur) beyond the int64 ns range"  # why an event is skipped (as a ts beyond it is)
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def skip_overflowing_ends(raw: RawScan) -> RawScan:
+    """``raw`` without the events whose end (ts_ns + dur_ns) is past int64 ns: skipped and counted,
+    ``END_RANGE``, as events whose ts is past it are. Every pass computes ends; none may wrap."""
+    for name, t in list(raw.tables.items()):
+        if t is None or t.num_rows == 0 or "ts_ns" not in t.column_names or "dur_ns" not in t.column_names:
+            continue
+        ts, dur = (pyarrow.compute.fill_null(t.column(c).cast(pa.int64()), 0).to_numpy() for c in ("ts_ns", "dur_ns"))
+        over = (dur > 0) & (ts > _I64_MAX - np.maximum(dur, 0))
+        n = int(np.count_nonzero(over))
+        if n:
+            raw.tables[name] = t.filter(pa.array(~over))
+            raw.counts.events_by_table[name] -= n
+            raw.counts.skipped[END_RANGE] += n
+    return raw
 
 
 def set_rank(t: pa.Table, rank: int) -> pa.Table:

@@ -29,6 +29,7 @@ from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, not_a_trace
 from tracekit.model import schema as _schema
 from tracekit.model.trackids import TRACEKIT_PID
 from tracekit.store import heap
+from tracekit.store.fsops import check_distinct
 from tracekit.store.rundir import RunDir
 
 
@@ -50,6 +51,7 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
             raise UsageError(f"{visible(p)}: no such file")
     if not out:
         raise UsageError("no trace given")
+    check_distinct(out)  # one trace read as two ranks would double every count
     return out
 
 

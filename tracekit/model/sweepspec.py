@@ -29,10 +29,9 @@ import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from tracekit.errors import UsageError
+from tracekit.errors import UsageError, visible
 from tracekit.model.quant import CHOICES as QUANT_CHOICES
 from tracekit.model.quant import NONE as QUANT_NONE
 
@@ -410,7 +409,7 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
         name=str(data.get("name", name)),
         model=str(data.get("model", "tiny")),
         device=str(data.get("device", "auto")),
-        dtype=str(data.get("dtype", "auto")),
+        dtype=_dtype(data.get("dtype", "auto")),
         warmup_runs=_int(data, "warmup_runs", 1, least=0),
         repeats=_int(data, "repeats", 0, least=0),  # 0: the default for the device
         trace_steps=_int(data, "trace_steps", 6),
@@ -420,15 +419,24 @@ def from_mapping(data: Mapping[str, Any], *, name: str = "custom") -> SweepSpec:
     return spec_.with_points(pts)
 
 
-def from_toml(path: str | Path) -> SweepSpec:
-    p = Path(path)
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+
+
+def _dtype(value: Any) -> str:
+    """The sweep's dtype: one of DTYPES (float128, float64 or a typo is refused before anything runs)."""
+    if not isinstance(value, str) or value not in DTYPES:
+        raise UsageError(f"sweep config: dtype {visible(repr(value))} is not one of {', '.join(DTYPES)}")
+    return value
+
+
+def from_toml_text(text: str, *, name: str, where: str) -> SweepSpec:
+    """The spec a TOML text describes (a config file's, read by the sweep command); UsageError (naming
+    ``where``) where it is not TOML or not a sweep."""
     try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"sweep config {p} not found") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"sweep config {p}: {exc}") from None
-    return from_mapping(data, name=p.stem)
+        raise UsageError(f"sweep config {visible(where)}: {exc}") from None
+    return from_mapping(data, name=name)
 
 
 def estimate_seconds(

@@ -8,10 +8,12 @@ stays on the screen.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import IO, Any
+
+from tracekit.model import environ
+from tracekit.report.text import markup_safe
 
 
 class Bar:
@@ -22,7 +24,7 @@ class Bar:
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
         self.enabled = not quiet and (force or bool(isatty and isatty()))
-        self.delay = float(os.environ.get("TRACEKIT_PROGRESS_DELAY", delay))
+        self.delay = environ.progress_delay(delay)
         self.t0 = time.monotonic()
         self.progress: Any = None
         self.task: Any = None
@@ -50,6 +52,6 @@ class Bar:
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                                      TimeElapsedColumn(), console=console, transient=True)
             self.progress.start()
-            self.task = self.progress.add_task(stage, total=max(total, 1))
+            self.task = self.progress.add_task(markup_safe(stage), total=max(total, 1))
             self.shown = True
-        self.progress.update(self.task, description=stage, completed=min(done, total), total=max(total, 1))
+        self.progress.update(self.task, description=markup_safe(stage), completed=min(done, total), total=max(total, 1))

@@ -18,13 +18,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.errors import visible
+
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 TEXT = "#222222"
 FRAME = "#333333"
 
 
 def esc(text: str) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for an SVG/XML attribute or element: control characters, NUL and lone surrogates (which no
+    XML document may hold) written as visible escapes, then XML-escaped."""
+    return html.escape(visible(text), quote=True)
 
 
 def text_width(text: str, size: float) -> float:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.errors import visible
+from tracekit.errors import lines, say, visible
 
-__all__ = ["cell", "lines", "markup_safe", "visible"]
+__all__ = ["cell", "lines", "markup_safe", "say", "visible"]
 
 
 def markup_safe(value: Any) -> str:
@@ -29,7 +29,3 @@ def cell(value: Any) -> Any:
 
     return Text(visible(value))
 
-
-def lines(text: str) -> str:
-    """Several lines, each made visible (the line breaks between them kept)."""
-    return "\n".join(visible(line) for line in text.split("\n"))

@@ -20,6 +20,7 @@ one and swaps it in only when every trace was read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,9 +37,9 @@ import pyarrow.dataset as ds
 from tracekit.errors import CorruptRunError, RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.store.fsops import make_dir_beside, mkdirs, replace_dir
-from tracekit.store.rundir import read_json, write_json, write_table
+from tracekit.store.rundir import DATASET_MARKER, read_json, write_json, write_table
 
-MARKER = "_tracekit_dataset.json"
+MARKER = DATASET_MARKER
 _TARGET = "_tracekit_replaces.json"  # in a staging dataset: the root it replaces when written
 PARTITION_COLUMNS = ("run_id", "rank")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -48,6 +49,34 @@ def safe_run_id(run_id: str) -> str:
     """A run id usable as a directory name and hive value ('/' and '=' would break the layout)."""
     cleaned = _SAFE.sub("-", run_id).strip(".-")
     return cleaned or "run"
+
+
+# Partition values that readers turn into something else (Hive's, Spark's and DuckDB's null).
+RESERVED = ("__HIVE_DEFAULT_PARTITION__",)
+
+
+def check_run_ids(ids: Mapping[str, Iterable[str]], root: str | os.PathLike[str] | None = None) -> None:
+    """UsageError where run ids cannot be kept apart in the dataset: ``ids`` maps each stored run id
+    (``safe_run_id``) to the run ids given for it. Two different ids stored as one folder (``exp/1``,
+    ``exp=1``, ``exp-1``), an id already stored in ``root``'s marker for another, and a reserved
+    partition value are refused: each would mix or lose runs."""
+    for safe, given in ids.items():
+        names = sorted(set(given))
+        if safe.upper() in RESERVED or any(n.upper() in RESERVED for n in names):
+            raise UsageError(f"run id {visible(names[0])} is reserved (readers take it for a null); "
+                             "pass another --run-id")
+        if len(names) > 1:
+            raise UsageError(f"run ids {visible(repr(names[0]))} and {visible(repr(names[1]))} are both stored "
+                             f"as run_id={visible(safe)}; rename one of the traces or pass --run-id")
+    if root is None or not is_dataset(root):
+        return
+    runs = read_marker(root).get("runs", {})
+    for safe, given in ids.items():
+        have = runs.get(safe, {}).get("run_id") if isinstance(runs.get(safe), dict) else None
+        other = sorted(set(given) - {have}) if isinstance(have, str) else []
+        if other:
+            raise UsageError(f"run id {visible(repr(other[0]))} would be stored as run_id={visible(safe)}, which "
+                             f"holds the run {visible(repr(have))}; pass another --run-id")
 
 
 def is_dataset(path: str | os.PathLike[str]) -> bool:
@@ -163,17 +192,27 @@ def write_run_tables(
 
 def _write_part(root: Path, table: str, run_id: str, rank: int, part: str, rows: pa.Table) -> PartWritten:
     path = part_path(root, table, run_id, rank, part)
-    write_table(path, rows, name=table, drop=PARTITION_COLUMNS)
+    try:
+        write_table(path, rows, name=table, drop=PARTITION_COLUMNS)
+    except BaseException:
+        for d in (path.parent, path.parent.parent):  # the partition folders this write made, if empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
     return PartWritten(table, safe_run_id(run_id), rank, rows.num_rows, str(path))
 
 
-def record_parts(root: str | os.PathLike[str], parts: Iterable[PartWritten], **extra: Any) -> None:
-    """Add what was written to the marker (one writer: the driver, after its tasks)."""
+def record_parts(root: str | os.PathLike[str], parts: Iterable[PartWritten], *,
+                 given: Mapping[str, str] | None = None, **extra: Any) -> None:
+    """Add what was written to the marker (one writer: the driver, after its tasks); ``given`` maps a
+    stored run id to the run id it was given as (kept, so that another id never lands on it)."""
     root = Path(root)
     marker = read_marker(root)
     runs = marker.setdefault("runs", {})
     for p in parts:
         entry = runs.setdefault(p.run_id, {"ranks": [], "rows": {}})
+        if given and p.run_id in given:
+            entry.setdefault("run_id", given[p.run_id])
         if p.rank not in entry["ranks"]:
             entry["ranks"] = sorted([*entry["ranks"], p.rank])
         entry["rows"][p.table] = entry["rows"].get(p.table, 0) + p.rows

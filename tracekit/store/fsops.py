@@ -37,6 +37,82 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+INPUT_LIMIT = 64 << 20  # a config or list file larger than this is not one
+
+
+def read_input(path: str | os.PathLike[str], what: str, *, limit: int = INPUT_LIMIT) -> bytes:
+    """The bytes of an input file a user named (a config, a lengths list): UsageError, one line, where it
+    is missing, not a regular file (a FIFO or /dev/zero would hang or never end), unreadable or larger
+    than ``limit``. Opened without blocking, checked on the open descriptor, read to ``limit`` + 1."""
+    shown = f"{what} {visible(path)}"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{shown}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+            raise UsageError(f"{shown}: not a regular file ({kind})")
+        if st.st_size > limit:
+            raise UsageError(f"{shown}: {st.st_size / 1e6:.0f} MB, larger than any {what} file ({limit >> 20} MB)")
+        chunks, got = [], 0
+        while got <= limit:
+            block = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not block:
+                break
+            chunks.append(block)
+            got += len(block)
+        if got > limit:
+            raise UsageError(f"{shown}: larger than any {what} file ({limit >> 20} MB)")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UsageError(f"{shown}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def check_distinct(paths: list[Path], what: str = "trace") -> None:
+    """UsageError where one file is given twice: the same file by two paths (a link, ``./a`` and ``a``)
+    or two files with the same bytes (a copy). Digests are taken only of files of equal size."""
+    by_id: dict[tuple[int, int], Path] = {}
+    by_size: dict[int, list[Path]] = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue  # the read says why
+        first = by_id.setdefault((st.st_dev, st.st_ino), p)
+        if first is not p:
+            raise UsageError(f"{visible(first)} and {visible(p)} are the same file: give each {what} once")
+        by_size.setdefault(st.st_size, []).append(p)
+    for group in by_size.values():
+        if len(group) < 2:
+            continue
+        seen: dict[str, Path] = {}
+        for p in group:
+            try:
+                first = seen.setdefault(file_digest(p), p)
+            except OSError:
+                continue
+            if first is not p:
+                raise UsageError(f"{visible(first)} and {visible(p)} hold the same bytes: give each {what} once")
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text (a BOM skipped); UsageError naming ``where`` and the first bad byte otherwise
+    (a binary file, UTF-16, Latin-1)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UsageError(f"{where}: UTF-16 text; save it as UTF-8")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                         "save it as UTF-8") from None
+
+
 def umask() -> int:
     """The process umask, read without changing it where /proc says it (Linux >= 4.7)."""
     try:
@@ -119,6 +195,39 @@ def atomic_open(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
         yield fh
 
 
+def resolved(path: Path) -> Path:
+    """``path`` with its symbolic links resolved, for a writer: a run reached through a link
+    (``runs/latest -> runs/x``) is written where the link points, and the link stays a link."""
+    path = Path(path)
+    try:
+        return Path(os.path.realpath(path)) if _has_link(path) else path
+    except OSError:
+        return path
+
+
+def _has_link(path: Path) -> bool:
+    p = Path(os.path.abspath(path))
+    return any(q.is_symlink() for q in (p, *p.parents))
+
+
+def staging_leftover(d: Path) -> bool:
+    """Whether ``d`` (named like a staging directory) is one tracekit made and may remove: a real
+    directory (never a link), owned by this user, empty or holding what a writer leaves there (a run's
+    run.json or tables, a run or sweep moved aside, a dataset's marker)."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    try:
+        names = set(os.listdir(d))
+    except OSError:
+        return False
+    return not names or bool(names & {"run.json", "tables", "run", "old", "sweep.json", "points",
+                                      "_tracekit_dataset.json", "_tracekit_replaces.json"})
+
+
 def make_dir_beside(target: Path, tag: str) -> Path:
     """A new, empty directory beside ``target`` (same file system) named ``.tracekit-<tag>-<random>``."""
     mkdirs(target.parent)
@@ -137,6 +246,11 @@ def link_tree(src: Path, tag: str) -> Path | None:
     import shutil
     import stat
 
+    for dirpath, dirnames, _ in os.walk(src):
+        for d in dirnames:
+            if os.path.islink(os.path.join(dirpath, d)):
+                raise UsageError(f"{visible(Path(dirpath) / d)} is a symbolic link: tracekit writes only inside "
+                                 f"the run {visible(src)}; put the folder it points to in its place")
     dest = make_dir_beside(src, tag)
     try:
         os.chmod(dest, stat.S_IMODE(os.stat(src).st_mode))
@@ -191,6 +305,7 @@ def replace_dir(new: Path, target: Path, tag: str) -> None:
     can exchange directories, else two renames (``target`` is absent only between them)."""
     import shutil
 
+    target = resolved(target)
     if not target.exists():
         os.replace(new, target)
         return

@@ -9,11 +9,13 @@ Where ``fcntl`` is missing (Windows) there is no locking.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
 from pathlib import Path
 
-from tracekit.errors import RunLockedError
+from tracekit.errors import RunLockedError, UsageError, visible
 from tracekit.store.fsops import file_mode, mkdirs, write_error
 
 LOCK_FILE = ".tracekit.lock"
@@ -23,6 +25,8 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO in the lock's place must not block the open
 _held: dict[str, list[int]] = {}  # real path of the run -> [fd, depth]
 
 
@@ -32,10 +36,15 @@ def _key(run: Path) -> str:
 
 def _holder(run: Path) -> str:
     try:
-        text = (run / LOCK_FILE).read_text(errors="replace").split("\n", 1)[0].strip()
+        fd = os.open(run / LOCK_FILE, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
+        try:
+            text = os.read(fd, 200).decode(errors="replace").split("\n", 1)[0].strip()
+        finally:
+            os.close(fd)
     except OSError:
         return "another process"
     pid, _, what = text.partition(" ")
+    what = visible(what)
     return f"pid {pid} ({what})" if pid.isdigit() and what else (f"pid {pid}" if pid.isdigit() else "another process")
 
 
@@ -52,15 +61,22 @@ def acquire(run: Path) -> None:
         return
     path = run / LOCK_FILE
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, file_mode())
+        try:  # never through a link: a lock file that points elsewhere would have us truncate that file
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW | _NONBLOCK, file_mode())
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK) or os.path.islink(path):
+                raise UsageError(f"{visible(path)} is a symbolic link, not tracekit's lock file; "
+                                 "remove it and run again") from None
             raise write_error(run, exc) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{visible(path)} is not a regular file, not tracekit's lock file; "
+                             "remove it and run again")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLockedError(f"{run} is being written by {_holder(run)}; wait for it to finish or write "
+            raise RunLockedError(f"{visible(run)} is being written by {_holder(run)}; wait for it to finish or write "
                                  "to another --out") from None
         except OSError as exc:
             os.close(fd)

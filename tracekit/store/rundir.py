@@ -41,6 +41,8 @@ from tracekit.store.fsops import (
     link_tree,
     make_dir_beside,
     mkdirs,
+    resolved,
+    staging_leftover,
     write_error,
 )
 
@@ -114,12 +116,20 @@ def write_table(path: Path, table: pa.Table, *, name: str | None = None, drop: S
         write_parquet(table, tmp)
 
 
+DATASET_MARKER = "_tracekit_dataset.json"  # the marker of a dataset root (tracekit.store.dataset)
+
+
 def check_output(path: Path, opt: str) -> None:
     """UsageError where a verb's output file ``path`` is one a run directory keeps (its run.json,
-    trace.json.gz, lock or anything under tables/): writing there would destroy that run."""
+    trace.json.gz, lock or anything under tables/), or anything inside a dataset (its marker, its
+    parts): writing there would destroy that run or dataset."""
     p = Path(os.path.abspath(path))
     with contextlib.suppress(OSError):
         p = p.parent.resolve() / p.name
+    for root in (p, *p.parents):
+        if root != p and (root / DATASET_MARKER).is_file():
+            raise UsageError(f"{opt} {visible(path)}: inside the dataset {visible(root)}; "
+                             "write the output somewhere else")
     for run in p.parents:
         if not (run / MANIFEST).is_file():
             continue
@@ -283,7 +293,11 @@ class RunDir:
         RunDir) and swapped in by ``mark_complete``. ``force`` replaces only a run directory (one
         with run.json): any other non-empty directory is refused.
         """
-        target = Path(path)
+        target = resolved(Path(path))  # a link to a run stays a link: the run it points to is written
+        try:  # Arrow writes tables only to UTF-8 paths: refused before anything is made
+            os.path.abspath(target).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{visible(target)}: the path is not UTF-8 text; choose another --out") from None
         if target.exists() and not target.is_dir():
             raise RunExistsError(f"{visible(target)} exists and is not a directory; choose another --out")
         _lock.acquire(target)
@@ -360,13 +374,14 @@ class RunDir:
             if self.staged or self.read_manifest().get("status") != STATUS_COMPLETE:
                 yield self
                 return
-            _clean_staging(self.path)
-            copy = link_tree(self.path, _staging_tag(self.path))
+            real = resolved(self.path)  # a run reached through a link is swapped where the link points
+            _clean_staging(real)
+            copy = link_tree(real, _staging_tag(real))
             if copy is None:
                 yield self
                 return
             work = RunDir(copy)
-            work._target = self.path
+            work._target = real
             try:
                 yield work
             except BaseException:
@@ -505,6 +520,8 @@ class RunDir:
             table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset (+0.3 s, +50 MB)
             _once(table.column_names)
             return _fit(name, table) if name in _schema.SCHEMAS else table
+        except MemoryError:  # out of memory is not a damaged table: said as itself
+            raise
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({shown}: "
                                   f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
@@ -526,6 +543,8 @@ class RunDir:
                 full = self.read_table(name)
                 return full.select([c for c in columns if c in full.column_names])
             return pf.read(columns=[c for c in columns if c in have.names])
+        except MemoryError:  # out of memory is not a damaged table: said as itself
+            raise
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable "
                                   f"({visible(self.final_path / TABLES_DIR / path.name)}: {_first_line(exc)}); "
@@ -629,6 +648,8 @@ def _clean_staging(target: Path) -> None:
     except OSError:
         return
     for d in leftovers:
+        if not staging_leftover(d):
+            continue  # named like ours, but not provably ours: left alone
         old = d / "run"
         if old.is_dir() and not (target / MANIFEST).exists():
             try:  # entry by entry: the lock file in ``target`` must stay the one this writer holds

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import CorruptRunError, visible
+from tracekit.errors import CorruptRunError, UsageError, visible
 from tracekit.store.rundir import read_json, write_json
 
 SWEEP_MANIFEST = "sweep.json"
@@ -40,6 +40,26 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
         raise CorruptRunError(f"{visible(path)}: corrupt sweep.json; run the sweep again with --force")
     out: dict[str, Any] = data
     return out
+
+
+def check_target(out_dir: Path, *, resume: bool, force: bool) -> None:
+    """UsageError unless ``out_dir`` may take a sweep: absent or empty, or a sweep directory (its
+    sweep.json, which tracekit writes first) for ``resume`` or ``force``. A folder of anything else
+    (someone's files, a run directory, a dataset) is never continued, replaced or removed."""
+    try:
+        entries = list(out_dir.iterdir()) if out_dir.is_dir() else None
+    except OSError:
+        entries = None
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"{visible(out_dir)} exists and is not a directory; choose another --out")
+    if not entries:
+        return
+    if not (resume or force):
+        raise UsageError(f"{visible(out_dir)} already exists; pass --resume to continue it or --force to overwrite it")
+    if not (out_dir / SWEEP_MANIFEST).is_file():
+        what = "a run directory" if (out_dir / "run.json").exists() else f"not a sweep directory (no {SWEEP_MANIFEST})"
+        raise UsageError(f"{visible(out_dir)} is {what}; --resume and --force only continue or replace a "
+                         "sweep: choose another --out")
 
 
 def write_sweep(sweep_dir: Path, data: dict[str, Any]) -> None:

@@ -1,0 +1,264 @@
+"""Streams, signals, input files, environment variables, query results, numbers and charts.
+
+Invariants, per class:
+
+- locales: any encoding of stdout/stderr (ASCII, Latin-1) prints, with ASCII stand-ins, never a
+  UnicodeEncodeError;
+- streams: a closed stdout or a reader that goes away (``| head``) is a quiet exit, no traceback;
+- signals: Ctrl-C is exit 130, SIGTERM/SIGHUP 128 + the signal, and no staging folder or temp file is
+  left beside the output;
+- input files: a FIFO, a device, a folder, a binary or UTF-16 file where a config or list is read is
+  one line (never a hang, never a read until memory runs out);
+- environment: a tracekit variable set to something it cannot use is one line naming it;
+- query results: JSON is strict (NaN and infinities are null), two columns of one name both kept
+  (the second renamed), INTERVAL columns written to Parquet, a script that would drop a result refused;
+- numbers: an event whose end passes int64 ns is skipped and counted; a sweep's dtype is one it can run;
+- charts: an SVG stays valid XML whatever the names hold (control characters, NUL, lone surrogates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from faultlib import REPO, cli, events, one_line, trace_doc, write_trace
+
+ENV = {"PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, good_template: Path) -> Path:
+    import shutil
+
+    root = tmp_path_factory.mktemp("runs")
+    shutil.copytree(good_template, root / "runs" / "r1")
+    return root / "runs"
+
+
+# --------------------------------------------------------------------------- locales
+@pytest.mark.slow
+@pytest.mark.parametrize("enc", ["ascii", "latin-1"])
+def test_any_locale_prints_without_a_crash(runs: Path, enc: str) -> None:
+    from faultlib import Result
+
+    env = {**os.environ, **ENV, "PYTHONIOENCODING": enc, "LC_ALL": "C"}
+    for argv in (["report", runs / "r1"], ["query", "select 'µs → é ✓ 😀' as x", "--runs", runs]):
+        p = subprocess.run([sys.executable, "-m", "tracekit", *map(str, argv)], cwd=runs.parent, env=env,
+                           capture_output=True, timeout=120)
+        r = Result(p.returncode, p.stdout.decode(enc), p.stderr.decode(enc))
+        one_line(r)
+        assert r.rc == 0, r.err
+    assert "s -> " in r.out and "\\U0001f600" in r.out  # the stand-ins
+
+
+def test_ascii_fallback_handler() -> None:
+    import tracekit.cli  # noqa: F401 - registers the handler
+
+    assert "a → b µ 😀".encode("ascii", "tracekit-ascii") == b"a -> b u \\U0001f600"
+
+
+# --------------------------------------------------------------------------- streams
+@pytest.mark.slow
+def test_closed_and_broken_stdout_are_quiet(runs: Path) -> None:
+    base = [sys.executable, "-m", "tracekit", "query", "select * from range(200000)", "--runs", str(runs)]
+    env = {**os.environ, **ENV}
+    p = subprocess.run(base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True,
+                       pass_fds=(), close_fds=True, preexec_fn=lambda: os.close(1))
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    for fmt in ("table", "csv", "json"):
+        p = subprocess.Popen([*base, "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert p.stdout is not None
+        p.stdout.read(10)
+        p.stdout.close()  # the reader goes away
+        err = p.stderr.read().decode() if p.stderr else ""
+        assert p.wait(60) == 0 and "Traceback" not in err and "Exception ignored" not in err, (fmt, err)
+
+
+# --------------------------------------------------------------------------- signals
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signals_leave_no_staging_or_temp_files(tmp_path: Path, sig: int) -> None:
+    big = write_trace(tmp_path / "big.json", trace_doc(events(60_000)))
+    out = tmp_path / "out"
+    env = {**os.environ, **ENV}
+    p = subprocess.Popen([sys.executable, "-m", "tracekit", "analyze", str(big), "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    time.sleep(2.5)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    want = {signal.SIGINT: 130, signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGHUP: 128 + signal.SIGHUP}[sig]
+    assert p.returncode in (want, 0), (p.returncode, err)  # 0: it finished before the signal
+    left = [q.name for q in tmp_path.iterdir() if q.name.startswith(".")]
+    assert not left, left
+    if out.exists() and p.returncode != 0:
+        m = json.loads((out / "run.json").read_text())
+        assert m["status"] != "complete" or m.get("analysis", {}).get("status") != "complete"
+
+
+# --------------------------------------------------------------------------- input files
+@pytest.mark.parametrize("kind", ["fifo", "dev", "dir", "binary", "utf16", "latin1", "empty-name"])
+@pytest.mark.parametrize("opt", ["sweep", "lengths"])
+def test_input_files_that_are_not_text_files_are_one_line(tmp_path: Path, kind: str, opt: str) -> None:
+    path = tmp_path / "input"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev":
+        path = Path("/dev/zero")
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    elif kind == "utf16":
+        path.write_bytes("shapes = ['smoke']\n".encode("utf-16"))
+    elif kind == "latin1":
+        path.write_bytes("name = 'caf\xe9'\n".encode("latin-1"))
+    else:
+        path = tmp_path / "missing"
+    argv = (["sweep", "--config", path, "--dry-run"] if opt == "sweep"
+            else ["record", "--serve", "--lengths", path, "--out", tmp_path / "r", "--device", "cpu"])
+    r = cli(argv)
+    one_line(r)
+    assert r.rc == 2, r.err
+
+
+def test_read_input_refuses_what_is_too_large(tmp_path: Path) -> None:
+    from tracekit.errors import UsageError
+    from tracekit.store.fsops import read_input
+
+    (tmp_path / "big").write_bytes(b"x" * 2000)
+    with pytest.raises(UsageError, match="larger than any"):
+        read_input(tmp_path / "big", "--config", limit=1000)
+    assert read_input(tmp_path / "big", "--config", limit=2000) == b"x" * 2000
+
+
+# --------------------------------------------------------------------------- environment
+@pytest.mark.parametrize(("name", "value"), [("TRACEKIT_PROGRESS_DELAY", "abc"), ("TRACEKIT_PROGRESS_DELAY", ""),
+                                             ("TRACEKIT_PROGRESS_DELAY", "-1"), ("TRACEKIT_PROGRESS_DELAY", "nan"),
+                                             ("TRACEKIT_PROGRESS_DELAY", "inf"), ("TRACEKIT_INGEST_ENGINE", "fast"),
+                                             ("TRACEKIT_CACHE_DIR", "a\x00b")])
+def test_bad_environment_is_one_line_naming_the_variable(runs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         name: str, value: str) -> None:
+    if "\x00" in value:  # the OS refuses NUL in the environment: set it in the copy tracekit reads
+        from tracekit.model import environ
+
+        monkeypatch.setattr(environ.os, "environ", {**os.environ, name: value})
+    else:
+        monkeypatch.setenv(name, value)
+    r = cli(["query", "select 1", "--runs", runs])
+    one_line(r)
+    assert r.rc == 2 and name in r.err
+
+
+# --------------------------------------------------------------------------- query results
+def test_query_json_is_strict_and_columns_unique(runs: Path) -> None:
+    r = cli(["query", "select 'nan'::double as a, 'inf'::double as a, [1.0, '-inf'::double] as l, 2 as a",
+             "--runs", runs, "--format", "json"])
+    one_line(r)
+    row = json.loads(r.out)  # strict: json.loads would take NaN, so check the text too
+    assert "NaN" not in r.out and "Infinity" not in r.out
+    assert row == {"a": None, "a_2": None, "l": [1.0, None], "a_3": 2}
+    assert "second is 'a_2'" in r.err
+
+
+def test_query_interval_to_parquet(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "i.parquet"
+    r = cli(["query", "select interval 3 day + interval 5 minute as i, null::interval as n", "--runs", runs,
+             "--format", "parquet", "--out", out])
+    one_line(r)
+    assert r.rc == 0, r.err
+    t = pq.read_table(out).to_pylist()
+    assert t == [{"i": {"months": 0, "days": 3, "nanoseconds": 300_000_000_000}, "n": None}]
+
+
+@pytest.mark.parametrize(("sql", "ok"), [("select 1; select 2", False), ("select 1 as a;", True),
+                                         ("create view v as select 7 as x; select * from v", True),
+                                         ("explain select 1; select 2", False),
+                                         ("create table t as select 1 as x; insert into t values (2); "
+                                          "select sum(x) as s from t", True)])
+def test_query_script_runs_all_or_is_refused(runs: Path, sql: str, ok: bool) -> None:
+    r = cli(["query", sql, "--runs", runs, "--format", "csv"])
+    one_line(r)
+    assert (r.rc == 0) == ok, r.err
+    if not ok:
+        assert "statements" in r.err
+
+
+# --------------------------------------------------------------------------- numbers
+@pytest.mark.parametrize("engine", ["native", "duckdb"])
+def test_kernel_end_past_int64_is_skipped_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      engine: str) -> None:
+    monkeypatch.setenv("TRACEKIT_INGEST_ENGINE", engine)
+    ev = events(4)
+    kernel = next(e for e in ev if e["cat"] == "kernel")
+    kernel["ts"], kernel["dur"] = 9_223_372_036_854_000, 1000  # ts fits int64 ns, ts + dur does not
+    src = write_trace(tmp_path / "t.json", trace_doc(ev))
+    r = cli(["analyze", src, "--out", tmp_path / "run"])
+    one_line(r)
+    assert r.rc == 0, r.err
+    counts = json.loads((tmp_path / "run" / "run.json").read_text())["ingest"]["counts"]
+    assert counts["skipped"] == {"end (ts + dur) beyond the int64 ns range": 1}
+    assert counts["events_by_table"]["gpu_activity"] == 3
+    assert pq.read_metadata(tmp_path / "run" / "tables" / "gpu_activity.parquet").num_rows == 3
+
+
+@pytest.mark.parametrize("dtype", ["float128", "float64", "int8", "1", "FLOAT16"])
+def test_sweep_refuses_a_dtype_it_cannot_run(tmp_path: Path, dtype: str) -> None:
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f'dtype = "{dtype}"\nshapes = ["smoke"]\n')
+    r = cli(["sweep", "--config", cfg, "--dry-run"])
+    one_line(r)
+    assert r.rc == 2 and "dtype" in r.err
+
+
+# --------------------------------------------------------------------------- charts
+@pytest.mark.parametrize("name", ["a\x00b", "\x1b[31mred", "lone \ud800 surrogate", "\ufffe\uffff", "<&>\"'",
+                                  "]]><!--", "\x0c\x0b\x7f\x9b"])
+def test_svg_stays_valid_xml(name: str) -> None:
+    from tracekit.report.svg import esc
+
+    doc = f'<svg xmlns="http://www.w3.org/2000/svg"><text title="{esc(name)}">{esc(name)}</text></svg>'
+    ET.fromstring(doc.encode("utf-8"))  # a lone surrogate would not even encode
+
+
+# --------------------------------------------------------------------------- honest messages
+def test_out_of_memory_is_said_as_itself(tmp_path: Path, good_template: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import pyarrow.parquet as pqm
+
+    run = shutil.copytree(good_template, tmp_path / "r")
+
+    def no_memory(*a: object, **k: object) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(pqm, "ParquetFile", no_memory)
+    r = cli(["analyze", run])
+    one_line(r)
+    assert r.rc == 1 and "out of memory" in r.err and "re-ingest" not in r.err, r.err
+
+
+@pytest.mark.parametrize(("errno_", "text"), [(28, "No space left on device"), (36, "File name too long")])
+def test_a_dataset_write_failure_is_said_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                errno_: int, text: str) -> None:
+    from tracekit.store import dataset as _ds
+    from tracekit.store.fsops import write_error
+
+    def full(path: Path, *a: object, **k: object) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raise write_error(path, OSError(errno_, text))
+
+    monkeypatch.setattr(_ds, "write_table", full)
+    src = write_trace(tmp_path / "t.json", trace_doc())
+    r = cli(["ingest", src, "--dataset", "--engine", "serial", "--out", tmp_path / "ds"])
+    one_line(r)
+    assert r.rc == 1 and "could not be written" in r.err and text in r.err, r.err
+    assert not [p for p in (tmp_path / "ds").rglob("*") if p.is_dir() and p.name.startswith(("run_id=", "rank="))]

@@ -11,7 +11,9 @@ PY=${PYTHON:-python3}
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q "torch==${TRACEKIT_TORCH_VERSION:-2.13.0}"
 fi
-.venv/bin/python -m pip install -q -e ".[record,quant,dev,hta,ray]"
+# What recording, analysis and the tests need; the extras quant, bench (HTA, ijson), ray and
+# notebook are installed where they are used (README "Extras").
+.venv/bin/python -m pip install -q -e ".[record,dev]"
 # analysis/ and collectors/ are installed as tracekit.analysis and tracekit.collectors (package-dir);
 # these links show lint-imports and mypy the same single package from the checkout.
 ln -sfn ../analysis tracekit/analysis

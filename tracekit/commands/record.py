@@ -201,7 +201,7 @@ def command(
 
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
     if missing:
-        raise UsageError(f"tracekit record needs {' and '.join(missing)}: pip install 'tracekit[record]'")
+        raise UsageError(f"tracekit record needs {' and '.join(missing)}: pip install 'tracekit-llm[record]'")
 
     from tracekit.collectors import presets
     from tracekit.collectors.profiler import parse_trace_steps

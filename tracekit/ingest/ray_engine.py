@@ -10,7 +10,7 @@ writes its own ``<table>/run_id=<id>/rank=<k>/part-<p>.parquet`` files
 cluster the traces and the dataset root must be on storage every node sees
 (NFS, a mounted bucket), and tracekit must be installed on every node.
 
-Ray is optional (``pip install tracekit[ray]``) and imported only here,
+Ray is optional (``pip install tracekit-llm[ray]``) and imported only here,
 inside functions.
 
 Run id and rank of a file, in order: ``run_id`` given by the caller; a
@@ -183,7 +183,7 @@ def _run_ray(
     try:
         import ray
     except ImportError:
-        raise UsageError("--engine ray needs Ray: pip install 'tracekit[ray]'") from None
+        raise UsageError("--engine ray needs Ray: pip install 'tracekit-llm[ray]'") from None
     started = False
     if not ray.is_initialized():
         init: dict[str, Any] = {

@@ -45,7 +45,7 @@ from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
-           "step_requests")
+           "step_requests", "op_class_split")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 # Raw tables the passes read only in part: the columns they use (other_events: the profiler's overhead).
 RAW_COLUMNS = {"other_events": ("rank", "ts_ns", "dur_ns", "cat")}

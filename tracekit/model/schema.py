@@ -284,6 +284,15 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("outside_steps", _i64),
         doc="Per device over the whole trace: busy by category and idle",
     ),
+    "op_class_split": _schema(
+        ("rank", _i32),
+        ("phase", pa.string()),  # prefill | decode | mixed | outside
+        ("op_class", pa.string()),  # attention | gemm | norm | elementwise | sampling | framework
+        ("time_ns", _i64),
+        ("share", _f64),
+        ("steps", _i64),
+        doc="CPU runs: each phase's host time by operator class (analysis/opclass.py)",
+    ),
     "phases": _schema(
         ("rank", _i32),
         ("request_id", _i64),  # null: the whole run

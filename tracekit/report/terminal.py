@@ -15,12 +15,16 @@ import pandas as pd
 from tracekit.report.memory_summary import memory_text
 from tracekit.report.text import cell, markup_safe, visible
 from tracekit.report.view import (
+    NO_ROOFLINE,
     OUTSIDE,
     advice_lines,
     assisted_rows,
     ceiling_of,
     ceiling_source_line,
     cost_rows,
+    cpu_split_lines,
+    cpu_split_rows,
+    is_cpu_view,
     op_rows,
     outside_line,
     over_peak_line,
@@ -207,7 +211,7 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, width=160)
+    console = Console(file=out, width=console_width())
     for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)"),
                          ("bound", "per bound class (GPU kernel time)")):
         part = df[df["scope"] == scope]
@@ -237,18 +241,47 @@ def _cell(v: Any) -> str:
     return "—" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
 
 
+def console_width() -> int:
+    """The terminal's width (COLUMNS where set), at least 100: tables fold their headers to fit it."""
+    import shutil
+
+    return max(100, shutil.get_terminal_size((160, 24)).columns)
+
+
+def table_of(console: Any, title: str, headers: list[str], rows: list[list[str]]) -> None:
+    """A rich table whose headers wrap at spaces and are never cut: each column is at least as wide
+    as the longest word of its header, and cells fold rather than end in an ellipsis."""
+    from rich.table import Table
+
+    table = Table(title=cell(title), header_style="bold")
+    for h in headers:
+        table.add_column(cell(h), justify="left" if h in ("phase", "request", "op") else "right",
+                         min_width=max(len(w) for w in str(h).split()) if str(h).strip() else None,
+                         overflow="fold")
+    for r in rows:
+        table.add_row(*(cell(x) for x in r))
+    console.print(table)
+
+
 def render_terminal(views: list[Any], out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, width=140)
+    console = Console(file=out, width=console_width())
     for v in views:
         status = v.manifest.get("status", "unknown")
         console.print(f"[bold]run {markup_safe(v.run_id)}[/bold] ({markup_safe(status)})")
         console.print(f"  {visible(workload_text(v.manifest))}", markup=False)
-        if "phases" in v.tables:
+        cpu = is_cpu_view(v)
+        if cpu:  # the answer on a CPU: where each phase's time went, by operator class
+            console.print(f"  {visible(NO_ROOFLINE)}", markup=False)
+            for line in cpu_split_lines(v.df("op_class_split")):
+                console.print(f"  - {visible(line)}", markup=False)
+            table_of(console, "where the time went (CPU, share of each phase by operator class)",
+                     *cpu_split_rows(v.df("op_class_split")))
+        elif "phases" in v.tables:
             console.print(f"  {visible(ceiling_of(v.df('phases')).text())}", markup=False)
-        for line in verdicts(v.df("phases")):
+        for line in [] if cpu else verdicts(v.df("phases")):
             console.print(f"  - {visible(line)}", markup=False)
         for line in advice_lines(v.df("phases")):
             console.print(f"  what would help: {visible(line)}", markup=False)
@@ -261,21 +294,16 @@ def render_terminal(views: list[Any], out: Any) -> None:
         for note in (outside_line(v.df("phases")), warmup_line(v), ceiling_source_line(v), over_peak_line(v)):
             if note:
                 console.print(f"  {visible(note)}", markup=False)
-        for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
+        for title, (headers, rows) in (("phases: three-way split", ([], []) if cpu else phase_rows(v.df("phases"))),
                                        ("largest ops by kernel time", op_rows(v.df("kernel_ops"))),
                                        ("requests", request_rows(v.df("requests"), v.warmups, workload_kind(v.manifest)[0])),
                                        ("each request's cost inside the batch", cost_rows(v.df("requests"))),
                                        ("speculative decoding", assisted_rows(v.df("requests"), v.df("steps")))):
             if not rows:
-                if title in ("phases: three-way split", "requests"):
+                if title in ("phases: three-way split", "requests") and not (cpu and title.startswith("phases")):
                     console.print(f"  {title}: not recorded")
                 continue
-            table = Table(title=title, header_style="bold")
-            for h in headers:
-                table.add_column(cell(h), justify="left" if h in ("phase", "request") else "right")
-            for r in rows:
-                table.add_row(*(cell(x) for x in r))
-            console.print(table)
+            table_of(console, title, headers, rows)
         c = v.df("counters")
         if c.empty or "metric" not in c:
             console.print("  counters: not recorded")

@@ -212,15 +212,19 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
     from rich.table import Table
 
     console = Console(file=out, width=console_width())
-    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)"),
+    cpu = bool((df["scope"] == "op_class").any())
+    for scope, title in (("phase", "per phase"), ("op_class", "per operator class (CPU host time)"),
+                         ("kernel_class", "per kernel class (GPU kernel time)"),
                          ("bound", "per bound class (GPU kernel time)")):
         part = df[df["scope"] == scope]
-        if scope == "bound" and part.empty:
+        if scope in ("bound", "op_class") and part.empty:
             continue  # neither run went through the bound pass: the phase rows already say so
-        if scope in ("kernel_class", "bound"):
+        if scope == "kernel_class" and part.empty and cpu:
+            continue  # CPU runs: no kernels; the operator classes above say where the time went
+        if scope in ("kernel_class", "bound", "op_class"):
             part = part[part["metric"] == "time_ns"]
         table = Table(title=cell(f"{title}: A = {name_a}, B = {name_b}"), header_style="bold")
-        keyed = scope in ("kernel_class", "bound")
+        keyed = scope in ("kernel_class", "bound", "op_class")
         for col in ("phase", "class" if keyed else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
             if col:
                 table.add_column(col, justify="right" if col not in ("phase", "class", "metric") else "left")
@@ -330,3 +334,35 @@ def check_lines(label: str, verdict: Any) -> list[str]:
         if f.fix and f.severity != "ok":
             lines.append(f"  {'':6}  {'':<13}  fix: {f.fix}")
     return [visible(line) for line in lines]
+
+
+def noise_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """tracekit.analysis.noise's phase changes as table rows: means, B/A, its interval, the verdict."""
+    headers = ["phase", "runs A/B", "steps A/B", "A ms/step", "B ms/step", "B/A", "95% interval", "verdict"]
+    rows = []
+    for r in df.to_dict("records"):
+        lo, hi = r["ratio_lo"], r["ratio_hi"]
+        ci = "—" if pd.isna(lo) or pd.isna(hi) else f"{lo:.2f}× to {hi:.2f}×"
+        rows.append([str(r["phase"]), f"{r['runs_a']}/{r['runs_b']}", f"{r['steps_a']}/{r['steps_b']}",
+                     f"{r['mean_a_ns'] / 1e6:,.2f}", f"{r['mean_b_ns'] / 1e6:,.2f}", f"{r['ratio']:.2f}×", ci,
+                     str(r["verdict"])])
+    return headers, rows
+
+
+def render_noise(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
+    """The phase changes with their noise, and what the interval covers."""
+    from rich.console import Console
+
+    console = Console(file=out, width=console_width())
+    title = f"per phase, with its noise: A = {name_a}, B = {name_b}"
+    if df.empty:
+        console.print(cell(f"{title}: no phase with steps on both sides"))
+        return
+    table_of(console, title, *noise_rows(df))
+    single = bool(((df["runs_a"] < 2) | (df["runs_b"] < 2)).any())
+    text = ("mean step time (host wall clock); 95% bootstrap interval over the runs and the steps of each side; "
+            "\"within noise\" where it holds 1.00×")
+    if single:
+        text += (". One run on a side: the interval covers step-to-step noise only, not run-to-run noise "
+                 "(record --repeat 5 on each side measures it)")
+    console.print(cell(text))

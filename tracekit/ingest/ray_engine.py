@@ -195,6 +195,9 @@ def _run_ray(
             init["address"] = address
         else:
             init["num_cpus"] = num_cpus or os.cpu_count() or 1
+            # A local runtime's raylet may take minutes to come up on a loaded small machine: give it
+            # the time (Ray reads this when it starts the node; a value the user set wins).
+            os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")
         try:
             ray.init(**init)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -2,7 +2,8 @@
 
 One long table, one row per (scope, phase, key, metric):
 
-  scope "phase":         key = the phase; metrics time_ns, time_per_step_ns, steps,
+  scope "phase":         key = the phase; metrics time_ns, time_per_step_ns (over the steps the time
+                         covers: steps_captured where the phase row has it), steps,
                          compute_bound_ns, memory_bound_ns, latency_bound_ns, idle_ns
                          (and its causes idle_host_ns, idle_wait_ns, idle_before_window_ns,
                          idle_profiler_ns), other_ns.
@@ -58,7 +59,13 @@ def run_phases(phases: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in PHASE_METRICS if c in df and c != "time_per_step_ns"]
     out = df.groupby(df["phase"].astype(str), sort=False)[cols].sum(min_count=1).reset_index()
     if "time_ns" in out and "steps" in out:
-        out["time_per_step_ns"] = out["time_ns"] / out["steps"].replace(0, np.nan)
+        # the time covers the steps with kernel capture where the row says so (--trace-steps)
+        timed = out["steps"]
+        if "steps_captured" in df:
+            cap = df.groupby(df["phase"].astype(str), sort=False)["steps_captured"].sum(min_count=1)
+            cap = out["phase"].map(cap)
+            timed = cap.where(cap.notna() & (cap > 0), out["steps"])
+        out["time_per_step_ns"] = out["time_ns"] / timed.replace(0, np.nan)
     return out
 
 

@@ -490,8 +490,8 @@ def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = (), kind: st
         return (["request", "batch", "denoising steps", "e2e (ms)"],
                 [[str(r.get("name", r.get("request_id"))), cell(r.get("batch")), cell(r.get("steps")),
                   cell(r.get("e2e_ns"), "ms")] for r in (requests.to_dict("records") if not requests.empty else [])])
-    headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p90 (ms)", "e2e (ms)",
-               "decode tok/s", "prefill share"]
+    headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p50 (ms)", "ITL p99 (ms)",
+               "e2e (ms)", "decode tok/s", "prefill share"]
     rows = []
     for r in requests.to_dict("records") if not requests.empty else []:
         name = str(r.get("name", r.get("request_id")))
@@ -499,7 +499,8 @@ def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = (), kind: st
             name += " (warm-up)"
         rows.append([name, cell(r.get("batch")), cell(r.get("input_tokens")),
                      cell(r.get("output_tokens")), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
-                     cell(r.get("itl_p90_ns"), "ms"), cell(r.get("e2e_ns"), "ms"), cell(r.get("decode_tok_s")),
+                     cell(r.get("itl_p50_ns"), "ms"), cell(r.get("itl_p99_ns"), "ms"), cell(r.get("e2e_ns"), "ms"),
+                     cell(r.get("decode_tok_s")),
                      cell(r.get("prefill_share"), "pct")])
     return headers, rows
 

@@ -382,6 +382,7 @@ SCHEMAS["kernel_bound"] = _schema(
     ("dur_ns", _i64),
     ("kind", _str),
     ("name", _str),
+    ("short_name", _str),  # the function without namespaces, template arguments, parameters (model/kernelnames)
     ("device", _i32),
     ("stream", _i32),
     ("correlation", _i64),

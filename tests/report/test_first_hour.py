@@ -81,7 +81,7 @@ def test_a_cpu_report_leads_with_the_operator_split_and_says_there_is_no_rooflin
     # decode: 776 / 1205 ms is GEMM = 64.4%; framework overhead 161 / 1205 = 13.4%
     assert "decode: 7 step(s), 1,205.0 ms (172.14 ms per step): GEMM 64.4%, attention 15.4%, framework overhead " \
            "13.4%, elementwise 4.1%, norm 2.7%" in summary
-    (title, rows), = [t for t in parser.tables if t[0].startswith("Where the time went")]
+    (_title, rows), = [t for t in parser.tables if t[0].startswith("Where the time went")]
     head, *body = rows
     assert head == ["phase", "steps", "time (ms)", "ms / step", "attention", "GEMM", "norm", "elementwise",
                     "sampling", "framework overhead"]

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tracekit.collectors import hostload
-from tracekit.report.record_summary import cpu_split_lines, overhead_reading, render, repeat_lines, warning_lines
+from tracekit.report.record_summary import (
+    cpu_split_lines,
+    overhead_reading,
+    render,
+    repeat_lines,
+    warning_lines,
+)
 
 
 @pytest.mark.parametrize("over, reads", [

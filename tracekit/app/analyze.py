@@ -265,7 +265,7 @@ def _output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Tab
     # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.
     frame = plain_frame(df, gpu)
     if name == "kernel_bound" and "name" in frame:
-        frame.insert(int(frame.columns.get_loc("name")) + 1, "short_name", short_names(frame["name"]))
+        frame.insert(list(frame.columns).index("name") + 1, "short_name", short_names(frame["name"]))
     return pa.Table.from_pandas(frame, preserve_index=False)
 
 

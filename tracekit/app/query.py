@@ -94,7 +94,8 @@ class _Catalog:
         # (kernel_bound stores it as a column; gpu_activity's names get it through this function).
         from tracekit.model.kernelnames import short_name
 
-        self.con.create_function("short_name", short_name, ["VARCHAR"], "VARCHAR", null_handling="special")
+        self.con.create_function("short_name", short_name, ["VARCHAR"], "VARCHAR",  # type: ignore[call-overload]
+                                 null_handling="special")
         self.streams: dict[str, tuple[Path | None, list[Path]]] = {}
 
     def register(self, run: Path | None, files: list[Path], **dataset_args: Any) -> str:

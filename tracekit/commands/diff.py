@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -64,5 +65,5 @@ def command(run_a: Path, run_b: Path, out: Path | None, no_analyze: bool) -> Non
         note(f"wrote {out} ({len(df)} rows)")
 
 
-def name_of(path: Path, runs: list[object]) -> str:
+def name_of(path: Path, runs: Sequence[object]) -> str:
     return str(path) if len(runs) == 1 else f"{path} ({len(runs)} runs)"

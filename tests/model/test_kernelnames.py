@@ -25,6 +25,7 @@ def test_short_names(name: str | None, short: str | None) -> None:
     assert short_name(name) == short
 
 
+@pytest.mark.slow
 def test_query_gives_short_name_for_any_table_and_kernel_bound_stores_it(tmp_path) -> None:
     import shutil
 

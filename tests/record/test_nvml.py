@@ -389,6 +389,7 @@ def test_gpm_validate_keeps_only_samples_that_describe_the_phase() -> None:
 TINY_OVERHEAD_ARGV = ("--tiny", "--device", "cpu", "--blocks", "3", "--warmup", "0", "--new-tokens", "4", "--settle", "0")
 
 
+@pytest.mark.slow
 def test_overhead_benchmark_runs_all_three_arms_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
     argv = list(TINY_OVERHEAD_ARGV)
@@ -689,6 +690,7 @@ def test_overhead_paired_bootstrap_cancels_drift_the_arms_share() -> None:
         ov.bootstrap_ratio(on, off[:-1], 10, 0, paired=True)
 
 
+@pytest.mark.slow
 def test_overhead_control_arms_and_pinning_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
     cpu = max(os.sched_getaffinity(0))
@@ -797,6 +799,7 @@ def test_overhead_segments_switch_the_sampler_only_between_on_and_off_segments()
     assert [len(s) for s in clock.segments] == [2] * 6
 
 
+@pytest.mark.slow
 def test_overhead_segment_design_runs_on_cpu(tmp_path: Path) -> None:
     ov = _load_script("benchmarks/overhead.py")
     assert ov.main(["--tiny", "--segment-tokens", "4", "--new-tokens", "24", "--blocks", "4", "--bootstrap", "50",

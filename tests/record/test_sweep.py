@@ -15,6 +15,9 @@ from tracekit.analysis.sweep import SUMMARY_COLUMNS
 from tracekit.cli import main
 from tracekit.model.sweepspec import quick_points
 
+# Every test here records real runs (a sweep, several ranks): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def quick_sweep(tmp_path_factory):

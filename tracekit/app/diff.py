@@ -43,8 +43,10 @@ def side(path: str | Path | RunDir) -> list[RunDir]:
 
 
 def needs_analysis(run: RunDir) -> bool:
-    """A complete run that ``tracekit analyze`` has not been through (no phases table)."""
-    return not run.has_table("phases") and run.read_manifest().get("status") == "complete"
+    """A complete run that ``tracekit analyze`` has not been through, or whose analysis did not finish."""
+    m = run.read_manifest()
+    finished = run.has_table("phases") and (m.get("analysis") or {}).get("status", "complete") == "complete"
+    return m.get("status") == "complete" and not finished
 
 
 def analyse_missing(runs: list[RunDir], note: Callable[[str], None]) -> list[str]:

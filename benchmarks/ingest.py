@@ -1,5 +1,7 @@
 """Ingest speed and memory: tracekit vs HTA's TraceAnalysis load, on the same files.
 
+HTA and ijson are the `bench` extra: `.venv/bin/pip install -e '.[bench]'` (without HTA, --no-hta).
+
     .venv/bin/python benchmarks/ingest.py [--trace FILE ...] [--synthetic-mb 80] [--big-gb 2] [--repeat 3] [--no-hta]
 
 Every measurement runs in a fresh subprocess. Inside it the tool's modules are

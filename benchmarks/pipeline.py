@@ -1,5 +1,7 @@
 """The whole path on one trace, each stage a fresh process, beside HTA's load and gunzip, in one run.
 
+HTA and ijson are the `bench` extra: `.venv/bin/pip install -e '.[bench]'`.
+
     .venv/bin/python benchmarks/pipeline.py [--trace FILE] [--mb 84] [--repeat 3] [--no-hta]
         [--stages "export proto,report"] [--scale 10,84,300,1000,2000] [--big-gb 2]
 

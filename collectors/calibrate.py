@@ -50,7 +50,7 @@ def measure(config: CalibrateConfig | None = None) -> dict[str, Any]:
     try:
         import torch
     except ImportError:
-        raise TracekitError("calibrate needs torch: pip install 'tracekit[record]'") from None
+        raise TracekitError("calibrate needs torch: pip install 'tracekit-llm[record]'") from None
     if not torch.cuda.is_available():
         raise TracekitError("calibrate needs an NVIDIA GPU, and torch sees none on this machine")
     dev = torch.device("cuda", cfg.device)

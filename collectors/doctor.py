@@ -83,7 +83,7 @@ def probe_python(torch: Any = None, transformers: Any = None) -> tuple[list[Chec
             torch = torch_mod
         except Exception as exc:  # absent, or broken (a CUDA library it cannot load)
             checks.append(Check("torch", FAIL, f"not importable ({type(exc).__name__}: {exc})",
-                                "pip install 'tracekit[record]' (or a torch build for your CUDA from pytorch.org)"))
+                                "pip install 'tracekit-llm[record]' (or a torch build for your CUDA from pytorch.org)"))
             torch = None
     gpus: list[str] = []
     if torch is not None:
@@ -110,7 +110,7 @@ def probe_python(torch: Any = None, transformers: Any = None) -> tuple[list[Chec
                                 if cuda else "install a CUDA build of torch (pytorch.org) on a machine with an NVIDIA GPU"))
     if transformers is None:
         if importlib.util.find_spec("transformers") is None:
-            checks.append(Check("transformers", FAIL, "not installed", "pip install 'tracekit[record]'"))
+            checks.append(Check("transformers", FAIL, "not installed", "pip install 'tracekit-llm[record]'"))
             return checks, gpus
         try:
             import transformers as tf_mod
@@ -131,7 +131,7 @@ def probe_nvml(nvml: Any = None) -> list[Check]:
     """The driver, NVML and GPM per GPU, through ``nvml`` (the pynvml module, or a fake)."""
     from tracekit.collectors.gpm import nvml_error_text
 
-    fix_lib = "pip install nvidia-ml-py (part of 'tracekit[record]')"
+    fix_lib = "pip install nvidia-ml-py (part of 'tracekit-llm[record]')"
     if nvml is None:
         try:
             import pynvml as nvml_mod
@@ -323,7 +323,7 @@ def probe_scanner() -> Check:
         return Check("ingest", WARN, "DuckDB reader chosen by TRACEKIT_INGEST_ENGINE=duckdb (slower, same tables)",
                      "unset TRACEKIT_INGEST_ENGINE")
     return Check("ingest", WARN, "C scanner not built: the DuckDB reader reads traces (slower, same tables)",
-                 "install a C compiler (gcc) and reinstall tracekit: pip install --force-reinstall --no-deps tracekit")
+                 "install a C compiler (gcc) and reinstall tracekit: pip install --force-reinstall --no-deps tracekit-llm")
 
 
 def probe_calibration(gpus: Sequence[str]) -> list[Check]:

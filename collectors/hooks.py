@@ -125,6 +125,7 @@ class RequestRecord:
             out["itl_ns"] = {
                 "mean": sum(itl) / len(itl),
                 "p50": itl[len(itl) // 2],
+                "p90": itl[min(len(itl) - 1, int(0.9 * len(itl)))],
                 "p99": itl[min(len(itl) - 1, int(0.99 * len(itl)))],
                 "max": itl[-1],
             }

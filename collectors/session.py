@@ -788,8 +788,11 @@ def run_workload(cfg: Any, opts: RecordOptions) -> RunDir:
 
 
 def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder: list[RunDir]) -> RunDir:
+    from tracekit.collectors import hostload
     from tracekit.collectors import workload as wl
 
+    on_cpu = str(cfg.device) == "cpu"
+    before = hostload.probe() if on_cpu else None  # the load before our own work adds to it
     model, model_info = wl.build_model(cfg)
     wl.check_fits(cfg, model)
     vocab = int(model.config.vocab_size)
@@ -841,12 +844,17 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
             phase = "unprofiled"
             progress.total = cfg.requests
             bare = GenerationTracker(annotate=False, on_token=progress.on_token, events=_event_factory(model))
+            window = hostload.Window(threads=(before or {}).get("torch_threads") or 1)
             try:
-                with patch_generate(bare):
+                with patch_generate(bare), window:
                     for i, p in enumerate(prompts):
                         progress.start("timing without profiler", i)
                         bare.next_name = f"{cfg.shape}-{i}"
                         model.generate(**wl.generate_kwargs(cfg, p))
+                if before is not None:  # a CPU run: was the machine free enough for the timings to hold?
+                    run.update_manifest(host_load={**before, "timed": window.result})
+                    for w in hostload.warnings(before, window.result):
+                        run.add_warning(w)
             finally:
                 unprofiled = timings(bare.requests)
                 by_events = event_timings(bare.requests)
@@ -866,6 +874,8 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
                     progress.start("recording", i)
                     rec.name_next(f"{cfg.shape}-{i}")
                     model.generate(**wl.generate_kwargs(cfg, p))
+            if on_cpu:
+                _cpu_split(run)
     except BaseException as exc:
         if rec is None:  # failed before the profiled pass: say so in run.json
             reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
@@ -876,6 +886,19 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
             noise.terminal.flush()
         raise
     return run
+
+
+def _cpu_split(run: RunDir) -> None:
+    """A CPU run: each phase's time by operator class into run.json (``cpu_split``) for the summary."""
+    from tracekit.app.opsplit import cpu_split, manifest_entry
+
+    try:
+        split = cpu_split(run)
+    except (OSError, ValueError, KeyError, TracekitError) as e:
+        run.add_warning(f"the split by operator class failed ({e}); tracekit analyze computes it again")
+        return
+    if split is not None:
+        run.update_manifest(cpu_split=manifest_entry(split))
 
 
 def _kept(run: RunDir) -> str:

@@ -4,14 +4,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+# --no-compile: no bytecode for the many thousand files of torch and friends now (CPU time a fresh
+# setup would spend); Python writes a module's bytecode the first time it is imported.
+PIP=(.venv/bin/python -m pip install -q --no-compile --disable-pip-version-check)
 # torch first and pinned: where a CPU build of this release is available it is taken
 # (seconds); an unpinned torch would pull a multi-GB CUDA build. On a GPU machine
 # that already has torch, install tracekit into that environment instead.
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  .venv/bin/python -m pip install -q "torch==${TRACEKIT_TORCH_VERSION:-2.13.0}"
+  "${PIP[@]}" "torch==${TRACEKIT_TORCH_VERSION:-2.13.0}"
 fi
-.venv/bin/python -m pip install -q -e ".[record,quant,dev,hta,ray]"
+# What recording, analysis and the tests need; the extras quant, bench (HTA, ijson), ray and
+# notebook are installed where they are used (README "Extras").
+"${PIP[@]}" -e ".[record,dev]"
 # analysis/ and collectors/ are installed as tracekit.analysis and tracekit.collectors (package-dir);
 # these links show lint-imports and mypy the same single package from the checkout.
 ln -sfn ../analysis tracekit/analysis

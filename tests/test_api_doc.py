@@ -1,7 +1,10 @@
-"""docs/api.md's worked example runs as written, on copies of the committed fixtures."""
+"""docs/api.md's worked example runs as written, on copies of the committed fixtures, and prints what the
+page shows: each ```python block's output is compared with the ```text block after it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shutil
 from pathlib import Path
@@ -16,11 +19,14 @@ def test_the_api_doc_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     shutil.copytree(FIXTURES / "record_gpu_smoke", tmp_path / "smoke")
     shutil.copy(FIXTURES / "gpu" / "b_two_requests.json.gz", tmp_path)
     monkeypatch.chdir(tmp_path)
-    code = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
-    assert len(code) == 3
+    pairs = re.findall(r"```python\n(.*?)```\s*```text\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
+    assert len(pairs) == 3
     env: dict[str, object] = {}
-    for block in code:
-        exec(compile(block, "docs/api.md", "exec"), env)
+    for block, shown in pairs:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, "docs/api.md", "exec"), env)
+        assert out.getvalue() == shown, f"docs/api.md shows:\n{shown}\nthe code prints:\n{out.getvalue()}"
     run = env["run"]
     assert isinstance(run, tracekit.Run) and (tmp_path / "smoke" / "report.html").is_file()
     assert (tmp_path / "smoke" / "trace.tracekit.pftrace").stat().st_size > 0

@@ -22,3 +22,19 @@ def test_readme_first_screen_gives_the_two_commands() -> None:
     assert ".venv/bin/python -m pytest -q" in first_screen
     ci = (REPO / ".ci" / "run").read_text()
     assert "scripts/setup.sh" in ci and "pytest -q" in ci
+
+
+def test_the_distribution_name_is_ours_everywhere() -> None:
+    # `tracekit` on the package index is another project: the distribution is tracekit-llm (import name tracekit)
+    import re
+
+    name = re.search(r'^name = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
+    assert name == "tracekit-llm"
+    assert f"The distribution is `{name}`" in (REPO / "README.md").read_text()
+    wrong = re.compile(r"pip install\s+['\"]?tracekit(\[|\s|['\"]|$)")
+    for p in [REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "tracekit").rglob("*.py"),
+              *(REPO / "collectors").glob("*.py"), *(REPO / "analysis").glob("*.py")]:
+        if "measurements" in p.parts:
+            continue
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            assert not wrong.search(line), f"{p.relative_to(REPO)}:{n}: {line.strip()}"

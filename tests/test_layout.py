@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 
 ROOTS = {"tracekit": REPO / "tracekit", "tracekit.analysis": REPO / "analysis",
@@ -23,6 +24,7 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 def test_no_private_name_is_imported_from_another_module() -> None:
     mods = _modules()
     bad = []

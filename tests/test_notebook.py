@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +30,7 @@ def test_the_tour_notebook_executes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    t0 = time.perf_counter()
     client.execute()  # raises CellExecutionError on the first failing cell
-    elapsed = time.perf_counter() - t0
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
@@ -44,4 +41,5 @@ def test_the_tour_notebook_executes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "report.html: " in text
     # the committed runs were copied, never written to
     assert {name: _digest(FIXTURES / name) for name in fixtures} == fixtures
-    assert elapsed < 60, f"the tour took {elapsed:.0f} s"
+    # the split table holds every class: each phase's shares sum to 100%
+    assert "the classes of each phase add up to: prefill 100.0%, decode 100.0%" in text

@@ -70,6 +70,7 @@ def test_latency_comes_from_the_recorder_not_the_window() -> None:
     assert r["prefill_gpu_ns_per_token"] == 20 * US
 
 
+@pytest.mark.slow
 def test_cpu_record_with_trace_steps_then_analyze(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a real CPU recording whose trace holds steps 0..2 of 6
     out = tmp_path / "r"

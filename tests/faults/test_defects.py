@@ -122,6 +122,7 @@ def test_force_refuses_to_replace_a_folder_that_is_not_a_run(tmp_path: Path) -> 
 
 
 # 3 --------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_second_writer_fails_with_one_line_while_the_first_holds_the_run(tmp_path: Path) -> None:
     good = good_run(tmp_path)
     src = write_trace(tmp_path / "t.json", trace_doc(events(8)))
@@ -216,12 +217,17 @@ def test_an_interrupted_analysis_in_place_is_never_taken_for_a_finished_one(
     monkeypatch.undo()
     m = manifest(good)
     assert m["analysis"]["status"] != "complete"
-    # THEN report, diff and query say the analysis is unfinished
-    for argv in (["report", good, "--no-html"], ["diff", good, good],
-                 ["query", "select count(*) from steps", "--runs", good]):
+    # THEN report and query say the analysis is unfinished
+    for argv in (["report", good, "--no-html"], ["query", "select count(*) from steps", "--runs", good]):
         r = cli(argv)
         one_line(r)
         assert "analysis" in r.text and "not finished" in r.text, (argv, r.text)
+    # AND diff analyses it again first, saying so with the command it ran
+    r = cli(["diff", good, good, "--no-analyze"])
+    assert f"is not analysed: run tracekit analyze {good}" in r.text, r.text
+    r = cli(["diff", good, good])
+    assert r.rc == 0 and f"analyzing {good} first (tracekit analyze {good})" in r.text, r.text
+    assert manifest(good)["analysis"]["status"] == "complete"
     # AND a new analysis finishes it
     assert cli(["analyze", good]).rc == 0
     assert manifest(good)["analysis"]["status"] == "complete"

@@ -13,6 +13,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from faultlib import (
     case,
     check_complete,
@@ -48,6 +49,7 @@ def _filename(s: str) -> str:
 @examples(70)
 @given(trace_name=_name, out_name=_name, event_name=_name, table_name=_name, gz=st.booleans(),
        verb=st.sampled_from(["report", "query", "export", "diff", "query-csv", "query-table"]))
+@pytest.mark.slow
 def test_hostile_names_everywhere(trace_name: str, out_name: str, event_name: str, table_name: str, gz: bool,
                                   verb: str) -> None:
     case("hostile names")

@@ -177,6 +177,7 @@ VERBS = ["analyze", "report", "diff", "export-proto", "export-json", "export-fro
 
 @examples(90)
 @given(damage=damages(), verb=st.sampled_from(VERBS), seed=st.integers(0, 2**16))
+@pytest.mark.slow
 def test_a_damaged_run_under_every_verb(traced_template: tuple[Path, Path], damage: list[tuple[str, Any]],
                                         verb: str, seed: int) -> None:
     import random

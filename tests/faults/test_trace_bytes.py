@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from faultlib import (
     case,
     check_complete,
@@ -134,6 +135,7 @@ def traces(draw: st.DrawFn) -> bytes:
 @examples(110)
 @given(data=traces(), engine=st.sampled_from(["native", "duckdb"]), over_good=st.booleans(),
        small_meta=st.booleans())
+@pytest.mark.slow
 def test_trace_bytes_into_a_run(good_template: Path, data: bytes, engine: str, over_good: bool, small_meta: bool) -> None:
     case("trace bytes")
     with tempfile.TemporaryDirectory() as d, env(TRACEKIT_INGEST_ENGINE=engine):

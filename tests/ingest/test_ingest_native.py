@@ -53,6 +53,7 @@ def _real_traces() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _real_traces(), ids=lambda p: p.name if p.parent.name in ("hta", "gpu", "cpu") else str(p.parent.name))
+@pytest.mark.slow
 def test_same_tables_as_the_duckdb_reader_on_real_traces(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a real trace (every corpus trace, the committed H200 and CPU recordings)
     if not path.exists():
@@ -235,6 +236,7 @@ _BASE = json.dumps({"traceEvents": [
 @given(edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(list(b'{}[]",:\\u0123456789.eE+-tfnl \n\xc3\xa9\xff\x00')),
                                 st.sampled_from(["set", "insert", "delete"])), min_size=1, max_size=6),
        block=st.sampled_from([1, 5, 64, 1 << 20]))
+@pytest.mark.slow
 def test_mutated_bytes_never_crash_and_never_pass_silently(tmp_path: Path, edits: list[Any], block: int) -> None:
     # GIVEN a valid trace with a few bytes replaced, inserted or deleted
     b = bytearray(_BASE)

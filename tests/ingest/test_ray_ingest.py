@@ -43,6 +43,7 @@ def test_plan_names_runs_and_ranks_from_paths(traces: Path) -> None:
     assert jobs == {("jobA", 0), ("jobA", 1), ("tprun", 0), ("tprun", 1), ("jobB", None)}
 
 
+@pytest.mark.slow
 def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Path, capsys) -> None:
     pytest.importorskip("ray")
     from tracekit.cli import main

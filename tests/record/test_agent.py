@@ -24,6 +24,7 @@ def tiny_model():
     return model
 
 
+@pytest.mark.slow
 def test_kv_reuse_prefills_only_new_tokens_and_matches_resend_outputs(tiny_model):
     from tracekit.collectors.agent import run_agent_loop
 
@@ -84,6 +85,7 @@ def test_median_steps_over_repeated_loops(tiny_model):
     assert [(s.prompt_tokens, s.prefilled_tokens) for s in med] == [(10, 5), (11, 5)]
 
 
+@pytest.mark.slow
 def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
     from tracekit.collectors.agent import timed_generate
 
@@ -102,6 +104,7 @@ def test_timed_generate_without_annotations_times_the_same_tokens(tiny_model):
     assert len(r.token_ns) == 4 and [s.kind for s in r.steps] == ["prefill", "decode", "decode", "decode"]
 
 
+@pytest.mark.slow
 def test_annotated_agent_loop_numbers_requests_and_steps_across_its_calls(tiny_model):
     """The loop's calls share one tracker: request i is step i of the loop, step ids run on."""
     from tracekit.collectors.agent import run_agent_loop

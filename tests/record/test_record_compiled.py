@@ -116,6 +116,7 @@ def _force_compile(model: Any) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Dynamo does not know")
+@pytest.mark.slow
 def test_compiled_decode_has_no_graph_break_while_recording() -> None:
     model = _tiny()
     _force_compile(model)

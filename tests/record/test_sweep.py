@@ -15,6 +15,9 @@ from tracekit.analysis.sweep import SUMMARY_COLUMNS
 from tracekit.cli import main
 from tracekit.model.sweepspec import quick_points
 
+# Every test here records real runs (a sweep, several ranks): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def quick_sweep(tmp_path_factory):
@@ -86,7 +89,7 @@ def test_point_tables_are_on_one_clock(quick_sweep):
         assert len(host) and len(trace) and (trace["source"] == "tracekit").all()
         # the timed repetitions ran before the capture, seconds (not decades) earlier
         gap_s = (trace["cpu_start_ns"].min() - host["cpu_end_ns"].max()) / 1e9
-        assert 0 < gap_s < 60, (rd, gap_s)
+        assert 0 < gap_s < 3600, (rd, gap_s)
         # the trace's steps sit among its own ops, on the epoch clock of run.json's creation
         assert ops["ts_ns"].min() <= trace["cpu_start_ns"].min() <= ops["ts_ns"].max()
         created = pd.Timestamp(m["created_at"]).timestamp()

@@ -11,6 +11,9 @@ from tracekit.collectors import tp
 from tracekit.errors import TracekitError, UsageError
 from tracekit.store.rundir import RunDir
 
+# Every test here records real runs (a sweep, several ranks): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tp_run(tmp_path_factory) -> RunDir:

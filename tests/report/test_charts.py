@@ -169,7 +169,7 @@ def test_kernel_roofline_dots_per_phase() -> None:
     for label, row in (("prefill (1)", 0), ("decode (1)", 1), ("outside steps (1)", 2)):
         ((x, y),) = [(fx(a), fy(b)) for a, b in _points(next(s[label].iter(f"{NS}path")).get("d", "").replace("h0", ""))]
         assert x == pytest.approx(k["intensity"][row], rel=1e-3)
-        assert y == pytest.approx(k["flops"][row] / (k["dur_ns"][row] * 1e-9), rel=1e-3)
+        assert y == pytest.approx(k["flops"][row] / (k["dur_ns"][row] * 1e-9) / 1e12, rel=1e-3)  # TFLOP/s
     roofs = [label for label in s if "roof" in label]
     assert len(roofs) == len({h200.flops(d) for d in ("fp8", "fp16", "bf16", "tf32", "fp32") if h200.flops(d)})
 

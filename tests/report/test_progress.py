@@ -82,6 +82,7 @@ def _on_a_pty(args: list[str], cwd: Path, env: dict[str, str]) -> str:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs a pseudo-terminal")
 @pytest.mark.parametrize("verb", ["ingest", "analyze", "export"])
+@pytest.mark.slow
 def test_the_commands_draw_a_bar_on_a_terminal_and_not_with_quiet(verb: str, tmp_path: Path,
                                                                     fixtures_dir: Path) -> None:
     # GIVEN a recorded GPU trace, and a terminal (a pty) with the bar's delay set to 0

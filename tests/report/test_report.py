@@ -48,6 +48,7 @@ def test_terminal_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert not (run.path / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_html_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN two runs (batch 1 and batch 8) WHEN reported together
     a, b = make_run(tmp_path, "bs1"), make_run(tmp_path, "bs8", batch=8, scale=1.3, bound_column=True)

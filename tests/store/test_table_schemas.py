@@ -131,3 +131,24 @@ def test_what_fits_is_stored_in_the_declared_types(tmp_path: Path) -> None:
     assert back.schema.equals(schema.schema("recorded_steps"))
     assert back.column("step_id").to_pylist() == [0, None] and back.column("kind").to_pylist() == ["prefill", "decode"]
     assert back.column("batch").null_count == 2
+
+
+UNIT_WORDS = {"_ns": "ns", "_bytes": "bytes", "_j": "J", "_ms": "ms", "_s": " s", "_tflops": "TFLOP/s", "_tbps": "TB/s"}
+
+
+def test_every_documented_column_has_a_meaning_and_its_unit() -> None:
+    # docs/schema.md: no column left without a meaning; a column whose name carries a unit says it
+    text = (REPO / "docs" / "schema.md").read_text()
+    sections = dict(re.findall(r"^## (\w+)\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M))
+    empty, unitless = [], []
+    for table, body in sections.items():
+        for column, meaning in re.findall(r"^\| (\w+) \| [^|]+ \| (.*) \|\s*$", body, flags=re.M):
+            if column == "column":
+                continue
+            if not meaning.strip():
+                empty.append(f"{table}.{column}")
+            unit = next((u for suffix, u in UNIT_WORDS.items() if column.endswith(suffix)), None)
+            if unit and unit not in meaning:
+                unitless.append(f"{table}.{column}: {meaning}")
+    assert not empty, f"columns without a meaning in docs/schema.md: {empty}"
+    assert not unitless, "columns whose meaning does not give their unit:\n" + "\n".join(unitless)

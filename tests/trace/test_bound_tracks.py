@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from helpers import FIXTURES
 
 from tracekit.app.analyze import analyse_run, open_or_ingest
@@ -13,6 +14,7 @@ from tracekit.app.export import load_tables
 from tracekit.trace.tracks import BOUND_CNAME, build_tracks
 
 
+@pytest.mark.slow
 def test_steps_and_kernels_carry_the_bound_pass_classes(tmp_path: Path) -> None:
     # GIVEN a real H200 recording analysed (tests/fixtures/record_gpu_smoke)
     run_dir = tmp_path / "run"

@@ -45,7 +45,7 @@ from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
-           "step_requests")
+           "step_requests", "op_class_split")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
 # Raw tables the passes read only in part: the columns they use (other_events: the profiler's overhead).
 RAW_COLUMNS = {"other_events": ("rank", "ts_ns", "dur_ns", "cat")}
@@ -263,7 +263,19 @@ def _output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Tab
         return _schema.fill_rank(table, rank)
     # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas.
     # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.
-    return pa.Table.from_pandas(plain_frame(df, gpu), preserve_index=False)
+    frame = plain_frame(df, gpu)
+    if name == "kernel_bound" and "name" in frame:
+        frame.insert(list(frame.columns).index("name") + 1, "short_name", short_names(frame["name"]))
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def short_names(names: pd.Series) -> list[str | None]:
+    """Each kernel's short name (tracekit.model.kernelnames), computed once per distinct name."""
+    from tracekit.model.kernelnames import short_name
+
+    cache: dict[Any, str | None] = {}
+    return [cache.setdefault(n, short_name(n) if isinstance(n, str) else None) if n is not None else None
+            for n in names.tolist()]
 
 
 def run_rank(tables: dict[str, Any]) -> int:

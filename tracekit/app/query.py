@@ -90,6 +90,12 @@ class _Catalog:
         self.con = duckdb.connect(":memory:", config={
             "enable_external_access": False, "autoinstall_known_extensions": False,
             "autoload_known_extensions": False, "lock_configuration": True})
+        # short_name(name): a kernel's function name without namespaces, template arguments and parameters
+        # (kernel_bound stores it as a column; gpu_activity's names get it through this function).
+        from tracekit.model.kernelnames import short_name
+
+        self.con.create_function("short_name", short_name, ["VARCHAR"], "VARCHAR",  # type: ignore[call-overload]
+                                 null_handling="special")
         self.streams: dict[str, tuple[Path | None, list[Path]]] = {}
 
     def register(self, run: Path | None, files: list[Path], **dataset_args: Any) -> str:

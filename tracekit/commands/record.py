@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tracekit.errors import UsageError
 from tracekit.model.quant import CHOICES as QUANT_CHOICES
 from tracekit.report.text import say
+
+if TYPE_CHECKING:
+    from tracekit.collectors.session import RecordOptions
+    from tracekit.store.rundir import RunDir
 
 
 @click.command(
@@ -151,6 +157,9 @@ from tracekit.report.text import say
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML counters.")
 @click.option("--sample-hz", type=click.FloatRange(min=0.1, max=1000), default=100.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Record the built-in workload N times, as OUT/repeat-1 ... OUT/repeat-N: tracekit diff takes "
+              "the directory as one side and tells a change from the run-to-run noise.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
 def command(
@@ -174,6 +183,7 @@ def command(
     no_nvml: bool,
     sample_hz: float,
     seed: int,
+    repeat: int,
     quiet: bool,
     script: tuple[str, ...],
     serve: bool = False,
@@ -202,12 +212,11 @@ def command(
 
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
     if missing:
-        raise UsageError(f"tracekit record needs {' and '.join(missing)}: pip install 'tracekit[record]'")
+        raise UsageError(f"tracekit record needs {' and '.join(missing)}: pip install 'tracekit-llm[record]'")
 
     from tracekit.collectors import presets
     from tracekit.collectors.profiler import parse_trace_steps
     from tracekit.collectors.session import RecordOptions, default_out, run_script, run_workload
-    from tracekit.report.record_summary import render
     from tracekit.store.rundir import RunDir
 
     window = parse_trace_steps(trace_steps)
@@ -276,7 +285,7 @@ def command(
         )
         run, code = run_script(list(script), opts)
         if not quiet:
-            say(render(RunDir.open(run.path).read_manifest(), run.path), err=True)
+            print_summary(RunDir.open(run.path).read_manifest(), run.path)
         if with_counters and code == 0:
             _counters(run.path, window, quiet)
         return code
@@ -346,26 +355,62 @@ def command(
         nvml_off_reason="disabled with --no-nvml" if no_nvml else "device is cpu: no GPU to sample",
         memory=with_memory,
     )
-    if serve:
-        plan = sv.plan(mix, n_requests, rate, seed, lengths=lengths, input_tokens=input_tokens,
-                       output_tokens=output_tokens)
-        run = sv.run_serve(
-            cfg,
-            sv.ServeConfig(requests=plan, rate=rate, max_batch_tokens=max_batch_tokens, num_blocks=kv_blocks,
-                           cuda_graphs=cuda_graphs),
-            opts,
-        )
-    elif assistant is not None:
-        from tracekit.collectors.assisted import run_assisted
+    def one(opts: RecordOptions) -> RunDir:
+        if serve:
+            plan = sv.plan(mix, n_requests, rate, seed, lengths=lengths, input_tokens=input_tokens,
+                           output_tokens=output_tokens)
+            return sv.run_serve(
+                cfg,
+                sv.ServeConfig(requests=plan, rate=rate, max_batch_tokens=max_batch_tokens, num_blocks=kv_blocks,
+                               cuda_graphs=cuda_graphs),
+                opts,
+            )
+        if assistant is not None:
+            from tracekit.collectors.assisted import run_assisted
 
-        run = run_assisted(cfg, assistant, assistant_tokens, opts)
-    else:
-        run = run_workload(cfg, opts)
+            return run_assisted(cfg, assistant, assistant_tokens, opts)
+        return run_workload(cfg, opts)
+
+    if repeat > 1:
+        if with_counters:
+            raise UsageError("--repeat and --counters conflict: measure counters on one run")
+        return _repeat(one, opts, repeat, quiet)
+    run = one(opts)
     if not quiet:
-        say(render(run.read_manifest(), run.path), err=True)
+        print_summary(run.read_manifest(), run.path)
     if with_counters:
         _counters(run.path, window, quiet)
     return 0
+
+
+def _repeat(one: Callable[[RecordOptions], RunDir], opts: RecordOptions, n: int, quiet: bool) -> int:
+    """The same recording n times under opts.out (repeat-1 ... repeat-n); the first run's summary and
+    the spread of TTFT and TPOT over the repeats (host timers without the profiler)."""
+    import dataclasses
+
+    from tracekit.report.record_summary import repeat_lines
+
+    if opts.out.exists() and not opts.force and any(opts.out.iterdir()):
+        raise UsageError(f"--out {opts.out}: exists and is not empty (--force replaces it)")
+    opts.out.mkdir(parents=True, exist_ok=True)
+    manifests = []
+    for i in range(1, n + 1):
+        run = one(dataclasses.replace(opts, out=opts.out / f"repeat-{i}"))
+        manifests.append(run.read_manifest())
+        if not quiet and i == 1:
+            print_summary(manifests[0], run.path)
+    if not quiet:
+        click.echo("\n".join(repeat_lines(manifests, opts.out)))
+    return 0
+
+
+def print_summary(manifest: dict[str, object], path: Path) -> None:
+    """The summary on stdout (``tracekit record > out.txt`` keeps it); its warnings on stderr."""
+    from tracekit.report.record_summary import render, warning_lines
+
+    for line in warning_lines(manifest):
+        say(line, err=True)
+    say(render(manifest, path, with_warnings=False))
 
 
 def _counters(path: Path, window: object, quiet: bool) -> None:
@@ -464,7 +509,6 @@ def _record_tp(
     from tracekit.collectors import workload as wl
     from tracekit.collectors.session import default_out
     from tracekit.collectors.tp import TPOptions, launch, rank_dir
-    from tracekit.report.record_summary import render
     from tracekit.store.rundir import RunDir
 
     dev = wl.resolve_device(device)
@@ -495,5 +539,5 @@ def _record_tp(
             f"tracekit record --tp {world}: {run.path} (ranks under {run.path / 'ranks'}); rank 0:", err=True
         )
         r0 = rank_dir(run.path, 0)
-        say(render(RunDir.open(r0).read_manifest(), r0), err=True)
+        print_summary(RunDir.open(r0).read_manifest(), r0)
     return 0

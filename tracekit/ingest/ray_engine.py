@@ -10,7 +10,7 @@ writes its own ``<table>/run_id=<id>/rank=<k>/part-<p>.parquet`` files
 cluster the traces and the dataset root must be on storage every node sees
 (NFS, a mounted bucket), and tracekit must be installed on every node.
 
-Ray is optional (``pip install tracekit[ray]``) and imported only here,
+Ray is optional (``pip install tracekit-llm[ray]``) and imported only here,
 inside functions.
 
 Run id and rank of a file, in order: ``run_id`` given by the caller; a
@@ -189,7 +189,7 @@ def _run_ray(
     try:
         import ray
     except ImportError:
-        raise UsageError("--engine ray needs Ray: pip install 'tracekit[ray]'") from None
+        raise UsageError("--engine ray needs Ray: pip install 'tracekit-llm[ray]'") from None
     started = False
     if not ray.is_initialized():
         init: dict[str, Any] = {
@@ -201,6 +201,9 @@ def _run_ray(
             init["address"] = address
         else:
             init["num_cpus"] = num_cpus or os.cpu_count() or 1
+            # A local runtime's raylet may take minutes to come up on a loaded small machine: give it
+            # the time (Ray reads this when it starts the node; a value the user set wins).
+            os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")
         try:
             ray.init(**init)
         except (ConnectionError, RuntimeError, ValueError) as exc:

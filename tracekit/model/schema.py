@@ -284,6 +284,15 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("outside_steps", _i64),
         doc="Per device over the whole trace: busy by category and idle",
     ),
+    "op_class_split": _schema(
+        ("rank", _i32),
+        ("phase", pa.string()),  # prefill | decode | mixed | outside
+        ("op_class", pa.string()),  # attention | gemm | norm | elementwise | sampling | framework
+        ("time_ns", _i64),
+        ("share", _f64),
+        ("steps", _i64),
+        doc="CPU runs: each phase's host time by operator class (analysis/opclass.py)",
+    ),
     "phases": _schema(
         ("rank", _i32),
         ("request_id", _i64),  # null: the whole run
@@ -373,6 +382,7 @@ SCHEMAS["kernel_bound"] = _schema(
     ("dur_ns", _i64),
     ("kind", _str),
     ("name", _str),
+    ("short_name", _str),  # the function without namespaces, template arguments, parameters (model/kernelnames)
     ("device", _i32),
     ("stream", _i32),
     ("correlation", _i64),

@@ -35,6 +35,9 @@ CYCLE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e37
 COUNTER_PRIORITY = ("gpu_util", "dram_bw_util", "sm_util", "tensor_util", "power", "sm_clock", "mem_used",
                     "sm_occupancy", "mem_util", "temperature")
 FONT = 13.0  # px: matplotlib's 10 pt at 96 dpi
+# Every chart is drawn this wide and shown at the page's width (report CSS: img.plot width 100%), so the
+# charts use the page and keep one text size.
+WIDTH = 1200.0
 
 
 def _legend_below(ax: Axes) -> float:
@@ -64,29 +67,77 @@ def split_shares(phases: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, 
     return labels, rows
 
 
+def share_label(v: float) -> str:
+    return f"{v:.0f}%" if v >= 10 else f"{v:.1f}%"
+
+
+def fits(ax: Axes, v: float, text: str) -> bool:
+    """A segment of ``v`` % is wide enough (on ``ax``'s 0-100 x axis) to hold ``text`` inside."""
+    return v > 0 and ax.w * v / 100 >= text_width(text, 12.0) + 6
+
+
+def legend_label(label: str, vals: list[float]) -> str:
+    """The class's legend entry with its share of each phase (top to bottom), so a segment too narrow for
+    its label is still read off the chart."""
+    return f"{label}: " + " / ".join(share_label(v) for v in vals)
+
+
 def split_svg(phases: pd.DataFrame) -> str | None:
     shares = split_shares(phases)
     if shares is None:
         return None
     labels, rows = shares
+    return share_bars(labels, rows, "Where each phase's time went: compute / memory / latency-bound kernels, "
+                      "GPU idle by cause", "split")
+
+
+# The CPU split's classes (tracekit.analysis.opclass) in the report's order and colours.
+OP_CLASS_COLOURS = (("attention", "attention", "#1f77b4"), ("gemm", "GEMM", "#2ca02c"), ("norm", "norm", "#9467bd"),
+                    ("elementwise", "elementwise", "#ff7f0e"), ("sampling", "sampling", "#e377c2"),
+                    ("framework", "framework overhead", "#dddddd"))
+
+
+def op_class_svg(split: pd.DataFrame) -> str | None:
+    """A CPU run's split (op_class_split): one bar per phase, each operator class's % of the phase's time."""
+    if not has_columns(split, "phase", "op_class", "time_ns"):
+        return None
+    df = split.assign(t=pd.to_numeric(split["time_ns"], errors="coerce").fillna(0.0))
+    order = [p for p in ("prefill", "decode", "mixed", OUTSIDE) if p in set(df["phase"].astype(str))]
+    order += sorted(set(df["phase"].astype(str)) - set(order))
+    totals = df.groupby(df["phase"].astype(str))["t"].sum()
+    order = [p for p in order if totals.get(p, 0) > 0]
+    if not order:
+        return None
+    labels = [f"{p}  ({totals[p] / 1e6:,.1f} ms)" for p in order]
+    by = df.groupby([df["phase"].astype(str), df["op_class"].astype(str)])["t"].sum()
+    rows = []
+    for key, label, colour in OP_CLASS_COLOURS:
+        vals = [100 * float(by.get((p, key), 0.0)) / float(totals[p]) for p in order]
+        if any(vals):
+            rows.append((key, label, colour, vals))
+    return share_bars(labels, rows, "Where each phase's time went on the CPU, by operator class", "op-class")
+
+
+def share_bars(labels: list[str], rows: list[tuple[str, str, str, list[float]]], title: str, name: str) -> str:
+    """Horizontal 100% bars, one per label; ``rows`` is (key, legend label, colour, % per bar) per class."""
     n = len(labels)
     left_w = max(text_width(s, FONT) for s in labels) + 16
-    width, plot_h = 900.0, max(70.0, 52.0 * n)
+    width, plot_h = WIDTH, max(70.0, 52.0 * n)
     ax = Axes(left_w, 36, width - left_w - 20, plot_h, Scale("lin", 0.0, 100.0), Scale("lin", n - 0.5, -0.5),
-              title="Where each phase's time went: compute / memory / latency-bound kernels, GPU idle by cause",
-              xlabel="% of the phase's wall time", yticks=list(enumerate(labels)), legend_at="below", legend_cols=4)
+              title=title, xlabel="% of the phase's wall time", yticks=list(enumerate(labels)), legend_at="below",
+              legend_cols=3)
     left = [0.0] * n
     for col, label, colour, vals in rows:
         body = ax.rects([(x0, x0 + v, y - 0.4, y + 0.4) for y, (x0, v) in enumerate(zip(left, vals, strict=True))],
                         colour, values=vals)
-        ink = "#000000" if col.startswith("idle") or col in ("other_ns", "memcpy_ns") else "#ffffff"
-        body += "".join(ax.text(x0 + v / 2, y, f"{v:.0f}%", colour=ink) for y, (x0, v) in
-                        enumerate(zip(left, vals, strict=True)) if v >= 6)
+        ink = "#000000" if col.startswith("idle") or col in ("other_ns", "memcpy_ns", "framework") else "#ffffff"
+        body += "".join(ax.text(x0 + v / 2, y, share_label(v), colour=ink) for y, (x0, v) in
+                        enumerate(zip(left, vals, strict=True)) if fits(ax, v, share_label(v)))
         ax.series(label, body, column=col)
-        ax.legend.append((label, colour, "rect"))
+        ax.legend.append((legend_label(label, vals), colour, "rect"))
         left = [a + b for a, b in zip(left, vals, strict=True)]
     fig = Figure(width, 36 + plot_h + 2 * FONT + 24 + _legend_below(ax), [ax])
-    return fig.svg("split")
+    return fig.svg(name)
 
 
 def latency_svg(requests: pd.DataFrame) -> str | None:
@@ -103,7 +154,7 @@ def latency_svg(requests: pd.DataFrame) -> str | None:
     lo = min([0.0, *ttft, *ends])
     lo, hi = (lo, hi * 1.05 if hi > 0 else 1.0) if lo >= 0 else padded(lo, hi)
     left_w = max(text_width(s, FONT) for s in names) + 16
-    width, plot_h = 780.0, max(60.0, 38.0 * n)
+    width, plot_h = WIDTH, max(60.0, 38.0 * n)
     ax = Axes(left_w, 36, width - left_w - 20, plot_h, Scale("lin", lo, hi), Scale("lin", n - 0.5, -0.5),
               title="Per-request latency", xlabel="ms", yticks=list(enumerate(names)), legend_at="below",
               legend_cols=2)
@@ -143,11 +194,11 @@ def phase_timeline_svg(steps: pd.DataFrame) -> str | None:
         groups.append((str(kind), spans, busy))
     xs = [x for _, spans, busy in groups for sp in (spans, busy or []) for a, w in sp for x in (a, a + w)]
     lo, hi = padded(min(xs), max(xs)) if xs else (0.0, 1.0)
-    width, plot_h = 1056.0, 150.0
+    width, plot_h = WIDTH, 150.0
     left_w = text_width("GPU busy share", FONT) + 16
     ax = Axes(left_w, 36, width - left_w - 20, plot_h, Scale("lin", lo, hi), Scale("lin", -0.09, 1.89),
               title="Phase timeline", xlabel="time since first step (ms)",
-              yticks=[(0.4, "GPU busy share"), (1.4, "steps")], legend_cols=3)
+              yticks=[(0.4, "GPU busy share"), (1.4, "steps")], legend_at="below", legend_cols=3)
     for kind, spans, busy in groups:
         colour = KIND_COLORS.get(kind, OTHER_KIND)
         body = ax.rects([(a, a + w, 1.0, 1.8) for a, w in spans], colour, values=[w for _, w in spans])
@@ -155,7 +206,7 @@ def phase_timeline_svg(steps: pd.DataFrame) -> str | None:
             body += ax.rects([(a, a + w, 0.0, 0.8) for a, w in busy], colour, alpha=0.5, values=[w for _, w in busy])
         ax.series(kind, body)
         ax.legend.append((kind, colour, "rect"))
-    return Figure(width, 36 + plot_h + 2 * FONT + 26, [ax]).svg("timeline")
+    return Figure(width, 36 + plot_h + 2 * FONT + 26 + _legend_below(ax), [ax]).svg("timeline")
 
 
 def counter_panels(counters: pd.DataFrame, steps: pd.DataFrame | None = None,
@@ -220,7 +271,7 @@ def counters_svg(counters: pd.DataFrame, steps: pd.DataFrame | None = None, max_
     shade = [((s0 - t0) / 1e6, (s1 - t0) / 1e6, KIND_COLORS.get(kind, OTHER_KIND)) for s0, s1, kind in spans]
     xs = [x for _, t, _ in series for x in t] + [x for a, b, _ in shade for x in (a, b)]
     xlo, xhi = padded(min(xs), max(xs))
-    width, panel_h, gap = 1056.0, 110.0, 14.0
+    width, panel_h, gap = WIDTH, 110.0, 14.0
     axes = [Axes(0, 36 + i * (panel_h + gap), width, panel_h, Scale("lin", xlo, xhi), Scale("lin", *padded(min(v), max(v))),
                  ylabel=label, ylabel_horizontal=True, xticks=i == len(series) - 1)
             for i, (label, _, v) in enumerate(series)]
@@ -271,7 +322,7 @@ def phase_roofline_svg(phases: pd.DataFrame) -> str | None:
         ys_all += roof[1]
     xlo, xhi = padded(min(xs_all), max(xs_all), "log")
     ylo, yhi = padded(min(ys_all), max(ys_all), "log")
-    width, height = 700.0, 450.0
+    width, height = WIDTH, 560.0
     ax = Axes(80, 36, width - 100, height - 36 - 2 * FONT - 30, Scale("log", xlo, xhi), Scale("log", ylo, yhi),
               title="Roofline" + ("" if peak_f and peak_b else " (ceiling not recorded)"),
               xlabel="arithmetic intensity (FLOP / byte)", ylabel="achieved TFLOP/s (over the phase's wall time)",
@@ -306,7 +357,7 @@ def roofline_svg(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
     xs: list[float] = [1e-2, 1e4]
     groups: list[tuple[str, str, list[float], list[float]]] = []
     if len(k):
-        achieved = k["flops"] / (k["dur_ns"] * 1e-9)
+        achieved = k["flops"] / (k["dur_ns"] * 1e-9) / 1e12  # TFLOP/s
         # kernels outside every step have no phase (NaN; pandas 3 keeps it NaN through astype(str))
         phase = k["phase"].astype(object).fillna("outside steps").astype(str) if "phase" in k else pd.Series(
             "kernels", index=k.index)
@@ -328,16 +379,16 @@ def roofline_svg(kernels: pd.DataFrame, ceiling: Ceiling, *, title: str | None =
         ridge = peak / bw
         rx = [xs[0], *([ridge] if xs[0] < ridge < xs[1] else []), xs[1]]
         roofs.append((f"{d} roof ({peak / 1e12:.0f} TFLOP/s, ridge {peak / bw:.0f})", rx,
-                      [min(peak, x * bw) for x in rx]))
+                      [min(peak, x * bw) / 1e12 for x in rx]))
     all_x = [x for _, _, gx, _ in groups for x in gx] + [x for _, rx, _ in roofs for x in rx] + xs
     all_y = [y for _, _, _, gy in groups for y in gy] + [y for _, _, ry in roofs for y in ry]
     all_y = [y for y in all_y if y > 0] or [1.0]
     xlo, xhi = padded(min(all_x), max(all_x), "log")
     ylo, yhi = padded(min(all_y), max(all_y), "log")
-    width, height = 880.0, 605.0
+    width, height = WIDTH, 680.0
     ax = Axes(80, 36, width - 100, height - 36 - 2 * FONT - 44, Scale("log", xlo, xhi), Scale("log", ylo, yhi),
               title=title or f"Roofline: {ceiling.gpu}, {bw / 1e12:.2f} TB/s ({ceiling.kind})",
-              xlabel="arithmetic intensity (FLOP/byte)", ylabel="achieved FLOP/s", grid=True,
+              xlabel="arithmetic intensity (FLOP/byte)", ylabel="achieved TFLOP/s", grid=True,
               legend_at="lower right", font=FONT)
     for label, colour, gx, gy in groups:
         ax.series(label, ax.dots(gx, gy, colour, 3.0, alpha=0.5))

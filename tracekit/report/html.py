@@ -18,6 +18,7 @@ from tracekit.model.ceilings import Ceiling
 from tracekit.report.charts import (
     counters_svg,
     latency_svg,
+    op_class_svg,
     phase_roofline_svg,
     phase_timeline_svg,
     roofline_svg,
@@ -25,6 +26,7 @@ from tracekit.report.charts import (
 )
 from tracekit.report.memory_summary import memory_text
 from tracekit.report.view import (
+    NO_ROOFLINE,
     NOT_RECORDED,
     RunView,
     advice_lines,
@@ -33,7 +35,10 @@ from tracekit.report.view import (
     ceiling_source_line,
     cell,
     cost_rows,
+    cpu_split_lines,
+    cpu_split_rows,
     has_columns,
+    is_cpu_view,
     meta_rows,
     op_rows,
     outside_line,
@@ -49,11 +54,12 @@ from tracekit.report.view import (
 )
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1200px}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px} h3{font-size:15px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px} th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .note{color:#777;font-style:italic} .warn{color:#a15c00} img{max-width:100%;display:block;margin:8px 0}
+img.plot{width:100%;height:auto}
 .meta td{text-align:left}
 .summary{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:8px 0 16px}
 .outside{color:#555;font-size:13px} .summary p{margin:4px 0} .workload{font-weight:600} .ceiling{color:#444} .verdicts li{margin:4px 0}
@@ -86,7 +92,12 @@ def _section_table(title: str, headers: list[str], rows: list[list[str]]) -> str
 
 
 def summary_html(run: RunView) -> str:
-    """The answer first: what ran, against which ceiling, and what limited each phase."""
+    """The answer first: what ran, against which ceiling, and what limited each phase (on a CPU: that
+    there is no roofline, and where each phase's time went by operator class)."""
+    if is_cpu_view(run):
+        items = "".join(f"<li>{_esc(v)}</li>" for v in cpu_split_lines(run.df("op_class_split")))
+        return (f'<div class="summary"><p class="workload">{_esc(workload_text(run.manifest))}</p>'
+                f'<p class="ceiling">{_esc(NO_ROOFLINE)}</p><ul class="verdicts">{items}</ul></div>')
     ceiling = ceiling_of(run.df("phases"))
     lines = verdicts(run.df("phases"))
     items = "".join(f"<li>{_esc(v)}</li>" for v in lines) or f"<li>phases: {NOT_RECORDED}</li>"
@@ -119,11 +130,18 @@ def run_section(run: RunView) -> str:
     parts.append(summary_html(run))
     for w in m.get("warnings") or []:
         parts.append(f'<p class="warn">warning: {_esc(w)}</p>')
-    parts.append(_section_table("Phases: three-way split", *phase_rows(run.df("phases"))))
+    if is_cpu_view(run):
+        split = run.df("op_class_split")
+        parts.append(_section_table("Where the time went (CPU, share of each phase by operator class)",
+                                    *cpu_split_rows(split)))
+        parts.append(_img(op_class_svg(split), "time split per phase by operator class"))
+    else:
+        parts.append(_section_table("Phases: three-way split", *phase_rows(run.df("phases"))))
     for line in (outside_line(run.df("phases")), warmup_line(run), ceiling_source_line(run), over_peak_line(run)):
         if line:
             parts.append(f'<p class="outside">{_esc(line)}</p>')
-    parts.append(_img(split_svg(run.df("phases")), "time split per phase"))
+    if not is_cpu_view(run):
+        parts.append(_img(split_svg(run.df("phases")), "time split per phase"))
     ops = op_rows(run.df("kernel_ops"))
     if ops[1]:
         parts.append(_section_table("Largest ops by kernel time", *ops))
@@ -135,7 +153,11 @@ def run_section(run: RunView) -> str:
     parts.append(_img(latency_svg(run.df("requests")), "per-request latency"))
     parts.append("<h3>Phase timeline</h3>" + _img(phase_timeline_svg(run.df("steps")), "phase timeline"))
     parts.append("<h3>Counters</h3>" + _img(counters_svg(run.df("counters"), run.df("steps")), "counters over time"))
-    parts.append("<h3>Roofline</h3>" + _img(kernel_roofline_svg(run) or phase_roofline_svg(run.df("phases")), "roofline"))
+    if is_cpu_view(run):
+        parts.append('<h3>Roofline</h3><p class="note">none: a CPU has no roofline here (no kernels, no ceilings)</p>')
+    else:
+        parts.append("<h3>Roofline</h3>" + _img(kernel_roofline_svg(run) or phase_roofline_svg(run.df("phases")),
+                                                "roofline"))
     parts.append("<details><summary>run.json</summary>" + html_table(["field", "value"], meta_rows(m), "meta")
                  + "</details>")
     parts.append("</section>")

@@ -40,8 +40,50 @@ def third_party_line(manifest: dict[str, Any], run_path: str | Path) -> str | No
     return f"{n} message(s) captured ({origins}; {routine} routine), {what}; full text in {log}"
 
 
-def render(manifest: dict[str, Any], run_path: str | Path) -> str:
-    """A short, plain-text summary of one run (TTFT, TPOT, rates, overhead, where the trace is)."""
+def overhead_reading(over: dict[str, Any]) -> str:
+    """What the profiler-cost percentages say, by their sign: never "slower" beside a negative number."""
+    vals = [v for v in (over.get(k) for k in ("ttft_pct", "tpot_pct", "e2e_pct")) if v is not None]
+    base = "profiled vs unprofiled host timers"
+    if vals and all(v >= 0 for v in vals):
+        return f"{base}: the traced run is slower"
+    if vals and all(v < 0 for v in vals):
+        return (f"{base}: the traced run was faster, so run-to-run noise is larger than the profiler's cost "
+                "here; record --repeat N to measure it")
+    return f"{base}: mixed signs, so run-to-run noise is as large as the profiler's cost here"
+
+
+def warning_lines(manifest: dict[str, Any]) -> list[str]:
+    """The run's own warnings (the first five), as the summary prints them; library messages are counted apart."""
+    warnings = manifest.get("warnings", [])
+    return [visible(f"  warning         {w}") for w in [w for w in warnings if not str(w).startswith(THIRD_PARTY)][:5]]
+
+
+CLASS_LABEL = {"attention": "attention", "gemm": "GEMM", "norm": "norm", "elementwise": "elementwise",
+               "sampling": "sampling", "framework": "framework overhead"}
+
+
+def cpu_split_lines(manifest: dict[str, Any]) -> list[str]:
+    """A CPU run's answer first: that a CPU has no roofline, and each phase's time by operator class."""
+    split = manifest.get("cpu_split")
+    if not split:
+        return []
+    lines = ["  where the time went (CPU: no roofline; each phase's time by operator class, under the profiler)"]
+    for p in split:
+        total = p.get("time_ns") or 0
+        if total <= 0:
+            continue
+        classes = sorted((p.get("classes") or {}).items(), key=lambda kv: -kv[1])
+        shares = ", ".join(f"{CLASS_LABEL.get(c, c)} {100 * v / total:.0f}%" for c, v in classes if v > 0)
+        n = p.get("steps") or 0
+        name = "outside steps" if p.get("phase") == "outside" else str(p.get("phase"))
+        per = f", {total / n / 1e6:,.2f} ms/step" if n > 1 else ""
+        lines.append(f"  {name:<15} {total / 1e6:,.1f} ms{per}: {shares}")
+    return lines
+
+
+def render(manifest: dict[str, Any], run_path: str | Path, with_warnings: bool = True) -> str:
+    """A short, plain-text summary of one run (on a CPU, the split by operator class first; TTFT, TPOT,
+    rates, overhead, where the trace is). ``with_warnings=False`` leaves the warnings to warning_lines."""
     run_path = Path(run_path)
     t = manifest.get("timings", {})
     prof = (t.get("profiled") or {}).get("aggregate", {})
@@ -49,6 +91,7 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     over = t.get("profiler_overhead") or {}
     wl = manifest.get("workload", {})
     lines = [f"tracekit record: {manifest.get('status', '?')}  ({run_path})"]
+    lines += cpu_split_lines(manifest)
     if wl.get("model") and wl.get("kind") == "serve":
         lines.append(
             f"  workload        {wl.get('model')} {wl.get('dtype')} on {wl.get('device')}, {wl.get('requests')} "
@@ -106,7 +149,7 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
     if over:
         lines.append(
             f"  profiler cost   TTFT {_pct(over.get('ttft_pct'), True)}, TPOT {_pct(over.get('tpot_pct'), True)}, "
-            f"e2e {_pct(over.get('e2e_pct'), True)}  (profiled vs unprofiled host timers: the traced run is slower)"
+            f"e2e {_pct(over.get('e2e_pct'), True)}  ({overhead_reading(over)})"
         )
     lines += serve_lines(manifest) + assisted_lines(manifest) + memory_lines(manifest, run_path)
     quant = (manifest.get("model") or {}).get("quant")
@@ -126,9 +169,8 @@ def render(manifest: dict[str, Any], run_path: str | Path) -> str:
         )
     else:
         lines.append(f"  NVML            off ({nvml.get('reason') or 'not available'})")
-    warnings = manifest.get("warnings", [])
-    for w in [w for w in warnings if not str(w).startswith(THIRD_PARTY)][:5]:
-        lines.append(f"  warning         {w}")
+    if with_warnings:
+        lines += warning_lines(manifest)
     third = third_party_line(manifest, run_path)
     if third:
         lines.append(f"  libraries       {third}")
@@ -201,3 +243,24 @@ def assisted_lines(manifest: dict[str, Any]) -> list[str]:
         lines.append(f"  time            draft forwards {_ms(pr.get('draft_ns'))}, verify forwards "
                      f"{_ms(pr.get('verify_ns'))} (recorded pass)")
     return lines
+
+
+def repeat_lines(manifests: list[dict[str, Any]], out: str | Path) -> list[str]:
+    """``record --repeat N``: TTFT and TPOT of every repeat (host timers without the profiler, else under
+    it), their median and spread, and how to compare two such sets."""
+    def agg(m: dict[str, Any]) -> dict[str, Any]:
+        t = m.get("timings") or {}
+        un = (t.get("unprofiled") or {}).get("aggregate") or {}
+        return un if un.get("ttft_ns") is not None else (t.get("profiled") or {}).get("aggregate") or {}
+
+    lines = [f"repeats         {len(manifests)} runs under {out} (repeat-1 ... repeat-{len(manifests)})"]
+    for key, name in (("ttft_ns", "TTFT"), ("tpot_ns", "TPOT")):
+        vals = sorted(float(v) for v in (agg(m).get(key) for m in manifests) if v is not None)
+        if not vals:
+            continue
+        med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+        spread = f", max/min {vals[-1] / vals[0]:.2f}x" if vals[0] > 0 else ""
+        lines.append(f"  {name:<14} median {med / 1e6:.2f} ms, {vals[0] / 1e6:.2f} to {vals[-1] / 1e6:.2f} ms{spread}  "
+                     f"({', '.join(f'{v / 1e6:.2f}' for v in (float(agg(m).get(key) or 0) for m in manifests))})")
+    lines.append(f"  compare         tracekit diff {out} OTHER  (each side a run or a directory of repeats)")
+    return [visible(line) for line in lines]

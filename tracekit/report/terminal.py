@@ -15,12 +15,16 @@ import pandas as pd
 from tracekit.report.memory_summary import memory_text
 from tracekit.report.text import cell, markup_safe, visible
 from tracekit.report.view import (
+    NO_ROOFLINE,
     OUTSIDE,
     advice_lines,
     assisted_rows,
     ceiling_of,
     ceiling_source_line,
     cost_rows,
+    cpu_split_lines,
+    cpu_split_rows,
+    is_cpu_view,
     op_rows,
     outside_line,
     over_peak_line,
@@ -207,16 +211,20 @@ def render_diff(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, width=160)
-    for scope, title in (("phase", "per phase"), ("kernel_class", "per kernel class (GPU kernel time)"),
+    console = Console(file=out, width=console_width())
+    cpu = bool((df["scope"] == "op_class").any())
+    for scope, title in (("phase", "per phase"), ("op_class", "per operator class (CPU host time)"),
+                         ("kernel_class", "per kernel class (GPU kernel time)"),
                          ("bound", "per bound class (GPU kernel time)")):
         part = df[df["scope"] == scope]
-        if scope == "bound" and part.empty:
+        if scope in ("bound", "op_class") and part.empty:
             continue  # neither run went through the bound pass: the phase rows already say so
-        if scope in ("kernel_class", "bound"):
+        if scope == "kernel_class" and part.empty and cpu:
+            continue  # CPU runs: no kernels; the operator classes above say where the time went
+        if scope in ("kernel_class", "bound", "op_class"):
             part = part[part["metric"] == "time_ns"]
         table = Table(title=cell(f"{title}: A = {name_a}, B = {name_b}"), header_style="bold")
-        keyed = scope in ("kernel_class", "bound")
+        keyed = scope in ("kernel_class", "bound", "op_class")
         for col in ("phase", "class" if keyed else "", "metric", "A", "B", "Δ (B−A)", "B/A", "share A", "share B"):
             if col:
                 table.add_column(col, justify="right" if col not in ("phase", "class", "metric") else "left")
@@ -237,18 +245,47 @@ def _cell(v: Any) -> str:
     return "—" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
 
 
+def console_width() -> int:
+    """The terminal's width (COLUMNS where set), at least 100: tables fold their headers to fit it."""
+    import shutil
+
+    return max(100, shutil.get_terminal_size((160, 24)).columns)
+
+
+def table_of(console: Any, title: str, headers: list[str], rows: list[list[str]]) -> None:
+    """A rich table whose headers wrap at spaces and are never cut: each column is at least as wide
+    as the longest word of its header, and cells fold rather than end in an ellipsis."""
+    from rich.table import Table
+
+    table = Table(title=cell(title), header_style="bold")
+    for h in headers:
+        table.add_column(cell(h), justify="left" if h in ("phase", "request", "op") else "right",
+                         min_width=max(len(w) for w in str(h).split()) if str(h).strip() else None,
+                         overflow="fold")
+    for r in rows:
+        table.add_row(*(cell(x) for x in r))
+    console.print(table)
+
+
 def render_terminal(views: list[Any], out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, width=140)
+    console = Console(file=out, width=console_width())
     for v in views:
         status = v.manifest.get("status", "unknown")
         console.print(f"[bold]run {markup_safe(v.run_id)}[/bold] ({markup_safe(status)})")
         console.print(f"  {visible(workload_text(v.manifest))}", markup=False)
-        if "phases" in v.tables:
+        cpu = is_cpu_view(v)
+        if cpu:  # the answer on a CPU: where each phase's time went, by operator class
+            console.print(f"  {visible(NO_ROOFLINE)}", markup=False)
+            for line in cpu_split_lines(v.df("op_class_split")):
+                console.print(f"  - {visible(line)}", markup=False)
+            table_of(console, "where the time went (CPU, share of each phase by operator class)",
+                     *cpu_split_rows(v.df("op_class_split")))
+        elif "phases" in v.tables:
             console.print(f"  {visible(ceiling_of(v.df('phases')).text())}", markup=False)
-        for line in verdicts(v.df("phases")):
+        for line in [] if cpu else verdicts(v.df("phases")):
             console.print(f"  - {visible(line)}", markup=False)
         for line in advice_lines(v.df("phases")):
             console.print(f"  what would help: {visible(line)}", markup=False)
@@ -261,21 +298,16 @@ def render_terminal(views: list[Any], out: Any) -> None:
         for note in (outside_line(v.df("phases")), warmup_line(v), ceiling_source_line(v), over_peak_line(v)):
             if note:
                 console.print(f"  {visible(note)}", markup=False)
-        for title, (headers, rows) in (("phases: three-way split", phase_rows(v.df("phases"))),
+        for title, (headers, rows) in (("phases: three-way split", ([], []) if cpu else phase_rows(v.df("phases"))),
                                        ("largest ops by kernel time", op_rows(v.df("kernel_ops"))),
                                        ("requests", request_rows(v.df("requests"), v.warmups, workload_kind(v.manifest)[0])),
                                        ("each request's cost inside the batch", cost_rows(v.df("requests"))),
                                        ("speculative decoding", assisted_rows(v.df("requests"), v.df("steps")))):
             if not rows:
-                if title in ("phases: three-way split", "requests"):
+                if title in ("phases: three-way split", "requests") and not (cpu and title.startswith("phases")):
                     console.print(f"  {title}: not recorded")
                 continue
-            table = Table(title=title, header_style="bold")
-            for h in headers:
-                table.add_column(cell(h), justify="left" if h in ("phase", "request") else "right")
-            for r in rows:
-                table.add_row(*(cell(x) for x in r))
-            console.print(table)
+            table_of(console, title, headers, rows)
         c = v.df("counters")
         if c.empty or "metric" not in c:
             console.print("  counters: not recorded")
@@ -302,3 +334,35 @@ def check_lines(label: str, verdict: Any) -> list[str]:
         if f.fix and f.severity != "ok":
             lines.append(f"  {'':6}  {'':<13}  fix: {f.fix}")
     return [visible(line) for line in lines]
+
+
+def noise_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """tracekit.analysis.noise's phase changes as table rows: means, B/A, its interval, the verdict."""
+    headers = ["phase", "runs A/B", "steps A/B", "A ms/step", "B ms/step", "B/A", "95% interval", "verdict"]
+    rows = []
+    for r in df.to_dict("records"):
+        lo, hi = r["ratio_lo"], r["ratio_hi"]
+        ci = "—" if pd.isna(lo) or pd.isna(hi) else f"{lo:.2f}× to {hi:.2f}×"
+        rows.append([str(r["phase"]), f"{r['runs_a']}/{r['runs_b']}", f"{r['steps_a']}/{r['steps_b']}",
+                     f"{r['mean_a_ns'] / 1e6:,.2f}", f"{r['mean_b_ns'] / 1e6:,.2f}", f"{r['ratio']:.2f}×", ci,
+                     str(r["verdict"])])
+    return headers, rows
+
+
+def render_noise(df: pd.DataFrame, name_a: str, name_b: str, out: Any) -> None:
+    """The phase changes with their noise, and what the interval covers."""
+    from rich.console import Console
+
+    console = Console(file=out, width=console_width())
+    title = f"per phase, with its noise: A = {name_a}, B = {name_b}"
+    if df.empty:
+        console.print(cell(f"{title}: no phase with steps on both sides"))
+        return
+    table_of(console, title, *noise_rows(df))
+    single = bool(((df["runs_a"] < 2) | (df["runs_b"] < 2)).any())
+    text = ("mean step time (host wall clock); 95% bootstrap interval over the runs and the steps of each side; "
+            "\"within noise\" where it holds 1.00×")
+    if single:
+        text += (". One run on a side: the interval covers step-to-step noise only, not run-to-run noise "
+                 "(record --repeat 5 on each side measures it)")
+    console.print(cell(text))

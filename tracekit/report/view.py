@@ -16,7 +16,7 @@ from tracekit.analysis.advice import finite
 from tracekit.store.rundir import RunDir
 
 NOT_RECORDED = "not recorded"
-TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory")  # kernel_bound: the per-kernel roofline
+TABLES = ("phases", "steps", "requests", "counters", "kernel_bound", "step_memory", "op_class_split")  # kernel_bound: the per-kernel roofline
 # kernel_bound is as long as the trace's kernels: the report reads only what its roofline draws.
 COLUMNS = {"kernel_bound": ("model", "flops", "dur_ns", "intensity", "phase")}
 # ... and, summed per (phase, op, class) as they are read (kernel_ops), what the largest-ops table shows
@@ -271,6 +271,14 @@ def ceiling_of(phases: pd.DataFrame) -> CeilingInfo:
     return CeilingInfo(first("ceiling"), first("ceiling_dtype"), tflops, tbps)
 
 
+def params_text(n: float) -> str:
+    """A parameter count with the unit that keeps three significant digits (0.29 M, 1.10 B)."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:,.2f} {unit} params"
+    return f"{int(n)} params"
+
+
 def workload_text(m: dict[str, Any]) -> str:
     """One line: what ran, on what (from run.json's workload, model and environment)."""
     w, model, env = m.get("workload") or {}, m.get("model") or {}, m.get("environment") or {}
@@ -283,7 +291,7 @@ def workload_text(m: dict[str, Any]) -> str:
     if name:
         params = model.get("parameters")
         extra = ", ".join(str(x) for x in (model.get("model_type"),
-                                           f"{params / 1e9:.2f} B params" if isinstance(params, int | float) else None,
+                                           params_text(params) if isinstance(params, int | float) else None,
                                            f"{model['weights']} weights" if model.get("weights") else None) if x)
         parts.append(f"{name} ({extra})" if extra else str(name))
     for key, fmt in (("dtype", "{}"), ("shape", "shape {}"), ("batch", "batch {}"), ("requests", "{} request(s)")):
@@ -389,6 +397,14 @@ def cell(v: Any, kind: str = "") -> str:
     return str(v)
 
 
+def steps_text(r: dict[Any, Any]) -> str:
+    """The steps a phase row's time covers; "1 of 3" where only some had capture (--trace-steps)."""
+    n, cap = finite(r.get("steps")), finite(r.get("steps_captured"))
+    if cap is not None and n is not None and 0 < cap < n:
+        return f"{int(cap)} of {int(n)}"
+    return cell(r.get("steps"))
+
+
 def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     ph = shown_phases(phases)
     headers = ["phase", "steps", "time (ms)", "ms / step", "compute", "memory", "latency", "other", "idle (host)",
@@ -410,7 +426,7 @@ def phase_rows(phases: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         lim = limiter(r)
         parts = split_ns(r)
         host = cell(parts["idle_host_ns"] / t, "pct") if t and (finite(r.get("idle_ns")) is not None) else "—"
-        rows.append([str(r.get("phase")), cell(r.get("steps")), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
+        rows.append([str(r.get("phase")), steps_text(r), cell(t, "ms"), cell(t / n, "ms") if t and n else "—",
                      share(r, "compute_bound_ns"), share(r, "memory_bound_ns"), share(r, "latency_bound_ns"),
                      cell(other / t, "pct") if t else "—", host, share(r, "idle_wait_ns"),
                      share(r, "idle_before_window_ns"), share(r, "idle_profiler_ns"),
@@ -474,8 +490,8 @@ def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = (), kind: st
         return (["request", "batch", "denoising steps", "e2e (ms)"],
                 [[str(r.get("name", r.get("request_id"))), cell(r.get("batch")), cell(r.get("steps")),
                   cell(r.get("e2e_ns"), "ms")] for r in (requests.to_dict("records") if not requests.empty else [])])
-    headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p90 (ms)", "e2e (ms)",
-               "decode tok/s", "prefill share"]
+    headers = ["request", "batch", "input tok", "output tok", "TTFT (ms)", "TPOT (ms)", "ITL p50 (ms)", "ITL p99 (ms)",
+               "e2e (ms)", "decode tok/s", "prefill share"]
     rows = []
     for r in requests.to_dict("records") if not requests.empty else []:
         name = str(r.get("name", r.get("request_id")))
@@ -483,7 +499,8 @@ def request_rows(requests: pd.DataFrame, warmups: tuple[int, ...] = (), kind: st
             name += " (warm-up)"
         rows.append([name, cell(r.get("batch")), cell(r.get("input_tokens")),
                      cell(r.get("output_tokens")), cell(r.get("ttft_ns"), "ms"), cell(r.get("tpot_ns"), "ms"),
-                     cell(r.get("itl_p90_ns"), "ms"), cell(r.get("e2e_ns"), "ms"), cell(r.get("decode_tok_s")),
+                     cell(r.get("itl_p50_ns"), "ms"), cell(r.get("itl_p99_ns"), "ms"), cell(r.get("e2e_ns"), "ms"),
+                     cell(r.get("decode_tok_s")),
                      cell(r.get("prefill_share"), "pct")])
     return headers, rows
 
@@ -550,3 +567,62 @@ def meta_rows(m: dict[str, Any]) -> list[list[str]]:
         if isinstance(sub, dict):
             rows += [[str(f"{group}.{k}"), str(v)] for k, v in sub.items() if isinstance(v, str | int | float)]
     return rows[:40]
+
+
+# --- CPU runs: the split by operator class (tracekit.analysis.opclass) ---------------------
+
+OP_CLASSES = ("attention", "gemm", "norm", "elementwise", "sampling", "framework")
+OP_CLASS_LABEL = {"attention": "attention", "gemm": "GEMM", "norm": "norm", "elementwise": "elementwise",
+                  "sampling": "sampling", "framework": "framework overhead"}
+NO_ROOFLINE = ("CPU run: a CPU has no roofline here (no kernels, no ceilings), so there is no compute / memory / "
+               "idle split; each phase's time is split by operator class instead (host self time of the aten ops, "
+               "the rest is framework overhead)")
+
+
+def is_cpu_view(view: RunView) -> bool:
+    """The run has the CPU split by operator class (the analysis found no GPU activity)."""
+    return has_columns(view.df("op_class_split"), "phase", "op_class", "time_ns")
+
+
+def _split_phases(split: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    if not has_columns(split, "phase", "op_class", "time_ns"):
+        return []
+    order = [p for p in (*PHASE_ORDER, OUTSIDE) if p in set(split["phase"].astype(str))]
+    order += sorted(set(split["phase"].astype(str)) - set(order))
+    return [(p, split[split["phase"].astype(str) == p]) for p in order]
+
+
+def cpu_split_lines(split: pd.DataFrame) -> list[str]:
+    """One sentence per phase: its time and the classes that took it, largest first (shares of the phase)."""
+    out = []
+    for phase, part in _split_phases(split):
+        total = float(pd.to_numeric(part["time_ns"], errors="coerce").fillna(0).sum())
+        if total <= 0:
+            continue
+        n = int(part["steps"].max()) if "steps" in part and part["steps"].notna().any() else 0
+        head = f"{phase}: {n} step(s), {total / 1e6:,.1f} ms" if phase != OUTSIDE else \
+            f"outside every step (between and around the steps): {total / 1e6:,.1f} ms"
+        if n > 1:
+            head += f" ({total / n / 1e6:,.2f} ms per step)"
+        parts = part.assign(t=pd.to_numeric(part["time_ns"], errors="coerce").fillna(0)).sort_values(
+            "t", ascending=False, kind="stable")
+        shares = [f"{OP_CLASS_LABEL.get(str(c), str(c))} {100 * t / total:.1f}%"
+                  for c, t in zip(parts["op_class"], parts["t"], strict=True) if t > 0]
+        out.append(f"{head}: " + ", ".join(shares))
+    return out
+
+
+def cpu_split_rows(split: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The split as a table: one row per phase, each class's share of the phase (the row sums to 100%)."""
+    headers = ["phase", "steps", "time (ms)", "ms / step", *(OP_CLASS_LABEL[c] for c in OP_CLASSES)]
+    rows = []
+    for phase, part in _split_phases(split):
+        by = dict(zip(part["op_class"].astype(str), pd.to_numeric(part["time_ns"], errors="coerce").fillna(0),
+                      strict=True))
+        total = float(sum(by.values()))
+        if total <= 0:
+            continue
+        n = int(part["steps"].max()) if "steps" in part and part["steps"].notna().any() else 0
+        rows.append([phase, str(n) if n else "—", cell(total, "ms"), cell(total / n, "ms") if n else "—",
+                     *(cell(by.get(c, 0.0) / total, "pct") for c in OP_CLASSES)])
+    return headers, rows

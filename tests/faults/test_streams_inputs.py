@@ -210,6 +210,21 @@ def test_kernel_end_past_int64_is_skipped_and_counted(tmp_path: Path, monkeypatc
     assert pq.read_metadata(tmp_path / "run" / "tables" / "gpu_activity.parquet").num_rows == 3
 
 
+@pytest.mark.parametrize(("a", "b"), [(-(2**53), 10**18), (2**53, -(2**53))])
+def test_a_span_past_int64_is_one_line_and_the_tables_are_kept(tmp_path: Path, a: int, b: int) -> None:
+    # every time fits int64 ns (2**53 us = 9.007e18 ns), but the span between them does not (> 9.22e18 ns)
+    ev = events(4)
+    k = [e for e in ev if e["cat"] == "kernel"]
+    (k[0]["ts"], k[0]["dur"]), (k[1]["ts"], k[1]["dur"]) = (a, 1000), (b, 1000)
+    src = write_trace(tmp_path / "t.json", trace_doc(ev))
+    r = cli(["analyze", src, "--out", tmp_path / "run"])
+    one_line(r)
+    assert r.rc == 1 and "more than int64 nanoseconds can hold" in r.err, r.err
+    counts = json.loads((tmp_path / "run" / "run.json").read_text())["ingest"]["counts"]  # ingest's tables kept
+    kept = pq.read_metadata(tmp_path / "run" / "tables" / "gpu_activity.parquet").num_rows
+    assert kept == counts["events_by_table"]["gpu_activity"] >= 3
+
+
 @pytest.mark.parametrize("dtype", ["float128", "float64", "int8", "1", "FLOAT16"])
 def test_sweep_refuses_a_dtype_it_cannot_run(tmp_path: Path, dtype: str) -> None:
     cfg = tmp_path / "s.toml"

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from tracekit.analysis import ranks as _ranks
 from tracekit.analysis.steps import as_df
-from tracekit.errors import TracekitError, UsageError
+from tracekit.errors import TraceFormatError, TracekitError, UsageError
 from tracekit.ingest import ingest, ingest_into
 from tracekit.model import progress
 from tracekit.model import schema as _schema
@@ -190,6 +190,21 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
         return _analyse_run(work, warmup_requests, ceiling_override)
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def check_span(tables: dict[str, Any]) -> None:
+    """TraceFormatError when the trace's events span more than int64 nanoseconds hold: every time is in
+    range, but a span or a sum over it cannot be, so some timestamps are corrupt."""
+    from tracekit.analysis.pipeline import trace_span
+
+    span = trace_span(tables)
+    if span is not None and span[1] - span[0] > _INT64_MAX:
+        raise TraceFormatError(
+            f"the trace's events span {span[1] - span[0]:.3g} ns (from {span[0]} to {span[1]} ns), more than "
+            "int64 nanoseconds can hold: some timestamps are corrupt; remove the events far from the rest")
+
+
 def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str | None) -> dict[str, Any]:
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
 
@@ -208,6 +223,7 @@ def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str
     ceiling, why = resolve_ceiling(manifest, ceiling_override)
     if ceiling is not None:
         tables["ceiling"] = ceiling
+    check_span(tables)
     result = run_passes(tables, DEFAULT_PASSES, between=heap.trim)
     result["ceiling"] = ceiling
     if ceiling is None and len(tables["gpu_activity"]):

@@ -501,9 +501,9 @@ def _shapes(gpu: pd.DataFrame, t: Mapping[str, Any]) -> Finding:
     if share > UNMODELLED_SHARE:
         return Finding("shapes", CAVEAT, f"op shapes recorded, but {n_blind:,} of the {n_graph:,} graph-replayed "
                        f"kernels ({_pct(share)} of the GPU's busy time) have no captured op to take shapes from",
-                       "pass the engine's graph-capture trace (--capture FILE, or a capture_traces/ folder beside "
-                       "the trace); graphs captured inside the trace itself lend no shapes: `tracekit counters` "
-                       "measures their kernels")
+                       "pass the engine's graph-capture trace where it is not beside the trace (--capture FILE, "
+                       "or a capture_traces/ folder); a kernel no captured op launched has no shapes: `tracekit "
+                       "counters` measures it")
     return Finding("shapes", OK, f"op shapes recorded; {n_graph - n_blind:,} of the {n_graph:,} graph-replayed "
                    "kernels take them from a captured op")
 

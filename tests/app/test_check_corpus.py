@@ -58,9 +58,9 @@ FULL = {
     "hta/ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz":
         "fit, with 3 caveats: correlation ids that link nothing, shapes not recorded, kernel time without a model",
     "engines/sglang_decode/sglang_Qwen3-8B_decode.json.gz":
-        "unfit: work before the window (and 2 caveats: kernel time without a model, profiler overhead)",
+        "unfit: work before the window (and 2 caveats: shapes not recorded, profiler overhead)",
     "engines/vllm_decode_full/graph_execution.json.gz":
-        "unfit: work before the window (and 2 caveats: kernel time without a model, profiler overhead)",
+        "unfit: work before the window (and 2 caveats: shapes not recorded, profiler overhead)",
     "engines/xdit_flux.1_aiter_sage/profile_trace_rank_0.json.gz": "fit, with 1 caveat: profiler overhead",
 }
 

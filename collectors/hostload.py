@@ -1,8 +1,8 @@
 """Is this CPU timing trustworthy? The machine's load and torch's threads around a CPU recording.
 
 On a CPU every op runs on the host's cores: other processes, or more torch threads than free cores,
-stretch the timings by whatever they take (the same smoke run gave 12 to 1,300 ms TTFT on a loaded
-2-core machine). ``probe()`` reads the load before the workload starts; ``Window`` measures, over the
+stretch the timings by whatever they take (docs/measurements/2026-12-07-first-hour.md has an example).
+``probe()`` reads the load before the workload starts; ``Window`` measures, over the
 timed requests, how much CPU the process got against the threads it asked for. ``warnings()`` says what
 was wrong and what to set.
 """

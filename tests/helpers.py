@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tracekit.model.schema import from_columns
 from tracekit.store.rundir import RunDir
@@ -228,3 +229,17 @@ def undeclared_tables(root: Path) -> tuple[list[str], set[str]]:
         else:
             problems += [f"{path}: {n} is {t}, declared {w}" for (n, t), (_, w) in zip(got, want, strict=True) if t != w]
     return problems, seen
+
+
+def op_tables(ops: list[dict[str, Any]], ann: list[dict[str, Any]]) -> dict[str, Any]:
+    """Raw tables of CPU ops and annotations (row dicts), with empty runtime and GPU activity tables."""
+
+    def cols(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[Any]]:
+        return {k: [r.get(k) for r in rows] for k in keys}
+
+    return {
+        "cpu_ops": from_columns("cpu_ops", cols(ops, ("op_id", "ts_ns", "dur_ns", "name", "cat", "input_dims"))),
+        "annotations": from_columns("annotations", cols(ann, ("ts_ns", "dur_ns", "name", "cat"))),
+        "runtime": from_columns("runtime", cols([], ("ts_ns", "dur_ns", "name", "correlation"))),
+        "gpu_activity": from_columns("gpu_activity", cols([], ("ts_ns", "dur_ns", "name", "kind", "device"))),
+    }

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from helpers import op_tables
 
 from tracekit.analysis import steps
 from tracekit.model import schema
@@ -15,16 +16,7 @@ from tracekit.model.stepnames import SeqLabel, StepLabel, batch_label, format_st
 US = 1000
 
 
-def _tables(ops: list[dict[str, Any]], ann: list[dict[str, Any]]) -> dict[str, Any]:
-    def cols(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[Any]]:
-        return {k: [r.get(k) for r in rows] for k in keys}
-
-    return {
-        "cpu_ops": schema.from_columns("cpu_ops", cols(ops, ("op_id", "ts_ns", "dur_ns", "name", "cat", "input_dims"))),
-        "annotations": schema.from_columns("annotations", cols(ann, ("ts_ns", "dur_ns", "name", "cat"))),
-        "runtime": schema.from_columns("runtime", cols([], ("ts_ns", "dur_ns", "name", "correlation"))),
-        "gpu_activity": schema.from_columns("gpu_activity", cols([], ("ts_ns", "dur_ns", "name", "kind", "device"))),
-    }
+_tables = op_tables
 
 
 def _embedding(op_id: int, ts: int, index_shape: list[int]) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """numpy <-> Arrow by buffers, without pyarrow's pandas shim.
 
 Why: pyarrow imports pandas the first time it converts numpy or Python data (``pa.array``,
-``Array.to_numpy``, ``pa.scalar``, a Python scalar passed to a compute function). Measured on the
-2-core VM: +0.20 s and +38 MB peak RSS per process, more than ingesting a 50 MB trace costs
-otherwise. The ingest path builds and reads its arrays through these functions instead.
+``Array.to_numpy``, ``pa.scalar``, a Python scalar passed to a compute function), which costs more
+than ingesting a mid-sized trace (docs/measurements/2026-12-07-docstring-figures.md). The ingest path
+builds and reads its arrays through these functions instead.
 """
 
 from __future__ import annotations

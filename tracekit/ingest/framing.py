@@ -43,8 +43,8 @@ BOUNDARY_RE = re.compile(rb"\}\s*,\s*\{")
 
 # --------------------------------------------------------------------------- input
 def _inflater() -> Any:
-    """ISA-L's zlib-compatible inflater when installed (measured on this 2-core VM: 0.079 s of CPU
-    for the 80 MB H200 trace against zlib's 0.157 s), else zlib."""
+    """ISA-L's zlib-compatible inflater when installed (about half zlib's CPU: docs/measurements/
+    2026-12-07-docstring-figures.md), else zlib."""
     try:
         from isal import isal_zlib
     except ImportError:

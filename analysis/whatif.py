@@ -32,7 +32,7 @@ import pandas as pd
 from tracekit.analysis import whatif_cost as wc
 from tracekit.analysis import whatif_sim as sim
 from tracekit.analysis.whatif_constants import DEFAULT, Constants
-from tracekit.analysis.whatif_profile import PhaseStep, Profile
+from tracekit.analysis.whatif_profile import PhaseStep, Profile, without_stall
 from tracekit.model.ceilings import Ceiling
 from tracekit.model.quant import MODES as QUANT_MODES
 from tracekit.model.quant import weight_bytes as quant_weight_bytes
@@ -307,9 +307,13 @@ def _with_host_quant(k: pd.DataFrame, step: PhaseStep, host_ns: float, s: float)
     return out, replace(step, period_ns=step.period_ns + len(lin_off) * per, syncs=syncs)
 
 
-def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
+def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     c, p = ctx.change, ctx.profile
     key = "ttft_ns" if ph == "prefill" else "tpot_ns"
+    step, stall = without_stall(measured_step)
+    if stall:
+        ctx.notes.append(f"{ph}: a one-off host stall of {stall / 1e6:,.1f} ms in the step (no kernel issued, no "
+                         "sync: a first call's autotuning, compilation or allocation) is left out of the projection")
     src, new = _workload(ctx, step)
     base = _costed(ctx, step, src, ctx.c_from, None)
     quant = c.quant if c.quant not in (None, "none") else None
@@ -317,9 +321,9 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
     s, how = _host_scale(ctx, step, base, key)
     if how:
         ctx.notes.append(how)
-    measured_lat = p.profiled.get(key, step.period_ns)
+    measured_lat = p.profiled.get(key, measured_step.period_ns)
     # decode: the representative step's period (the trace's TPOT averages in its first, one-off step)
-    base_lat = step.period_ns if ph == "decode" else measured_lat
+    base_lat = step.period_ns if ph == "decode" else measured_lat - stall
     anchor = p.unprofiled.get(key) if (c.no_profiler and c.use_run_timers and key in p.unprofiled) else None
     t_base = _replay(step, base, s, p.launch_ns)
     graphed_now = step.graph_launches > 0
@@ -350,14 +354,15 @@ def _phase(ctx: _Ctx, ph: str, step: PhaseStep) -> PhaseProjection:
         t_new = _replay(pstep, proj, s, p.launch_ns)
         if anchor is not None:
             lat = anchor + (t_new - t_base)
-        else:  # the part of the latency outside the step (TTFT's set-up) stays as profiled
-            lat = base_lat + (t_new - (t_base if s == 1.0 else _replay(step, base, 1.0, p.launch_ns)))
+        else:  # the part of the latency outside the step (TTFT's set-up: host work) runs at the host's pace
+            t_prof = t_base if s == 1.0 else _replay(step, base, 1.0, p.launch_ns)
+            lat = max(base_lat - t_prof, 0.0) * s + t_new
         shown = proj
         if c.graphs and ph == "prefill" and not _graphed(p):
             lat += ctx.k.static_prefill_ns
             t_new += ctx.k.static_prefill_ns
     band = _band(ctx, step, base, proj, lat, t_new)
-    measured = Times(step.period_ns, measured_lat, _by_class(step.kernels))
+    measured = Times(measured_step.period_ns, measured_lat, _by_class(step.kernels))
     projected = Times(t_new, lat, _by_class(shown))
     return PhaseProjection(ph, measured, projected, band,
                            {"batch": new.batch, "q_len": new.q_len, "kv_len": new.kv_len, "tokens": new.tokens})

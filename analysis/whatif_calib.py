@@ -6,7 +6,11 @@ measure on ``profiles`` replaced (the others kept): the median over the runs of
 
 - profiler_ns_per_op and profiler_ns_per_launch: the non-negative least-squares fit of (the profiled
   latency - the run's unprofiled timer) = a x CPU ops + b x kernel launches of the representative step,
-  over runs with both (prefill: the trace's TTFT, decode: the representative step's period vs TPOT);
+  over runs with both (prefill: the trace's TTFT, decode: the representative step's period vs TPOT)
+  whose step is host-bound (kernels busy under ``HOST_BOUND`` of the period: where the GPU sets the
+  pace, the profiler's host cost hides under it and the difference understates it). Where the runs'
+  ops-per-launch ratios span less than ``SPREAD`` (one model's op mix), the two terms cannot be told
+  apart: only a common scale of ``base``'s pair is fitted (the host's speed), its mix kept;
 - graph_host_ns: unprofiled TPOT - the decode step's GPU time (kernels + graph gaps), over runs whose
   decode launches CUDA graphs;
 - graph_gap_ns: the median gap between consecutive kernels of one graph replay;
@@ -24,8 +28,12 @@ from tracekit.analysis.whatif_constants import DEFAULT, Constants
 from tracekit.analysis.whatif_profile import Profile
 
 
+HOST_BOUND = 0.4  # a step whose kernels are busy under this fraction of its period is host-bound
+SPREAD = 2.0  # the ops-per-launch ratios must span this factor for the two-term fit
+
+
 def profiler_costs(profiles: Iterable[Profile]) -> list[tuple[int, int, float]]:
-    """Per run and phase with both timers: (CPU ops, kernel launches, the profiler's extra ns)."""
+    """Per run and host-bound phase with both timers: (CPU ops, kernel launches, the profiler's extra ns)."""
     out = []
     for p in profiles:
         for ph, key in (("prefill", "ttft_ns"), ("decode", "tpot_ns")):
@@ -33,6 +41,8 @@ def profiler_costs(profiles: Iterable[Profile]) -> list[tuple[int, int, float]]:
             own = p.unprofiled.get(key)
             prof = p.profiled.get(key) if ph == "prefill" else (s.period_ns if s is not None else None)
             if s is None or own is None or prof is None or s.cpu_ops < 50:
+                continue
+            if float(s.kernels["dur_ns"].sum()) >= HOST_BOUND * s.period_ns:
                 continue
             out.append((s.cpu_ops, s.launches, max(prof - own, 0.0)))
     return out
@@ -56,6 +66,24 @@ def fit_profiler(rows: list[tuple[int, int, float]]) -> tuple[float, float] | No
         if best is None or err < best[2]:
             best = (ab[0], ab[1], err)
     return (best[0], best[1]) if best is not None else None
+
+
+def fit_profiler_scaled(rows: list[tuple[int, int, float]], a0: float, b0: float) -> tuple[float, float] | None:
+    """(ns per op, ns per launch): the two-term fit where the rows' op mixes differ enough, else
+    ``(k a0, k b0)`` with k the least-squares scale (see the module doc)."""
+    if not rows:
+        return None
+    ratio = [o / max(n, 1) for o, n, _ in rows]
+    if len(rows) >= 2 and max(ratio) >= SPREAD * max(min(ratio), 1e-9):
+        fit = fit_profiler(rows)
+        if fit is not None:
+            return fit
+    x = np.array([a0 * o + b0 * n for o, n, _ in rows], dtype=float)
+    y = np.array([e for _, _, e in rows], dtype=float)
+    if float(x @ x) <= 0:
+        return None
+    k = max(float(x @ y / (x @ x)), 0.0)
+    return (k * a0, k * b0)
 
 
 def graph_steps(profiles: Iterable[Profile]) -> list[tuple[float, float]]:
@@ -92,7 +120,7 @@ def calibrate(profiles: Iterable[Profile], base: Constants = DEFAULT) -> Constan
     """``base`` with the constants ``profiles`` measure replaced (see the module doc)."""
     ps = list(profiles)
     c = base
-    fit = fit_profiler(profiler_costs(ps))
+    fit = fit_profiler_scaled(profiler_costs(ps), base.profiler_ns_per_op, base.profiler_ns_per_launch)
     if fit is not None:
         c = replace(c, profiler_ns_per_op=fit[0], profiler_ns_per_launch=fit[1])
     graphs = graph_steps(ps)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -266,6 +266,33 @@ def phase_step(phase: str, steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np
         period_ns=period, kernels=_typed(out),
         syncs=tuple((float(a - start), float(min(b, end) - start)) for a, b in in_period),
         cpu_ops=n_ops, launches=launches, graph_launches=_int(row.get("graph_launches"), 0), steps=len(mine))
+
+
+STALL_SHARE = 0.5  # a host gap over this share of the step's period ...
+STALL_MEDIANS = 100.0  # ... and this many times the step's median gap between launches is a one-off stall
+
+
+def without_stall(step: PhaseStep) -> tuple[PhaseStep, float]:
+    """``step`` without its one-off host stall, and the stall's length (0: none): the longest gap
+    between two launches (or before the first / after the last) that the host did not spend waiting at
+    a sync, where it is over STALL_SHARE of the period and STALL_MEDIANS median gaps (a first call's
+    autotuning, compilation or allocation). Later launches and syncs move earlier by the excess."""
+    off = np.sort(step.kernels["off_ns"].to_numpy(dtype=float))
+    if len(off) < 3:
+        return step, 0.0
+    edges = np.concatenate([[0.0], off, [step.period_ns]])
+    gaps = np.diff(edges)
+    i = int(gaps.argmax())
+    a, b = float(edges[i]), float(edges[i + 1])
+    excess = gaps[i] - float(np.median(gaps))
+    waits = any(sa < b and se > a for sa, se in step.syncs)
+    if waits or gaps[i] < STALL_SHARE * step.period_ns or gaps[i] < STALL_MEDIANS * max(float(np.median(gaps)), 1.0):
+        return step, 0.0
+    k = step.kernels.copy()
+    k["off_ns"] = np.where(k["off_ns"].to_numpy(dtype=float) >= b, k["off_ns"].to_numpy(dtype=float) - excess,
+                           k["off_ns"].to_numpy(dtype=float))
+    syncs = tuple((x - excess, y - excess) if x >= b else (x, y) for x, y in step.syncs)
+    return replace(step, kernels=k, syncs=syncs, period_ns=step.period_ns - excess), float(excess)
 
 
 def _col(k: pd.DataFrame, name: str) -> np.ndarray:

@@ -15,7 +15,8 @@ import pytest
 from tracekit.analysis import whatif_cost as wc
 from tracekit.analysis import whatif_sim as sim
 from tracekit.analysis.whatif import Change, WhatifError, project
-from tracekit.analysis.whatif_calib import calibrate
+from tracekit.analysis.whatif_calib import calibrate, fit_profiler_scaled
+from tracekit.analysis.whatif_profile import without_stall
 from tracekit.analysis.whatif_constants import DEFAULT
 from tracekit.analysis.whatif_profile import KERNEL_COLUMNS, PhaseStep, Profile, profile
 from tracekit.model.ceilings import datasheet
@@ -135,6 +136,43 @@ def _profile(unprofiled: dict[str, float] | None = None, decode_graphs: int = 0)
                 "decode": PhaseStep("decode", 1, 1, 130, 1, 2e6, dec, (), cpu_ops=200, launches=4,
                                     graph_launches=decode_graphs, steps=4)},
         profiled={"ttft_ns": 4.5e6, "tpot_ns": 2e6}, unprofiled=unprofiled or {}, launch_ns=2000.0)
+
+
+def test_one_op_mix_fits_only_the_hosts_scale_of_the_base_pair() -> None:
+    # both rows have 10 ops per launch (one model's mix): ops and launches cannot be told apart, so the
+    # base pair (1 us per op, 6 us per launch) is scaled: 1,000 ops + 100 launches cost 1.6 ms at the
+    # base and 3.2 ms measured (and 6.4 ms for twice the work): k = 2
+    rows = [(1000, 100, 3.2e6), (2000, 200, 6.4e6)]
+    assert fit_profiler_scaled(rows, 1000.0, 6000.0) == pytest.approx((2000.0, 12000.0))
+    # mixes 10 and 50 ops per launch: the two terms are fitted (2 us per op, 10 us per launch)
+    rows = [(1000, 100, 3e6), (5000, 100, 11e6)]
+    assert fit_profiler_scaled(rows, 1000.0, 6000.0) == pytest.approx((2000.0, 10000.0))
+
+
+def test_calibrate_leaves_out_a_gpu_bound_step() -> None:
+    # the decode step's kernels are busy 1.9 of its 2 ms: the profiler's host cost hides under them,
+    # so only the host-bound prefill (2 ms over 400 ops and 4 launches) is fitted
+    p = _profile({"ttft_ns": 2.5e6, "tpot_ns": 1.9e6})
+    dec = p.phases["decode"]
+    busy = dec.kernels.assign(dur_ns=[475 * US] * 4)
+    p = replace(p, phases={**p.phases, "decode": replace(dec, kernels=busy)})
+    c = calibrate([p], replace(DEFAULT, profiler_ns_per_op=1000.0, profiler_ns_per_launch=0.0))
+    assert c.profiler_ns_per_op == pytest.approx(5000.0)
+
+
+def test_a_one_off_host_stall_is_cut_out_of_the_step() -> None:
+    # prefill: launches at 0, 1, 2, 3 ms of a 4 ms period, then a 100 ms host stall before a fifth
+    # at 103 ms (period 104 ms): the gaps are 0,1,1,1,100,1 ms (median 1 ms), so 99 ms go
+    p = _profile()
+    pre = p.phases["prefill"]
+    k = pd.concat([pre.kernels, pre.kernels.iloc[[0]].assign(off_ns=103e6)], ignore_index=True)
+    step, stall = without_stall(replace(pre, kernels=k, period_ns=104e6))
+    assert stall == pytest.approx(99e6)
+    assert step.period_ns == pytest.approx(5e6) and step.kernels["off_ns"].tolist()[-1] == pytest.approx(4e6)
+    # the same gap spent waiting at a sync is the GPU's time, not a stall
+    waited = replace(pre, kernels=k, period_ns=104e6, syncs=((3.5e6, 102e6),))
+    assert without_stall(waited) == (waited, 0.0)
+    assert without_stall(pre)[1] == 0.0  # evenly spaced launches: nothing cut
 
 
 def test_project_without_the_profiler_uses_the_runs_own_timers() -> None:

@@ -7,16 +7,16 @@ terminal report, the HTML).
 
 The committed digests were computed from the code before the pipeline was made fast;
 tests/test_golden_outputs.py recomputes them after every change, so a speed-up that changes a
-single value, row order, dtype, slice or pixel fails there. The cases: every trace under
+single value, row order, slice or pixel fails there. The cases: every trace under
 tests/data/hta, the committed H200 recordings (tests/fixtures/gpu, record_gpu_smoke as a run
 directory tracekit recorded and as a bare trace, tp_h200 across ranks), the CPU recordings and the
 compiled-graph trace of tests/fixtures/ncu.
 
-Digests are of decoded content, never of file bytes: tables as their schema (types, pandas dtypes)
-and every value; the Perfetto trace as its canonical protobuf serialisation; the Chrome trace as
-its text; paths of the temporary directory replaced by ``<tmp>``. The HTML report is two digests:
-``report/html`` its text and tables (each chart's data URI replaced by a placeholder: the same
-before and after the charts were drawn as SVG), ``report/charts`` the charts themselves
+Digests are of decoded content, never of file bytes: tables as their values (column names, each
+column's kind and normalised values; see ``table_digest``), never the container's metadata; the
+Perfetto trace as its canonical protobuf serialisation; the Chrome trace as its text; paths of the
+temporary directory replaced by ``<tmp>``. The HTML report is two digests: ``report/html`` its text
+and tables (each chart's data URI replaced by a placeholder: the same before and after the charts were drawn as SVG), ``report/charts`` the charts themselves
 (tests/report/test_charts.py checks what they plot against the tables).
 """
 
@@ -65,22 +65,54 @@ def _sha(data: bytes | str) -> str:
 
 
 def table_digest(path: Path) -> str:
-    """Schema (Arrow types, the pandas dtypes Parquet keeps) and every value of a Parquet table."""
+    """Every value of a Parquet table, not its container: column names in order, each column's kind
+    (bool, number, text, bytes, time, list, struct, ...) and its values normalised, so that a table
+    written from pandas and the same table written from Arrow digest alike (pandas' index columns and
+    metadata dropped, dictionaries decoded, NaN read as null, an integral float read as its integer)."""
     import pyarrow.parquet as pq
 
     t = pq.ParquetFile(path).read()
     h = hashlib.sha256()
-    h.update(t.schema.remove_metadata().to_string().encode())
-    meta = (t.schema.metadata or {}).get(b"pandas")
-    if meta:
-        pd_meta = json.loads(meta)
-        h.update(json.dumps([(c.get("name"), c.get("pandas_type"), c.get("numpy_type")) for c in pd_meta.get("columns", [])]
-                            ).encode())
+    names = [n for n in t.column_names if not n.startswith("__index_level_")]
     h.update(str(t.num_rows).encode())
-    for name in t.column_names:
-        h.update(name.encode())
-        h.update(repr(t.column(name).to_pylist()).encode())
+    for name in names:
+        col = t.column(name)
+        values = [_value(v) for v in col.to_pylist()]
+        kind = "null" if all(v is None for v in values) else _kind(col.type)
+        h.update(f"{name}:{kind}".encode())
+        h.update(repr(values).encode())
     return h.hexdigest()[:16]
+
+
+def _kind(t: object) -> str:
+    """An Arrow type's family: the same for int64 and float64, string and large_string, a dictionary and its values."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    if isinstance(t, pa.DictionaryType):
+        return _kind(t.value_type)
+    checks = (("bool", pt.is_boolean), ("number", lambda x: pt.is_integer(x) or pt.is_floating(x) or pt.is_decimal(x)),
+              ("text", lambda x: pt.is_string(x) or pt.is_large_string(x)),
+              ("bytes", lambda x: pt.is_binary(x) or pt.is_large_binary(x) or pt.is_fixed_size_binary(x)),
+              ("time", pt.is_temporal), ("struct", pt.is_struct), ("map", pt.is_map),
+              ("list", lambda x: pt.is_list(x) or pt.is_large_list(x) or pt.is_fixed_size_list(x)))
+    for kind, check in checks:
+        if check(t):
+            return kind
+    return str(t)
+
+
+def _value(v: object) -> object:
+    """One value as its meaning: NaN is null, 3.0 is 3, -0.0 is 0, containers normalised element by element."""
+    if isinstance(v, float):
+        if v != v:
+            return None
+        return int(v) if v.is_integer() and abs(v) < 2**63 else v
+    if isinstance(v, dict):
+        return {k: _value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_value(x) for x in v]
+    return v
 
 
 def _run_dir_digests(run_path: Path, tmp: Path) -> dict[str, str]:

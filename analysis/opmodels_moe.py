@@ -58,7 +58,7 @@ class WeightFormat:
 # OCP microscaling: one 1-byte E8M0 scale per 32 values; NVFP4: one 1-byte E4M3 scale per 16.
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "mxfp4": WeightFormat("mxfp4", 0.5, 1 / 32, "fp8"),
-    "nvfp4": WeightFormat("nvfp4", 0.5, 1 / 16, "fp8"),
+    "nvfp4": WeightFormat("nvfp4", 0.5, 1 / 16, "fp4"),  # NVFP4 recipes quantize activations to fp4 too
     "mxfp8": WeightFormat("mxfp8", 1.0, 1 / 32, "fp8"),
     "fp8": WeightFormat("fp8", 1.0, 0.0, "fp8"),
     "int4": WeightFormat("int4", 0.5, 0.0, "fp16"),

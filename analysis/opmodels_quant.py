@@ -4,8 +4,8 @@ Each reads its operands at their stored width (fp8: 1 B; fp4: two values per byt
 uint8 tensor holds M·K values), its scale tensors as recorded (per-tensor, per-token / per-channel,
 128x128 blocks, or one scale per 16 / 32 values), an optional bias, and writes its [M, N] output
 once (at the out tensor's width, else 2 B: bf16 / fp16, what these ops return).
-flops = 2·M·N·K with K the logical depth. The compute dtype is fp8 (fp4 runs on the same tensor
-cores at up to twice the fp8 rate; the ceiling tables have no fp4 rate, so fp8's is the roof).
+flops = 2·M·N·K with K the logical depth. The compute dtype is fp4 where both operands are stored as
+fp4 (the GPU's fp4 rate; a GPU without one runs them at its fp8 rate, tracekit.model.ceilings), else fp8.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ _FP4_STORED = ("unsigned char", "c10::Float4_e2m1fn_x2")  # two fp4 values per s
 def _gemm(m: int, n: int, k: int, operands: list[Tensor | None], out: Tensor | None) -> OpCost:
     read = sum(t.nbytes for t in operands if t is not None)
     written = m * n * (out.itemsize if out is not None else 2)
-    return OpCost(2.0 * m * n * k, float(read + written), GEMM, "fp8", True)
+    a, b = operands[0], operands[1]
+    fp4 = a is not None and b is not None and a.dtype in _FP4_STORED and b.dtype in _FP4_STORED
+    return OpCost(2.0 * m * n * k, float(read + written), GEMM, "fp4" if fp4 else "fp8", True)
 
 
 def out_a_bt(fp4: bool) -> Callable[[list[Tensor | None]], OpCost | None]:

@@ -45,7 +45,7 @@ DTYPE_KEY: dict[str, str] = {
     "c10::Float8_e5m2": "fp8",
     "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8",
-    "c10::Float4_e2m1fn_x2": "fp8",  # fp4 runs on the fp8 tensor cores' path; the ceilings have no fp4 rate
+    "c10::Float4_e2m1fn_x2": "fp4",  # a GPU without an fp4 rate runs it at its fp8 rate (Ceiling.flops)
     "signed char": "int8",
 }
 

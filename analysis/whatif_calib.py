@@ -27,7 +27,6 @@ import numpy as np
 from tracekit.analysis.whatif_constants import DEFAULT, Constants
 from tracekit.analysis.whatif_profile import Profile
 
-
 HOST_BOUND = 0.4  # a step whose kernels are busy under this fraction of its period is host-bound
 SPREAD = 2.0  # the ops-per-launch ratios must span this factor for the two-term fit
 

@@ -150,17 +150,17 @@ def test_block_scaled_gemms_read_weights_at_their_width_plus_scales() -> None:
     # nvfp4: out [16, 64] bf16, a [16, 64] uint8 = 16x128 fp4, b [64, 64] uint8 = 64x128, scales per 16 values
     c = cost("_C::cutlass_scaled_fp4_mm", [[16, 64], [16, 64], [64, 64], [16, 8], [64, 8], []], [B, U8, U8, F8, F8, F])
     assert c.flops == 2 * 16 * 64 * 128  # K = 128
-    assert c.bytes == 1024 + 4096 + 128 + 512 + 4 + 16 * 64 * 2 and c.dtype == "fp8"
+    assert c.bytes == 1024 + 4096 + 128 + 512 + 4 + 16 * 64 * 2 and c.dtype == "fp4"  # both operands fp4: the fp4 rate
     # fp8 with per-token / per-channel scales: a [16, 128], b [128, 64], scales [16, 1] and [1, 64] f32
     s = cost("_C::cutlass_scaled_mm", [[16, 64], [16, 128], [128, 64], [16, 1], [1, 64], []], [B, F8, F8, F, F, ""])
-    assert (s.flops, s.bytes) == (262_144, 2048 + 8192 + 64 + 256 + 2048)
+    assert (s.flops, s.bytes) == (262_144, 2048 + 8192 + 64 + 256 + 2048) and s.dtype == "fp8"
     # aiter's 128x128 block-scaled fp8: XQ [16, 128], WQ [64, 128], x_scale [16, 1], w_scale [1, 1], Y [16, 64]
     a = cost("aiter::gemm_a8w8_blockscale", [[16, 128], [64, 128], [16, 1], [1, 1], [16, 64]], [F8, F8, F, F, B])
     assert (a.flops, a.bytes) == (262_144, 2048 + 8192 + 64 + 4 + 2048)
     # aten::_scaled_mm on packed fp4 (two values per element): K = 2 * 64
     m = cost("aten::_scaled_mm", [[16, 64], [64, 64], [16, 4], [64, 4], [], [], []],
              ["c10::Float4_e2m1fn_x2", "c10::Float4_e2m1fn_x2", "c10::Float8_e8m0fnu", "c10::Float8_e8m0fnu", "", "", ""])
-    assert (m.flops, m.bytes) == (2 * 16 * 128 * 64, 1024 + 4096 + 64 + 256 + 16 * 64 * 2)
+    assert (m.flops, m.bytes) == (2 * 16 * 128 * 64, 1024 + 4096 + 64 + 256 + 16 * 64 * 2) and m.dtype == "fp4"
 
 
 # --- convolutions ---------------------------------------------------------------------------------

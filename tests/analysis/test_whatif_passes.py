@@ -16,9 +16,8 @@ from tracekit.analysis import whatif_cost as wc
 from tracekit.analysis import whatif_sim as sim
 from tracekit.analysis.whatif import Change, WhatifError, project
 from tracekit.analysis.whatif_calib import calibrate, fit_profiler_scaled
-from tracekit.analysis.whatif_profile import without_stall
 from tracekit.analysis.whatif_constants import DEFAULT
-from tracekit.analysis.whatif_profile import KERNEL_COLUMNS, PhaseStep, Profile, profile
+from tracekit.analysis.whatif_profile import KERNEL_COLUMNS, PhaseStep, Profile, profile, without_stall
 from tracekit.model.ceilings import datasheet
 
 US = 1000.0

@@ -116,3 +116,20 @@ def test_calibrate_on_gpu(tmp_path: Path) -> None:
     # of the matmul peak; tests/gpu/test_gpu_real.py holds the full-size measurement to 50% and 40%
     assert 0.2 * ds.peak_bytes_per_s <= m["copy_bytes_per_s"] <= 1.05 * ds.peak_bytes_per_s, m
     assert 0.1 * ds.peak_flops["fp16"] <= m["matmul_flops_per_s"]["fp16"] <= 1.05 * ds.peak_flops["fp16"], m
+
+
+def test_fp4_runs_at_the_fp4_rate_where_the_gpu_has_one_else_at_fp8() -> None:
+    b200 = ceilings.datasheet("NVIDIA B200")
+    assert b200 is not None and b200.flops("fp4") == 9000e12 and b200.flops("fp8") == 4500e12
+    h200 = ceilings.datasheet("NVIDIA H200")
+    assert h200 is not None and h200.flops("fp4") == h200.flops("fp8") == 1979e12  # no fp4 tensor cores
+    assert b200.ridge_point("fp4") == pytest.approx(9000 / 8.0)  # FLOP per byte at 8 TB/s
+
+
+def test_the_b200s_achievable_fp4_rate_is_the_published_figure() -> None:
+    from tracekit.model.achievable import achievable
+
+    b200 = achievable("NVIDIA B200")
+    assert b200 is not None and b200.flops("fp4") == pytest.approx(5912e12) and b200.is_achieved("fp4")
+    h100 = achievable("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and h100.flops("fp4") == h100.flops("fp8") and h100.is_achieved("fp4")

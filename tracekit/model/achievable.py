@@ -84,7 +84,7 @@ ACHIEVABLE: dict[str, Entry] = {
             "bf16": Figure(1745.0, _MAMF.format("NVIDIA B200 SXM, torch 2.7.1+cu128"),
                            note="TraceLens' B200.json gives 1401"),
             "fp16": Figure(1347, _TL_B200), "fp8": Figure(3432.5, _MAMF.format("NVIDIA B200 SXM, FP8 e4m3")),
-            "int8": Figure(2927, _TL_B200), BANDWIDTH: Figure(7.476, _TL_B200),
+            "int8": Figure(2927, _TL_B200), "fp4": Figure(5912, _TL_B200), BANDWIDTH: Figure(7.476, _TL_B200),
         }),
         Entry("NVIDIA GB200", {
             "bf16": Figure(1822.0, _MAMF.format("NVIDIA GB200 SXM, torch 2.10 dev + cu130")),

@@ -30,14 +30,14 @@ T = 1e12
 TB = 1e12
 
 # dtype keys used everywhere in tracekit (opmodels' dtypes map onto these)
-DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp4")
 
 
 @dataclass(frozen=True)
 class Ceiling:
     """Peak rates of one GPU.
 
-    peak_flops: dtype -> FLOP/s. fp16/bf16/tf32/fp8/int8 are tensor-core rates
+    peak_flops: dtype -> FLOP/s. fp16/bf16/tf32/fp8/int8/fp4 are tensor-core rates
     (dense, FP32 accumulate where the datasheet distinguishes); fp32/fp64 are
     the non-tensor (CUDA core) rates, which is what elementwise kernels can use.
     """
@@ -56,13 +56,17 @@ class Ceiling:
 
     def is_achieved(self, rate: str) -> bool:
         """Whether a rate (a dtype, or "bandwidth") is an achievable figure rather than a datasheet peak."""
-        return _DTYPE_FALLBACK.get(rate, rate) in self.achieved
+        return self._rate_key(rate) in self.achieved
 
     def flops(self, dtype: str) -> float | None:
-        """Peak FLOP/s for a dtype, or None where the GPU has no such rate."""
-        d = _DTYPE_FALLBACK.get(dtype, dtype)
-        v = self.peak_flops.get(d)
+        """Peak FLOP/s for a dtype, or None where the GPU has no such rate. fp4 on a GPU without fp4
+        tensor cores is the fp8 rate (its fp4 kernels widen the operands to fp8)."""
+        v = self.peak_flops.get(self._rate_key(dtype))
         return float(v) if v else None
+
+    def _rate_key(self, dtype: str) -> str:
+        d = _DTYPE_FALLBACK.get(dtype, dtype)
+        return "fp8" if d == "fp4" and not self.peak_flops.get("fp4") else d
 
     def ridge_point(self, dtype: str) -> float | None:
         """Arithmetic intensity (FLOP/byte) where compute and bandwidth ceilings meet."""
@@ -72,7 +76,8 @@ class Ceiling:
         return f / self.peak_bytes_per_s
 
     def ridge_points(self) -> dict[str, float]:
-        return {d: r for d in DTYPES if (r := self.ridge_point(d)) is not None}
+        """Per dtype the GPU has a rate of its own (not a fallback's)."""
+        return {d: r for d in DTYPES if self.peak_flops.get(d) and (r := self.ridge_point(d)) is not None}
 
     def describe(self) -> str:
         """One line naming the ceiling, for reports."""
@@ -155,12 +160,14 @@ def _c(
     fp8: float | None = None,
     int8: float | None = None,
     fp64: float | None = None,
+    fp4: float | None = None,
     source: str,
     date: str,
     aliases: tuple[str, ...] = (),
     notes: str = "",
 ) -> Ceiling:
-    rates = {"fp64": fp64, "fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": bf16, "fp8": fp8, "int8": int8}
+    rates = {"fp64": fp64, "fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": bf16, "fp8": fp8, "int8": int8,
+             "fp4": fp4}
     return Ceiling(
         gpu=gpu,
         peak_flops={k: v * T for k, v in rates.items() if v},
@@ -188,11 +195,11 @@ DATASHEET: dict[str, Ceiling] = {
     c.gpu: c
     for c in [
         _c("NVIDIA B200", bw_tbps=8.0, fp64=37, fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, int8=4500,
-           source="NVIDIA HGX B200 / DGX B200 datasheet (nvidia.com/en-us/data-center/hgx/), per GPU, dense = sparse / 2",
+           fp4=9000, source="NVIDIA HGX B200 / DGX B200 datasheet (nvidia.com/en-us/data-center/hgx/), per GPU, dense = sparse / 2",
            date="2024-2025", aliases=("B200",),
            notes="preliminary figures; fp32 is the non-tensor rate as printed"),
         _c("NVIDIA GB200", bw_tbps=8.0, fp64=40, fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, int8=5000,
-           source=_GB200_DS, date="2024-2025", aliases=("GB200",),
+           fp4=10000, source=_GB200_DS, date="2024-2025", aliases=("GB200",),
            notes="per GPU of a GB200 superchip (1200 W); fp64/fp32 are the revised rack figures (45/90 at launch): "
                  "uncertain, calibrate"),
         _c("NVIDIA H20", bw_tbps=4.0, fp64=1, fp32=44, tf32=74, fp16=148, bf16=148, fp8=296, int8=296,
@@ -208,7 +215,7 @@ DATASHEET: dict[str, Ceiling] = {
                   "same compute as MI300X (same CDNA 3 die and clock), dense",
            date="2024-10", aliases=("MI325X",), notes="256 GB HBM3E, 304 CUs"),
         _c("AMD Instinct MI355X", bw_tbps=8.0, fp64=78.6, fp32=157.3, fp16=2516.6, bf16=2516.6, fp8=5033.2,
-           int8=5033.2,
+           int8=5033.2, fp4=10066.3,
            source="AMD Instinct MI355X product page (amd.com/en/products/accelerators/instinct/mi350/mi355x.html) and "
                   "the AMD CDNA 4 architecture whitepaper, dense",
            date="2025-06", aliases=("MI355X",),

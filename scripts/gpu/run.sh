@@ -175,12 +175,12 @@ foreign)  # traces written as users and engines write them (plain torch.profiler
     --modes "${MODES:-eager,compiled}" --shapes "${SHAPES:-llama-3.2-1b}" --batches 1,8 --budget-s 150
   rm -f "$W"/bound_vs_ncu/*.ncu-rep; gzip -6 "$W"/bound_vs_ncu/*_b*.json 2>/dev/null
   for c in ${WHATIF:-dense}; do
-    TAIL=14 run "whatif_$c" ${WHATIF_S:-200} python3 -m tracekit sweep --config "benchmarks/whatif/$c.toml" --out "$W/whatif_$c" --force --repeats 2
+    TAIL=14 run "whatif_$c" ${WHATIF_S:-200} python3 -P -m tracekit sweep --config "benchmarks/whatif/$c.toml" --out "$W/whatif_$c" --force --repeats 2
   done
   find "$W"/whatif_* -name 'trace.json.gz' -delete
   ;;
 whatif_quant)  # what-if checks of --quant: fp16 vs torchao int8 / int4 / fp8, eager, batch 1 and 8, 128/32 (<= 240 s)
-  TAIL=14 run whatif_quant ${WHATIF_S:-230} python3 -m tracekit sweep --config benchmarks/whatif/quant.toml \
+  TAIL=14 run whatif_quant ${WHATIF_S:-230} python3 -P -m tracekit sweep --config benchmarks/whatif/quant.toml \
     --out "$W/whatif_quant" --force --repeats 2
   find "$W"/whatif_* -name 'trace.json.gz' -delete
   ;;

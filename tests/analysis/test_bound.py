@@ -270,9 +270,10 @@ def test_pipeline_on_recorded_shapes_with_synthetic_kernels(fixtures_dir: Path) 
     WHEN each modelled op without a modelled descendant launches one kernel (as on a GPU)
     THEN every phase's classes add up to its time and a decode step's modelled FLOPs match the config's.
     """
+    from tracekit.analysis.inputs import AnalysisInput
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
     from tracekit.analysis.opmodels import op_costs
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.analysis.pipeline import run_passes
     from tracekit.ingest import read_trace_tables
 
     t = {k: v.to_pandas() for k, v in read_trace_tables(fixtures_dir / "cpu" / "two_requests.json.gz").items()}
@@ -292,8 +293,9 @@ def test_pipeline_on_recorded_shapes_with_synthetic_kernels(fixtures_dir: Path) 
     })
     t["runtime"] = t["runtime"].iloc[0:0]
     t["manifest"] = {"environment": {"gpu": "NVIDIA H200"}}
+    t["ceiling"] = datasheet("NVIDIA H200")
     t["bound_options"] = ROOF
-    r = run_passes(t, DEFAULT_PASSES)
+    r = run_passes(AnalysisInput.of(t))
     ph = r["phases"][r["phases"]["phase"] != "outside"]
     assert set(ph["phase"]) == {"prefill", "decode"}
     for _, row in ph.iterrows():

@@ -38,10 +38,10 @@ from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
 from tracekit.analysis.columns import by_value, factorize, map_values, matches, unique
-from tracekit.analysis.intervals import EMPTY, step_windows, union, window_union
+from tracekit.analysis.intervals import EMPTY, complement, step_windows, union, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.analysis.opmodels_moe import moe_forward_ops
-from tracekit.model.ceilings import Ceiling, datasheet, l2_bytes
+from tracekit.model.ceilings import Ceiling, Ceilings, datasheet, l2_bytes
 
 # Time classes in priority order: where kernels of several streams overlap, the
 # instant counts once, for the first class active (TraceLens' order: computation
@@ -89,11 +89,6 @@ class BoundOptions:
     # streaming kernel reaches ~93% of it (H200: 4.48 of 4.8 TB/s), is 0.6 / 0.93 = 0.65 of what they
     # reach (docs/roofline.md §2).
     achievable_threshold: float = 0.65
-    # Peaks the line and the rates are taken against: "ceiling" (the ceiling in use: measured,
-    # achievable or datasheet, each rate at its own fraction) or "datasheet" (the GPU's datasheet
-    # peaks at latency_threshold, as Nsight Compute's % of peak are; the ceiling in use where the
-    # GPU has no datasheet entry).
-    latency_peaks: str = "ceiling"
     # Size rule for kernels classified by name only (no bytes to rate): shorter than this, latency;
     # longer, memory. On the H200 no modelled elementwise/reduction/copy kernel under 20 us reached
     # 60% of peak bandwidth in a 1,000-token prefill and decode (docs/roofline.md).
@@ -214,10 +209,12 @@ def _modelled_op_for(
 
 
 def kernel_costs(
-    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling | None, options: BoundOptions | None = None
+    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling | None, options: BoundOptions | None = None,
+    peaks: Ceiling | None = None,
 ) -> pd.DataFrame:
     """gpu_activity plus kclass, model, op_name, flops, bytes, dtype, intensity, ridge, roof,
-    flops_pct_of_peak, bw_pct_of_peak, bound, source (model).
+    flops_pct_of_peak, bw_pct_of_peak, bound, source (model). ``peaks``: what the latency line and the
+    % of peak are taken against (tracekit.model.ceilings.Ceilings.peaks; None: the ceiling).
 
     If one op launches several kernels, the op's FLOPs and bytes are split across
     them in proportion to their durations (evenly if all durations are 0). Without a ceiling,
@@ -289,7 +286,7 @@ def kernel_costs(
     shape = (k["model"] == MODEL_SHAPE).to_numpy()
     roof = np.full(len(k), None, dtype=object)
     roof[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
-    peaks = _latency_peaks(ceiling, opts)
+    peaks = peaks if peaks is not None else ceiling
     flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), peaks, opts.kernel_overhead_ns)
     k["flops_pct_of_peak"], k["bw_pct_of_peak"] = flops_pct, bw_pct
     l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
@@ -361,15 +358,6 @@ def _finish(k: pd.DataFrame, bound: np.ndarray, roof: np.ndarray, shape: np.ndar
     k["roof"] = roof
     k["bound"] = bound
     k["source"] = SOURCE_MODEL
-
-
-def _latency_peaks(ceiling: Ceiling, opts: BoundOptions) -> Ceiling:
-    """The peaks the latency threshold is taken against (see BoundOptions.latency_peaks)."""
-    if opts.latency_peaks == "datasheet":
-        ds = datasheet(ceiling.gpu)
-        if ds is not None:
-            return ds
-    return ceiling
 
 
 def _rate_keys(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> np.ndarray:
@@ -855,6 +843,7 @@ def bound_tables(
     runtime: pd.DataFrame | None = None,
     counters: pd.DataFrame | None = None,
     manifest: Mapping[str, Any] | None = None,
+    peaks: Ceiling | None = None,
 ) -> dict[str, Any]:
     """The whole attribution in one call: {"kernels", "step_bound", "phases", "counters_report"}.
 
@@ -868,7 +857,7 @@ def bound_tables(
     gpu_activity, cpu_ops = serving_attention_ops(gpu_activity, cpu_ops, steps, kernel_steps)
     # vLLM's MoE layer op does not carry its experts' weights: top_k, N and their format come from its calls.
     gpu_activity, cpu_ops = moe_forward_ops(gpu_activity, cpu_ops)
-    kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options), steps, kernel_steps)
+    kernels = with_steps(kernel_costs(gpu_activity, cpu_ops, ceiling, options, peaks), steps, kernel_steps)
     if len(kernels):
         kernels["issued_ns"] = _idle.issued_ns(gpu_activity.reset_index(drop=True), runtime)
     if len(kernels) and len(steps):
@@ -906,18 +895,6 @@ def gpu_name(manifest: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def pass_ceiling(t: Mapping[str, Any]) -> Any:
-    """The ceiling a pass uses: ``t["ceiling"]`` (resolved by the caller: measured or datasheet), else the
-    datasheet entry for the manifest's GPU, else None."""
-    from tracekit.model.ceilings import datasheet
-
-    ceiling = t.get("ceiling")
-    name = gpu_name(t.get("manifest") or {})
-    if ceiling is None and name:
-        ceiling = datasheet(name)
-    return ceiling
-
-
 def _has_shapes(cpu_ops: pd.DataFrame) -> bool:
     if cpu_ops is None or not len(cpu_ops) or "input_dims" not in cpu_ops:
         return False
@@ -925,36 +902,75 @@ def _has_shapes(cpu_ops: pd.DataFrame) -> bool:
     return bool((~dims.isin(["", "[]", "null"])).any())
 
 
-def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
-    """Pipeline pass: fills the phases table's bound columns; adds kernel_bound and step_bound frames.
+def captured_steps(steps: Any) -> Any:
+    """Only the steps with kernel capture: a step outside the trace's capture window has no GPU
+    timeline, and its window must not count as idle (``steps`` itself where every step has it)."""
+    if "captured" in getattr(steps, "columns", ()) and not steps["captured"].all():
+        return steps[steps["captured"]].reset_index(drop=True)
+    return steps
 
-    The ceiling is ``pass_ceiling(t)``. Without one, and without Nsight Compute counters
-    (``t["ncu_counters"]``), the pass only warns; with counters, what they measured is classified.
-    ``t["bound_options"]`` (a BoundOptions) overrides the defaults.
+
+def bound_pass(
+    gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, phases: Any, runtime: Any,
+    ncu_counters: Any, *, ceilings: Ceilings, manifest: Mapping[str, Any], span: tuple[int, int] | None,
+    options: BoundOptions | None = None,
+) -> dict[str, Any]:
+    """The bound pass over the captured steps: the phases' bound columns filled, kernel_bound and
+    step_bound added, and the run-level ``outside`` row (outside every step window) classed by the same
+    sweep. Returns {"phases", "kernel_bound", "step_bound", "warnings"} (those made).
+
+    ``ceilings`` (decided by the caller) rate and class the kernels; Nsight Compute's counters
+    (``ncu_counters``), where measured, decide the classes of what they measured. Without a ceiling,
+    kernels keep their FLOPs and bytes and the phases their sums and rates, but the compute / memory /
+    latency / other split is unknown (null), not zero. ``span``: the trace's [first, last) ns.
     """
-    from tracekit.analysis.steps import as_df
+    from tracekit.analysis.frames import as_df
 
-    gpu, cpu, steps = as_df(t["gpu_activity"]), as_df(t["cpu_ops"]), as_df(t["steps"])
+    view = captured_steps(steps)
+    out = _classes(gpu_activity, cpu_ops, view, kernel_steps, phases, runtime, ncu_counters, ceilings, manifest,
+                   options)
+    if "kernel_bound" in out:
+        return _outside_row(phases, as_df(view), out, span)
+    out = _outside_row(phases, as_df(view), {**_unclassed(gpu_activity, cpu_ops, view, kernel_steps, phases),
+                                             "warnings": out.get("warnings", [])}, span)
+    split = [TIME_COLUMNS[c] for c in (COMPUTE, MEMORY, LATENCY, OTHER)]
+    for name in ("phases", "step_bound"):
+        frame = out.get(name)
+        if frame is not None:
+            frame = frame.copy()
+            for c in split:
+                if c in frame:
+                    frame[c] = pd.array([pd.NA] * len(frame), dtype="Int64")
+            out[name] = frame
+    return out
+
+
+def _classes(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, phases: Any, runtime: Any,
+             ncu_counters: Any, ceilings: Ceilings, manifest: Mapping[str, Any],
+             options: BoundOptions | None) -> dict[str, Any]:
+    """The classes where a ceiling or counters decide them ({} for a CPU-only trace; only warnings where
+    neither is there)."""
+    from tracekit.analysis.frames import as_df
+
+    gpu, cpu, steps = as_df(gpu_activity), as_df(cpu_ops), as_df(steps)
     if gpu.empty:
         return {}  # a CPU-only trace: there is no GPU time to split
-    counters = as_df(t["ncu_counters"]) if t.get("ncu_counters") is not None else None
+    counters = as_df(ncu_counters) if ncu_counters is not None else None
     counters = counters if counters is not None and len(counters) else None
-    ceiling = pass_ceiling(t)
+    ceiling = ceilings.ceiling
     warnings: list[str] = []
     if ceiling is None:
-        name = gpu_name(t.get("manifest") or {})
+        name = gpu_name(manifest)
         line = (f"bound: no ceiling for GPU {name!r}; run `tracekit calibrate` on it "
                 "(compute/memory-bound columns left empty)")
         if counters is None:
             return {"warnings": [line]}
         warnings.append(line.replace("left empty", "only from counters"))
-    ks = as_df(t["kernel_steps"]) if t.get("kernel_steps") is not None else None
-    phases = as_df(t["phases"]) if t.get("phases") is not None else None
-    runtime = as_df(t["runtime"]) if t.get("runtime") is not None else None
-    opts = t.get("bound_options")
-    out = bound_tables(gpu, cpu, steps, ceiling, phases=phases, kernel_steps=ks, runtime=runtime,
-                       counters=counters, manifest=t.get("manifest"),
-                       options=opts if isinstance(opts, BoundOptions) else None)
+    ks = as_df(kernel_steps) if kernel_steps is not None else None
+    ph_in = as_df(phases) if phases is not None else None
+    rt = as_df(runtime) if runtime is not None else None
+    out = bound_tables(gpu, cpu, steps, ceiling, phases=ph_in, kernel_steps=ks, runtime=rt,
+                       counters=counters, manifest=manifest, options=options, peaks=ceilings.peaks)
     ph = out["phases"].drop(columns=["tokens"], errors="ignore")
     ph["advice"] = ([_advice.advice(r) if str(r.get("phase")) != "outside" else None for r in ph.to_dict("records")]
                     if len(ph) else pd.Series(dtype=object))
@@ -968,7 +984,56 @@ def bound_pass(t: Mapping[str, Any]) -> dict[str, Any]:
                         "`tracekit counters` measures them instead")
     if out["counters_report"] is not None:
         warnings += out["counters_report"].lines()
-    if _idle.overheads(t.get("manifest")) is None:
+    if _idle.overheads(manifest) is None:
         warnings.append("bound: no unprofiled timing pass in run.json: idle_profiler_ns left null "
                         "(the profiler's share of the idle time is unknown)")
     return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings}
+
+
+def _unclassed(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, phases: Any) -> dict[str, Any]:
+    """Where the GPU has no ceiling: every kernel's FLOPs and bytes, the phases' sums and rates all the
+    same; a ceiling only decides the compute/memory classes, so compute_bound_ns, memory_bound_ns and
+    other_ns stay null. Nothing if there is no GPU time to split."""
+    from tracekit.analysis.frames import as_df
+
+    gpu, cpu, st = as_df(gpu_activity), as_df(cpu_ops), as_df(steps)
+    if gpu.empty:
+        return {}
+    ks = as_df(kernel_steps) if kernel_steps is not None else None
+    ph = as_df(phases) if phases is not None else None
+    out = bound_tables(gpu, cpu, st, None, phases=ph, kernel_steps=ks)
+    return {"phases": out["phases"].drop(columns=["tokens"], errors="ignore"), "kernel_bound": out["kernels"],
+            "step_bound": out["step_bound"]}
+
+
+def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tuple[int, int] | None
+                 ) -> dict[str, Any]:
+    """The run-level ``outside`` row, which the step attribution cannot match to steps: its time
+    classes by the same sweep, over the trace span outside every (captured) step window, with the
+    activities outside every step; the other columns from the phases pass (``before``). A trace with
+    no steps is all outside: the row covers the whole trace."""
+    from tracekit.analysis.frames import as_df
+
+    after, kern = out.get("phases"), out.get("kernel_bound")
+    if before is None:
+        return out
+    if after is None or not len(after):  # no steps: the outside row is the whole trace
+        after = as_df(before)
+    mask = (after["phase"] == "outside").to_numpy()
+    b = before[before["phase"] == "outside"]
+    if not mask.any() or b.empty:
+        return out
+    after = after.copy()
+    for c in b.columns:
+        if c in after.columns and c != "phase":
+            after.loc[mask, c] = after.loc[mask, c].where(after.loc[mask, c].notna(), b[c].to_numpy()[0])
+    if span is not None and kern is not None:
+        w = step_windows(steps) if len(steps) else None
+        inside = window_union(w) if w is not None and len(w) else EMPTY
+        windows = complement(inside, *span)
+        k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
+        row = attribute_windows(windows, k, context=kern)
+        for c in (*TIME_COLUMNS.values(), *IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
+            if c in after.columns or not len(steps):  # no steps: the phases pass made no bound columns
+                after.loc[mask, c] = row[c]
+    return {**out, "phases": after}

@@ -37,8 +37,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.energy import window_energy_j
+from tracekit.analysis.frames import as_df
 from tracekit.analysis.intervals import step_windows
-from tracekit.analysis.steps import annotation_rows, as_df
+from tracekit.analysis.steps import annotation_rows
 from tracekit.model.stepnames import parse_step
 
 # Time classes of the bound pass (analysis/bound.py TIME_COLUMNS) and how each is split.
@@ -340,23 +341,26 @@ def per_request(step_requests: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def cost_pass(t: Mapping[str, Any]) -> dict[str, Any]:
-    """Pipeline pass after bound and energy: step_requests with each part, and the requests' sums."""
-    steps = as_df(t["steps"])
-    requests = as_df(t["requests"])
+def cost_pass(steps: Any, requests: Any, step_requests: Any, annotations: Any, cpu_ops: Any, step_bound: Any,
+              counters: Any, gpu_activity: Any, *, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The cost pass, after bound and energy: {"step_requests": each step's parts per request,
+    "requests": with their sums, "warnings"} ({} where no step serves a request). ``step_requests``:
+    the run's own (record --serve / --assistant), else None."""
+    steps = as_df(steps)
+    requests = as_df(requests)
     if steps.empty:
         return {}
     warnings: list[str] = []
-    seqs, _ = sequences(steps, t.get("step_requests"), t.get("annotations"), t.get("cpu_ops"))
+    seqs, _ = sequences(steps, step_requests, annotations, cpu_ops)
     if seqs.empty:
         return {}
-    model = CostModel.from_manifest(t.get("manifest"))
+    model = CostModel.from_manifest(dict(manifest))
     if model is None and bool((seqs.groupby("step_id").size() > 1).any()):
         # Only where a step is shared: a one-request step is all its request's whatever the rule.
         warnings.append("cost: no model config in run.json: each shared step's cost is split by query tokens only")
-    sb = t.get("step_bound")
-    counters = as_df(t.get("counters")) if t.get("counters") is not None else None
-    gpu = as_df(t.get("gpu_activity")) if t.get("gpu_activity") is not None else pd.DataFrame()
+    sb = step_bound
+    counters = as_df(counters) if counters is not None else None
+    gpu = as_df(gpu_activity) if gpu_activity is not None else pd.DataFrame()
     devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
     dev = int(devs.mode().iloc[0]) if len(devs) else None
     costs = step_costs(steps, as_df(sb) if sb is not None else None, counters, dev)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.intervals import step_windows, window_union
+from tracekit.model.ceilings import Ceiling
 
 METRIC_ENERGY = "energy"  # J, cumulative
 METRIC_POWER = "power"  # W
@@ -159,23 +160,22 @@ def gpm_dram_columns(phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.Dat
     return out
 
 
-def energy_pass(t: Any) -> dict[str, Any]:
-    """Pipeline pass after the bound pass: energy and GPM DRAM columns of the phases, from the counters.
-
-    Runs only where the bound pass did (it left ``kernel_bound``) and counters exist; the device is
-    the one most GPU activities ran on.
+def energy_pass(gpu_activity: Any, steps: Any, phases: Any, counters: Any, *, bound_ran: bool,
+                ceiling: Ceiling | None) -> pd.DataFrame | None:
+    """The energy pass, after the bound pass: the phases with energy and GPM DRAM columns, from the
+    counters. None (the phases unchanged) unless the bound pass classed kernels (``bound_ran``), there
+    are counters and a ceiling. ``steps``: the captured steps; the device is the one most GPU
+    activities ran on.
     """
-    from tracekit.analysis.bound import pass_ceiling
-    from tracekit.analysis.steps import as_df
+    from tracekit.analysis.frames import as_df
 
-    if t.get("kernel_bound") is None or t.get("counters") is None:
-        return {}
-    counters = as_df(t["counters"])
-    ceiling = pass_ceiling(t)
+    if not bound_ran or counters is None:
+        return None
+    counters = as_df(counters)
     if not len(counters) or ceiling is None:
-        return {}
-    gpu, steps = as_df(t["gpu_activity"]), as_df(t["steps"])
+        return None
+    gpu, steps = as_df(gpu_activity), as_df(steps)
     devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
     dev = int(devs.mode().iloc[0]) if len(devs) else None
-    ph = phase_energy(as_df(t["phases"]), steps, counters, dev)
-    return {"phases": gpm_dram_columns(ph, steps, counters, dev, ceiling.peak_bytes_per_s)}
+    ph = phase_energy(as_df(phases), steps, counters, dev)
+    return gpm_dram_columns(ph, steps, counters, dev, ceiling.peak_bytes_per_s)

@@ -25,8 +25,9 @@ import pandas as pd
 
 from tracekit.analysis import idle as _idle
 from tracekit.analysis.columns import matches
+from tracekit.analysis.frames import as_df
 from tracekit.analysis.intervals import union
-from tracekit.analysis.steps import as_df, live_ops
+from tracekit.analysis.steps import live_ops
 
 OK, CAVEAT, WRONG = "ok", "caveat", "wrong"
 # A share of the analysed time (or of the GPU's busy time) from which a finding makes the analysis
@@ -105,8 +106,10 @@ LABELS = {"gpu": "no GPU activity", "events": "dropped or unknown events", "wind
           "unmodelled": "kernel time without a model", "profiler": "profiler overhead", "ceiling": "no ceiling"}
 
 
-def check(t: Mapping[str, Any]) -> Verdict:
-    """Every check over the analysis' tables ``t`` (see the module doc)."""
+def check(tables: Mapping[str, Any], *, manifest: Mapping[str, Any] | None = None, ceiling: Any = None) -> Verdict:
+    """Every check over the analysis' tables (see the module doc), with run.json (``manifest``) and the
+    ceiling the analysis used (a Ceiling, its dict as run.json keeps it, or None: the GPU has none)."""
+    t = {**tables, "manifest": manifest or {}, "ceiling": ceiling}
     gpu = _kernels(t)
     out = [_gpu(gpu, t), _events(t)]
     if len(gpu):
@@ -592,9 +595,9 @@ def _overhead_in_steps(other: Any, steps: pd.DataFrame) -> float:
 
 
 def _ceiling(t: Mapping[str, Any]) -> Finding:
-    from tracekit.analysis.bound import gpu_name, pass_ceiling
+    from tracekit.analysis.bound import gpu_name
 
-    c = pass_ceiling(t)
+    c = t.get("ceiling")
     if c is None:
         name = gpu_name(t.get("manifest") or {})
         return Finding("ceiling", CAVEAT, f"no ceiling for the GPU ({name!r} names none tracekit knows)" if name else

@@ -62,6 +62,12 @@ def _row(rid: object, phase: str, steps: pd.DataFrame, split: dict[str, int], n_
     }
 
 
+def phases_pass(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int] | None
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The phases pass: (phases, gpu_timeline) over the trace's [first, last) ns ``span``."""
+    return build(steps, kernel_steps, span), device_timeline(kernel_steps, span)
+
+
 def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int] | None = None) -> pd.DataFrame:
     """Phase rows per request and for the run. ``span``: the trace's [first, last) ns."""
     ks = kernel_steps

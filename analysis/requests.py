@@ -21,6 +21,7 @@ between successive token times (each step's completion).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,8 @@ import pandas as pd
 
 from tracekit.analysis import workload as _workload
 from tracekit.analysis.columns import is_in, matches
-from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, as_df, live_ops, request_labels
+from tracekit.analysis.frames import as_df
+from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, live_ops, request_labels
 from tracekit.model.stepnames import looks_like_engine_step
 
 REQUEST_COLUMNS = [
@@ -430,6 +432,23 @@ def _diffusion(steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any
         m = steps.set_index("step_id")["request_id"]
         kernel_steps["request_id"] = kernel_steps["step_id"].map(m).astype("Int64")
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS), steps, kernel_steps, []
+
+
+def requests_pass(
+    steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any, cpu_ops: Any, runtime: Any,
+    other_events: Any, *, manifest: Mapping[str, Any], workload: dict[str, Any] | None,
+    recorded_steps: Any = None, recorded_requests: Any = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """The requests pass: (requests, steps, kernel_steps, warnings). A run tracekit recorded (its steps
+    table, or at least its host timings: run.json ``timings.profiled``, the latency truth whatever part
+    of the run the trace covers) takes its requests from the recorder (``from_recorded``); any other
+    trace from its annotations and steps (``build``)."""
+    recorded = (recorded_steps is not None and len(recorded_steps) > 0) or bool(
+        timing_requests(dict(manifest), "profiled"))
+    if recorded:
+        return from_recorded(recorded_requests, steps, kernel_steps, dict(manifest))
+    return build(steps, kernel_steps, annotations, cpu_ops, dict(manifest), runtime=runtime,
+                 other_events=other_events, workload=workload)
 
 
 def timing_requests(manifest: dict[str, Any] | None, which: str) -> list[dict[str, Any]]:

@@ -166,13 +166,15 @@ def flag_text(flag: Mapping[str, Any]) -> str:
             f"script with tracekit.warmup())")
 
 
-def warmup_pass(t: Mapping[str, Any]) -> dict[str, Any]:
-    """Pipeline pass, after the phase passes: run-level phase rows without the warm-ups, and
-    ``warmup`` = {"requests": [ids left out], "first_n": N or None, "flagged": [ids]}."""
-    requests, phases = _frame(t.get("requests")), _frame(t.get("phases"))
-    manifest = t.get("manifest") or {}
+def warmup_pass(requests: Any, phases: Any, *, manifest: Mapping[str, Any], warmup_first: int | None
+                ) -> dict[str, Any]:
+    """The warm-up pass, after the phase passes: {"phases": run-level phase rows without the warm-ups
+    (absent where none is left out), "warmup": {"requests": [ids left out], "first_n": N or None,
+    "flagged": [ids]}, "warnings"}. Left out: the first ``warmup_first`` requests and those run.json
+    marks."""
+    requests, phases = _frame(requests), _frame(phases)
     marked = (manifest.get("warmup_requests") or []) if isinstance(manifest, Mapping) else []
-    first_n = t.get("warmup_first")
+    first_n = warmup_first
     ids = warmup_ids(requests, marked, first_n if isinstance(first_n, int) else None)
     flags = first_use_flags(requests, ids)
     out: dict[str, Any] = {"warmup": {"requests": ids, "first_n": first_n, "flagged": [f["request_id"] for f in flags]},

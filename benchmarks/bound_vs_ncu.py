@@ -208,18 +208,21 @@ def analyse_trace(path: Path, gpu: str, synthetic: bool, kind: str | None = None
     ceiling as analyze resolves it (``kind``: measured, achievable or datasheet only)."""
     import pandas as pd
 
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.analysis.inputs import AnalysisInput
+    from tracekit.analysis.pipeline import run_passes
     from tracekit.errors import UsageError
     from tracekit.ingest import read_trace_tables
+    from tracekit.model.ceilings import datasheet
     from tracekit.store.calibration import resolve
 
     tables: dict[str, Any] = {k: v.to_pandas() for k, v in read_trace_tables(path).items()}
     if synthetic:
         tables["gpu_activity"] = synthetic_kernels(tables["cpu_ops"])
     tables["manifest"] = {"environment": {"gpu": gpu}}
+    tables["ceiling"] = datasheet(gpu)
     with contextlib.suppress(UsageError):  # no ceiling of that kind: the pass classes what it can without one
         tables["ceiling"] = resolve(gpu, kind=kind)
-    res = run_passes(tables, DEFAULT_PASSES)
+    res = run_passes(AnalysisInput.of(tables))
     kb = res.get("kernel_bound")
     return (kb if kb is not None else pd.DataFrame()), res["steps"]
 

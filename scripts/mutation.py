@@ -96,7 +96,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
      'graph = gpu["launch_name"].astype(str).str.contains("GraphLaunch", case=False, regex=⟨False⟩).to_numpy()',
      "False -> True"):
         "'GraphLaunch' holds no regex metacharacter: as a regex it matches exactly what the literal does",
-    ("analysis/pipeline.py", "_outside_row", "if ⟨not mask.any() or b.empty⟩:", "or -> and"):
+    ("analysis/bound.py", "_outside_row", "if ⟨not mask.any() or b.empty⟩:", "or -> and"):
         "the bound pass keeps the phases pass's rows: an outside row after it means one before, and with "
         "none after every write below is to an empty selection",
     ("analysis/sweep.py", "summarize_point",

@@ -243,3 +243,16 @@ def op_tables(ops: list[dict[str, Any]], ann: list[dict[str, Any]]) -> dict[str,
         "runtime": from_columns("runtime", cols([], ("ts_ns", "dur_ns", "name", "correlation"))),
         "gpu_activity": from_columns("gpu_activity", cols([], ("ts_ns", "dur_ns", "name", "kind", "device"))),
     }
+
+
+def bound_pass_of(t: dict[str, Any]) -> dict[str, Any]:
+    """tracekit.analysis.bound.bound_pass on a dict of tables (gpu_activity, cpu_ops, steps; kernel_steps,
+    phases, runtime, ncu_counters where given) with ``ceiling`` (None: the GPU has none), ``manifest``
+    and ``bound_options`` beside them; no trace span (no outside row)."""
+    from tracekit.analysis import bound
+    from tracekit.model.ceilings import Ceilings
+
+    c = t.get("ceiling")
+    return bound.bound_pass(t["gpu_activity"], t["cpu_ops"], t["steps"], t.get("kernel_steps"), t.get("phases"),
+                            t.get("runtime"), t.get("ncu_counters"), ceilings=Ceilings(c, c),
+                            manifest=t.get("manifest") or {}, span=None, options=t.get("bound_options"))

@@ -200,8 +200,9 @@ def record(out: Path) -> None:
 def analyze(out: Path) -> int:
     import pandas as pd
 
+    from tracekit.analysis.inputs import AnalysisInput
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.analysis.pipeline import run_passes
     from tracekit.ingest import read_trace_tables
     from tracekit.store import calibration
 
@@ -213,7 +214,7 @@ def analyze(out: Path) -> int:
         timings["gpu"], prefer_measured=False)
     tables["ceiling"] = ceiling
     t0 = time.perf_counter()
-    res = run_passes(tables, DEFAULT_PASSES)
+    res = run_passes(AnalysisInput.of(tables))
     print(f"passes: {time.perf_counter() - t0:.1f} s; ceiling: {ceiling.describe()}")
     if "kernel_bound" not in res:
         print("no GPU activity or no steps in the trace; warnings:", res["warnings"])

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from tracekit.analysis import intervals, timeline
-from tracekit.analysis.pipeline import DEFAULT_PASSES, Pass, PassError, run_passes
+from tracekit.analysis.inputs import AnalysisInput
+from tracekit.analysis.pipeline import run_passes
 from tracekit.cli import main
 from tracekit.model import schema
 from tracekit.model.stepnames import RequestLabel, StepLabel, format_request, format_step
@@ -101,7 +102,7 @@ def test_model_ops_steps_and_gpu_assignment() -> None:
     t = Trace()
     end = generate(t, 0, batch=2, q=24, new=4)
     t.launch(end + 5000 * US, end + 5000 * US, 10 * US, name="stray")  # after the run: outside every step
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     st = out["steps"]
     assert list(st["kind"]) == ["prefill", "decode", "decode", "decode"]
     assert list(st["q_len"]) == [24, 1, 1, 1]
@@ -131,7 +132,7 @@ def test_compiled_decode_one_graph_launch_per_step() -> None:
     t.forward(0, batch=1, q=16, kv=16)  # eager prefill
     for i in range(1, 4):  # decode: a CUDA graph replay, no aten ops
         t.launch(i * 1000 * US, i * 1000 * US + 10 * US, 20 * US, api="cudaGraphLaunch", n=5)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     st = out["steps"]
     assert list(st["source"]) == ["model_ops"] + ["cuda_graph"] * 3
     assert list(st["kind"]) == ["prefill", "decode", "decode", "decode"]
@@ -147,7 +148,7 @@ def test_piecewise_graph_after_embedding_is_the_same_step() -> None:
     t.launch(10 * US, 20 * US, 50 * US, api="cudaGraphLaunch")
     t.op("aten::embedding", 1000 * US, dims=[[32000, 64], [1, 1]])
     t.launch(1010 * US, 1020 * US, 50 * US, api="cudaGraphLaunch")
-    st = run_passes(t.tables(), DEFAULT_PASSES)["steps"]
+    st = run_passes(AnalysisInput.of(t.tables()))["steps"]
     assert len(st) == 2 and set(st["source"]) == {"model_ops"}
 
 
@@ -162,7 +163,7 @@ def test_tracekit_annotations_decide_and_contradictions_are_reported() -> None:
     # the annotation says decode, the embedding inside says q_len 5: reported, annotation kept
     t.annotate(format_step(StepLabel(1, 0, "decode", 1, 1, 6)), 1000 * US, 900 * US)
     t.forward(1000 * US, 1, 5, 6)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     st = out["steps"]
     assert list(st["source"]) == ["tracekit", "tracekit"]
     assert list(st["kind"]) == ["prefill", "decode"]
@@ -176,7 +177,7 @@ def test_overlapping_annotated_steps_are_reported_and_cut() -> None:
     t.annotate(format_step(StepLabel(0, 0, "prefill", 1, 5, 5)), 0, 1500 * US)
     t.annotate(format_step(StepLabel(1, 0, "decode", 1, 1, 6)), 1000 * US, 900 * US)
     t.launch(1200 * US, 1300 * US, 10 * US)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     assert any("overlap" in w for w in out["warnings"])
     ks = out["kernel_steps"]
     assert ks["step_id"].tolist() == [1]  # counted once, in the later step
@@ -200,7 +201,7 @@ def test_engine_annotations(name: str, kind: str, batch: int, q_len: int | None,
     t = Trace()
     t.annotate(name, 0, 500 * US)
     t.launch(10 * US, 20 * US, 30 * US)
-    st = run_passes(t.tables(), DEFAULT_PASSES)["steps"]
+    st = run_passes(AnalysisInput.of(t.tables()))["steps"]
     assert len(st) == 1
     r = st.iloc[0]
     assert (r["kind"], r["batch"], r["source"]) == (kind, batch, source)
@@ -213,7 +214,7 @@ def test_no_steps_still_gives_the_gpu_timeline() -> None:
     t = Trace()
     t.launch(0, 10 * US, 50 * US, name="ncclDevKernel_AllReduce")
     t.launch(100 * US, 200 * US, 20 * US, kind="memcpy", name="Memcpy DtoH")
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     assert out["steps"].empty and out["requests"].empty
     assert any("no model steps found" in w for w in out["warnings"])
     ph = out["phases"]
@@ -243,7 +244,7 @@ def test_decode_only_bursts_split_at_the_long_gap() -> None:
     tables = t.tables()
     before = {k: v.to_pydict() for k, v in tables.items()}
     # WHEN analysed
-    out = run_passes(tables, DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(tables))
     # THEN two requests from gaps, holding 4 and 3 steps; the inputs untouched
     req, st = out["requests"], out["steps"].sort_values("cpu_start_ns")
     assert list(req["source"]) == ["gap", "gap"]
@@ -257,7 +258,7 @@ def test_decode_only_bursts_split_at_the_long_gap() -> None:
 def test_evenly_spaced_decode_steps_are_one_request() -> None:
     t = Trace()
     decode_burst(t, 0, 12, 10, every=30 * MS)  # slow steps, even gaps (~29.9 ms > the 20 ms floor)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     req = out["requests"]
     assert list(req["source"]) == ["gap"] and int(req["output_tokens"].iloc[0]) == 12
     assert out["steps"]["request_id"].notna().all()
@@ -268,7 +269,7 @@ def test_gap_below_the_floor_does_not_split() -> None:
     t = Trace()
     decode_burst(t, 0, 4, 10)
     decode_burst(t, 4 * MS + 15 * MS, 4, 14)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     assert list(out["requests"]["source"]) == ["gap"]
 
 
@@ -277,7 +278,7 @@ def test_long_gap_inside_a_prefill_request_splits_it_and_is_reported() -> None:
     t = Trace()
     end = generate(t, 0, 1, 6, 4)
     decode_burst(t, end + 300 * MS, 3, 10)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     req, st = out["requests"], out["steps"].sort_values("cpu_start_ns")
     # THEN the prefill request ends before the gap, the rest is a request of its own
     assert list(req["source"]) == ["prefill_boundary", "gap"]
@@ -293,7 +294,7 @@ def test_trace_starting_mid_generation_keeps_the_leading_decodes_apart() -> None
     t = Trace()
     end = decode_burst(t, 0, 3, 40)
     generate(t, end + 100 * MS, 1, 5, 3)
-    out = run_passes(t.tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(t.tables()))
     req, st = out["requests"], out["steps"].sort_values("cpu_start_ns")
     assert list(req["source"]) == ["gap", "prefill_boundary"]
     assert list(st["request_id"]) == [0] * 3 + [1] * 3
@@ -303,30 +304,24 @@ def test_trace_starting_mid_generation_keeps_the_leading_decodes_apart() -> None
 # --- the pipeline -------------------------------------------------------------------------
 
 
-def test_run_passes_never_mutates_inputs_and_checks_needs() -> None:
+def test_run_passes_never_mutates_inputs_and_takes_only_input_tables() -> None:
     t = Trace()
     generate(t, 0, 1, 4, 3)
     tables = t.tables()
     before = {k: v.to_pydict() for k, v in tables.items()}
-    warnings: list[str] = ["earlier"]
-    tables_in = dict(tables, warnings=warnings)
-    out = run_passes(tables_in, DEFAULT_PASSES)
+    inp = AnalysisInput.of(tables)
+    out = run_passes(inp)
     assert {k: v.to_pydict() for k, v in tables.items()} == before
-    assert warnings == ["earlier"] and out["warnings"][0] == "earlier"
-    assert "steps" not in tables_in
-    bad = Pass("bad", lambda t: {}, needs=("steps.flops",))
-    with pytest.raises(PassError):
-        run_passes(tables, [bad])
-    sneaky = Pass("sneaky", lambda t: {"phases": None}, adds=("other",))
-    with pytest.raises(PassError):
-        run_passes(tables, [sneaky])
+    assert "steps" not in tables and "steps" not in inp.tables and len(out["steps"]) == 3  # 1 prefill, 2 decodes
+    assert isinstance(out.warnings, tuple) and out["warnings"] == list(out.warnings)
+    with pytest.raises(ValueError, match="not analysis input tables"):
+        AnalysisInput(tables={"steps": tables["cpu_ops"]})
 
 
 def test_host_timings_from_manifest_sit_beside_trace_ones() -> None:
     t = Trace()
     generate(t, 0, 1, 4, 3)
-    out = run_passes(dict(t.tables(), manifest={"timings": {"requests": [{"ttft_ms": 0.15, "tpot_ms": 1.0}]}}),
-                     DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(dict(t.tables(), manifest={"timings": {"requests": [{"ttft_ms": 0.15, "tpot_ms": 1.0}]}})))
     r = out["requests"].iloc[0]
     assert r["host_ttft_ns"] == pytest.approx(150 * US) and r["host_tpot_ns"] == pytest.approx(1000 * US)
 

@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+from tracekit.analysis.inputs import AnalysisInput
+from tracekit.analysis.pipeline import run_passes
 from tracekit.model import schema
 
 
@@ -38,7 +39,7 @@ def load_cpu_trace(path: Path) -> dict[str, pa.Table]:
 
 
 def analyse(path: Path) -> dict[str, Any]:
-    return run_passes(load_cpu_trace(path), DEFAULT_PASSES)
+    return run_passes(AnalysisInput.of(load_cpu_trace(path)))
 
 
 @pytest.fixture

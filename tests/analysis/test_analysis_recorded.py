@@ -13,7 +13,8 @@ import pytest
 from helpers import FIXTURES
 from test_analysis import US, Trace
 
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+from tracekit.analysis.inputs import AnalysisInput
+from tracekit.analysis.pipeline import run_passes
 from tracekit.cli import main
 from tracekit.model.stepnames import StepLabel, format_step
 from tracekit.store.rundir import RunDir
@@ -43,7 +44,7 @@ def recorded_run(steps: int, captured: int) -> dict[str, Any]:
 
 
 def test_uncaptured_steps_are_kept_marked_and_not_idle() -> None:
-    out = run_passes(recorded_run(steps=10, captured=3), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(recorded_run(steps=10, captured=3)))
     st = out["steps"].sort_values("step_id")
     assert len(st) == 10
     assert list(st["captured"]) == [True] * 3 + [False] * 7
@@ -58,7 +59,7 @@ def test_uncaptured_steps_are_kept_marked_and_not_idle() -> None:
 
 
 def test_latency_comes_from_the_recorder_not_the_window() -> None:
-    out = run_passes(recorded_run(steps=10, captured=3), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(recorded_run(steps=10, captured=3)))
     r = out["requests"].iloc[0]
     assert r["source"] == "tracekit_host"
     assert (r["ttft_ns"], r["tpot_ns"], r["e2e_ns"]) == (950 * US, 1000 * US, 9950 * US)

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import bound_pass_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -215,10 +216,12 @@ def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.
     counters = pd.DataFrame({"ts_ns": [0, 1000, 2000], "metric": ["energy"] * 3, "value": [0.0, 1.0, 2.0],
                              "device": 0})
     t = {**tables, "kernel_steps": ks, "phases": phases, "counters": counters,
-         "manifest": {"environment": {"gpu": "NVIDIA H200"}}}
+         "manifest": {"environment": {"gpu": "NVIDIA H200"}}, "ceiling": H200}
     t["gpu_activity"] = t["gpu_activity"].assign(device=0)
-    out = bound.bound_pass(t)
-    out["phases"] = energy.energy_pass({**t, **out})["phases"]  # the energy pass runs right after
+    out = bound_pass_of(t)
+    # the energy pass runs right after
+    out["phases"] = energy.energy_pass(t["gpu_activity"], t["steps"], out["phases"], counters, bound_ran=True,
+                                       ceiling=H200)
     ph = out["phases"]
     assert list(ph["phase"]) == ["decode", "decode", "outside"]
     assert ph.loc[0, "energy_j"] == pytest.approx(0.23)  # 230 ns at 1 J per 1,000 ns
@@ -226,14 +229,17 @@ def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.
     assert set(out["kernel_bound"]["phase"].dropna()) == {"prefill", "decode"}
     schema.from_pandas("phases", ph)  # every column the pass adds is in the schema
     assert any("no model" in w for w in out["warnings"])
-    # no ceiling for an unknown GPU: a warning, nothing else
-    t2 = {**t, "manifest": {"environment": {"gpu": "Mystery GPU 9000"}}}
-    assert set(bound.bound_pass(t2)) == {"warnings"}
+    # no ceiling for an unknown GPU: a warning, and the compute / memory / latency / other split unknown
+    t2 = {**t, "manifest": {"environment": {"gpu": "Mystery GPU 9000"}}, "ceiling": None}
+    out2 = bound_pass_of(t2)
+    assert any("no ceiling for GPU 'Mystery GPU 9000'" in w for w in out2["warnings"])
+    split = ["compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns"]
+    assert out2["phases"][split].isna().all().all() and out2["step_bound"][split].isna().all().all()
     # a measured ceiling handed in wins
     from dataclasses import replace
 
     meas = replace(H200, kind="measured", peak_bytes_per_s=4.0e12)
-    assert bound.bound_pass({**t, "ceiling": meas})["phases"].loc[0, "ceiling"] == "NVIDIA H200 (measured)"
+    assert bound_pass_of({**t, "ceiling": meas})["phases"].loc[0, "ceiling"] == "NVIDIA H200 (measured)"
 
 
 def test_real_trace_from_corpus(corpus_dir: Path) -> None:
@@ -270,9 +276,10 @@ def test_pipeline_on_recorded_shapes_with_synthetic_kernels(fixtures_dir: Path) 
     WHEN each modelled op without a modelled descendant launches one kernel (as on a GPU)
     THEN every phase's classes add up to its time and a decode step's modelled FLOPs match the config's.
     """
+    from tracekit.analysis.inputs import AnalysisInput
     from tracekit.analysis.modelcheck import decode_check, shape_from_config
     from tracekit.analysis.opmodels import op_costs
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.analysis.pipeline import run_passes
     from tracekit.ingest import read_trace_tables
 
     t = {k: v.to_pandas() for k, v in read_trace_tables(fixtures_dir / "cpu" / "two_requests.json.gz").items()}
@@ -292,8 +299,9 @@ def test_pipeline_on_recorded_shapes_with_synthetic_kernels(fixtures_dir: Path) 
     })
     t["runtime"] = t["runtime"].iloc[0:0]
     t["manifest"] = {"environment": {"gpu": "NVIDIA H200"}}
+    t["ceiling"] = datasheet("NVIDIA H200")
     t["bound_options"] = ROOF
-    r = run_passes(t, DEFAULT_PASSES)
+    r = run_passes(AnalysisInput.of(t))
     ph = r["phases"][r["phases"]["phase"] != "outside"]
     assert set(ph["phase"]) == {"prefill", "decode"}
     for _, row in ph.iterrows():

@@ -19,8 +19,9 @@ import pytest
 from helpers import FIXTURES
 
 from tracekit.analysis import bound, intervals
+from tracekit.analysis.inputs import AnalysisInput
 from tracekit.analysis.modelcheck import decode_check, shape_from_config
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+from tracekit.analysis.pipeline import run_passes
 from tracekit.ingest import read_trace_tables
 from tracekit.store import calibration
 
@@ -40,7 +41,7 @@ def run(timings: dict[str, Any]) -> dict[str, Any]:
     # The claims of this module are the roofline's (which roof each kernel is under); the latency
     # class on the same trace: tests/analysis/test_latency.py.
     tables["bound_options"] = bound.ROOFLINE_ONLY
-    res = dict(run_passes(tables, DEFAULT_PASSES))
+    res = dict(run_passes(AnalysisInput.of(tables)))
     res["cpu_ops_in"] = tables["cpu_ops"].to_pandas()
     return res
 

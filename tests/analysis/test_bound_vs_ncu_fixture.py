@@ -18,7 +18,8 @@ from helpers import FIXTURES
 
 from tracekit.analysis import counters as C
 from tracekit.analysis.bound import BoundOptions
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+from tracekit.analysis.inputs import AnalysisInput
+from tracekit.analysis.pipeline import run_passes
 from tracekit.ingest import ncu, read_trace_tables
 from tracekit.store.calibration import resolve
 
@@ -36,7 +37,7 @@ def _analysed(pair: Any, options: BoundOptions | None = None, gpu: str = "NVIDIA
     tables["ceiling"] = resolve(gpu, kind=kind)
     if options is not None:
         tables["bound_options"] = options
-    res = run_passes(tables, DEFAULT_PASSES)
+    res = run_passes(AnalysisInput.of(tables))
     kb = res["kernel_bound"]
     return kb.assign(model_bound=kb["bound"]), ncu.read_csv(f"{pair}.counters.csv").to_pandas()
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tracekit.analysis import bound
-from tracekit.app.analyze import resolve_ceiling
+from tracekit.app.ceiling import resolve_ceiling
 from tracekit.model.achievable import ACHIEVABLE, BANDWIDTH, achievable
 from tracekit.model.ceilings import Ceiling, datasheet
 from tracekit.report.view import RunView, over_peak_line

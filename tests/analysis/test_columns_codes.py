@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from tracekit.analysis.columns import combine_codes, factorize, object_ids, text_codes
+from tracekit.analysis.frames import as_df
 from tracekit.analysis.idle import UNKNOWN, wait_ns
 from tracekit.analysis.intervals import union
-from tracekit.analysis.steps import as_df
 from tracekit.app.analyze import plain_frame
 
 

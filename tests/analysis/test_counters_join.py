@@ -10,11 +10,12 @@ import re
 
 import numpy as np
 import pandas as pd
-from helpers import FIXTURES
+from helpers import FIXTURES, bound_pass_of
 
 from tracekit.analysis import bound
 from tracekit.analysis import counters as C
 from tracekit.ingest import ncu
+from tracekit.model.ceilings import datasheet
 
 NCU = FIXTURES / "ncu"
 STEP = 3
@@ -158,8 +159,8 @@ def test_pipeline_classes_from_counters_and_sums_stay_exact() -> None:
     counters = measured(step=0)
     t = {"gpu_activity": gpu, "cpu_ops": pd.DataFrame(columns=["op_id", "name", "input_dims", "input_types"]),
          "steps": steps, "runtime": runtime, "ncu_counters": counters,
-         "manifest": {"environment": {"gpu": "NVIDIA H200"}}}
-    out = bound.bound_pass(t)
+         "manifest": {"environment": {"gpu": "NVIDIA H200"}}, "ceiling": datasheet("NVIDIA H200")}
+    out = bound_pass_of(t)
     kb = out["kernel_bound"]
     assert (kb.loc[kb["kind"] == "kernel", "bound"] == "latency").all()
     ph = out["phases"].iloc[0]
@@ -168,7 +169,7 @@ def test_pipeline_classes_from_counters_and_sums_stay_exact() -> None:
     assert ph["latency_bound_ns"] > 0 and ph["memory_bound_ns"] == 0
     assert any("102 of 102 profiled kernels matched" in w for w in out["warnings"])
     # an unknown GPU: no ceiling, yet what the counters measured is classified, and a clear line says so
-    t2 = {**t, "manifest": {"environment": {"gpu": "Mystery GPU 9000"}}}
-    out2 = bound.bound_pass(t2)
+    t2 = {**t, "manifest": {"environment": {"gpu": "Mystery GPU 9000"}}, "ceiling": None}
+    out2 = bound_pass_of(t2)
     assert (out2["kernel_bound"].loc[lambda d: d["kind"] == "kernel", "bound"] == "latency").all()
     assert any(re.search("no ceiling for GPU 'Mystery GPU 9000'.*only from counters", w) for w in out2["warnings"])

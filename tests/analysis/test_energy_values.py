@@ -68,13 +68,13 @@ def test_phase_energy_and_dram_columns() -> None:
 
 def test_energy_pass() -> None:
     gpu = pd.DataFrame({"device": [0, 0, 1]})
-    t = {"kernel_bound": pd.DataFrame(), "counters": _counters(), "gpu_activity": gpu, "steps": _steps(),
-         "phases": _phases(), "ceiling": Ceiling("toy", {"fp16": 1e14}, 4e12, "test")}
-    out = energy.energy_pass(t)["phases"]
+    toy = Ceiling("toy", {"fp16": 1e14}, 4e12, "test")
+    out = energy.energy_pass(gpu, _steps(), _phases(), _counters(), bound_ran=True, ceiling=toy)
+    assert out is not None
     assert out["energy_j"].tolist() == pytest.approx([6.5, 6.5, 1.875])
     assert out["gpm_dram_tbps"].tolist() == pytest.approx([2.0, 2.0, 0.8])
-    assert energy.energy_pass({**t, "kernel_bound": None}) == {}
-    assert energy.energy_pass({**t, "ceiling": None}) == {}
+    assert energy.energy_pass(gpu, _steps(), _phases(), _counters(), bound_ran=False, ceiling=toy) is None
+    assert energy.energy_pass(gpu, _steps(), _phases(), _counters(), bound_ran=True, ceiling=None) is None
 
 
 def test_a_window_right_after_the_last_sample_holds_it_one_period() -> None:

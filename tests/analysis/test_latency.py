@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, bound_pass_of
 
 from tracekit.analysis import bound
 from tracekit.analysis.opmodels import op_cost
+from tracekit.app.ceiling import latency_line_peaks as decide_peaks
 from tracekit.model.ceilings import datasheet
 
 H200 = datasheet("NVIDIA H200")
@@ -81,7 +82,7 @@ def test_threshold_and_peaks_are_options() -> None:
     assert on_ceiling["bound"].iloc[0] == "memory"
     assert on_ceiling["bw_pct_of_peak"].iloc[0] == pytest.approx(55 * 4.8 / 3.6, rel=1e-3)
     # against the datasheet, as Nsight Compute's % of peak are: 55% < 60%
-    on_datasheet = bound.kernel_costs(gpu, cpu, meas, replace(EXACT, latency_peaks="datasheet"))
+    on_datasheet = bound.kernel_costs(gpu, cpu, meas, EXACT, peaks=decide_peaks(meas, "datasheet"))
     assert on_datasheet["bound"].iloc[0] == "latency"
 
 
@@ -113,7 +114,8 @@ def test_latency_time_is_attributed_after_memory_before_other() -> None:
 
 @pytest.fixture(scope="module")
 def h200() -> dict[str, Any]:
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.analysis.inputs import AnalysisInput
+    from tracekit.analysis.pipeline import run_passes
     from tracekit.ingest import read_trace_tables
     from tracekit.store import calibration
 
@@ -122,7 +124,7 @@ def h200() -> dict[str, Any]:
     tables: dict[str, Any] = dict(read_trace_tables(gpu / "bound_h200.json.gz"))
     tables["manifest"] = {"environment": {"gpu": timings["gpu"]}}
     tables["ceiling"] = calibration.load(gpu / "h200_ceiling.json")
-    return dict(run_passes(tables, DEFAULT_PASSES))
+    return dict(run_passes(AnalysisInput.of(tables)))
 
 
 def test_h200_every_modelled_kernel_is_classed_by_its_achieved_rates(h200: dict[str, Any]) -> None:
@@ -171,8 +173,8 @@ def test_a_trace_without_shapes_says_so_and_classes_what_it_can() -> None:
                         "input_types": [None, None]})
     steps = pd.DataFrame({"step_id": [0], "request_id": [0], "kind": ["decode"], "cpu_start_ns": [0],
                           "cpu_end_ns": [20_000]})
-    out = bound.bound_pass({"gpu_activity": gpu, "cpu_ops": cpu, "steps": steps,
-                            "manifest": {"environment": {"gpu": "NVIDIA H200"}}})
+    out = bound_pass_of({"gpu_activity": gpu, "cpu_ops": cpu, "steps": steps,
+                         "manifest": {"environment": {"gpu": "NVIDIA H200"}}, "ceiling": datasheet("NVIDIA H200")})
     assert list(out["kernel_bound"]["bound"]) == ["latency", "other"]
     assert any("no op shapes" in w for w in out["warnings"])
     ph = out["phases"].iloc[0]

@@ -6,30 +6,25 @@ import json
 from typing import Any
 
 import pandas as pd
-import pytest
 
-from tracekit.analysis.pipeline import DEFAULT_PASSES, Pass, PassError, run_passes, trace_span
+from tracekit.analysis.inputs import AnalysisInput
+from tracekit.analysis.pipeline import run_passes, trace_span
 from tracekit.model import schema
-from tracekit.model.ceilings import Ceiling
+from tracekit.model.ceilings import Ceiling, Ceilings
 
 US = 1000
 
 
-def test_run_passes_merges_results_and_warnings_into_a_new_dict() -> None:
-    a = Pass("a", lambda t: {"x": len(t["cpu_ops"]), "warnings": ["from a"]}, needs=("cpu_ops",), adds=("x",))
-    b = Pass("b", lambda t: {"y": t["x"] + 1, "warnings": ["from b"]}, needs=("x",), adds=("y",))
-    tables = {"warnings": ["before"]}
-    out = run_passes(tables, [a, b])
-    assert (out["x"], out["y"], out["warnings"]) == (0, 1, ["before", "from a", "from b"])
-    assert tables == {"warnings": ["before"]}  # a raw table the run lacks is supplied empty, in the copy
-    with pytest.raises(PassError, match="needs 'z'"):
-        run_passes({}, [Pass("c", lambda t: {}, needs=("z",))])
-    with pytest.raises(PassError, match=r"needs 'cpu_ops\.nope'"):
-        run_passes({}, [Pass("c", lambda t: {}, needs=("cpu_ops.nope",))])
-    has = {"cpu_ops": schema.empty("cpu_ops")}
-    assert run_passes(has, [Pass("c", lambda t: {"ok": 1}, needs=("cpu_ops.name",), adds=("ok",))])["ok"] == 1
-    with pytest.raises(PassError, match="undeclared"):
-        run_passes({}, [Pass("d", lambda t: {"q": 1})])
+def test_the_output_holds_every_warning_once_and_reads_as_a_mapping() -> None:
+    gpu = pd.DataFrame({"ts_ns": [100], "dur_ns": [50], "kind": ["kernel"], "name": ["k"], "device": [0]})
+    why = "no GPU named in run.json or the trace"
+    out = run_passes(AnalysisInput(tables={"gpu_activity": gpu}, ceilings=Ceilings(note=why)))
+    assert out.warnings[-1] == f"no ceiling: {why}" and out.warnings.count(out.warnings[-1]) == 1
+    assert out["warnings"] == list(out.warnings) and out.get("check") is out.check
+    assert set(out) >= {"steps", "requests", "phases", "kernel_steps", "gpu_timeline", "warnings"}
+    # a ceiling found another way than by the GPU run.json names: its note is said, not as missing
+    found = Ceilings(Ceiling("G", {"fp32": 1e12}, 1e12, "test"), None, "identified from deviceProperties")
+    assert run_passes(AnalysisInput(tables={}, ceilings=found)).warnings[-1] == "identified from deviceProperties"
 
 
 def test_trace_span() -> None:
@@ -77,7 +72,7 @@ def _tables() -> dict[str, Any]:
 
 
 def test_the_default_pipeline_accounts_for_the_time_outside_every_step() -> None:
-    out = run_passes(_tables(), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(_tables()))
     ph = out["phases"]
     run = ph[ph["request_id"].isna()].set_index("phase")
     # the trace spans [1000, 5100) µs; the steps' windows [1000, 2000), [2000, 3000), [3000, 3100)

@@ -12,10 +12,12 @@ import pandas as pd
 import pytest
 from test_analysis import US, Trace
 
-from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+from tracekit.analysis.inputs import AnalysisInput
+from tracekit.analysis.pipeline import run_passes
 from tracekit.analysis.warmup import first_requests, first_use_flags, rebase, warmup_ids
 from tracekit.cli import main
 from tracekit.model import schema
+from tracekit.model.ceilings import datasheet
 from tracekit.model.stepnames import StepLabel, format_step
 from tracekit.store.rundir import RunDir
 
@@ -52,7 +54,7 @@ def requests_run(first_ttft_us: int = 9000, skip: tuple[int, ...] = (), first_pr
                          "start_ns": start, "prefill_share": 0.2})
         ts += 2000 * US
     manifest = {"steps": len(rows), "environment": {"gpu": "NVIDIA H200"}, "timings": {"profiled": {"requests": prof}}}
-    return dict(t.tables(), recorded_steps=pd.DataFrame(rows), manifest=manifest)
+    return dict(t.tables(), recorded_steps=pd.DataFrame(rows), manifest=manifest, ceiling=datasheet("NVIDIA H200"))
 
 
 def _run_rows(ph: pd.DataFrame) -> pd.DataFrame:
@@ -63,8 +65,8 @@ def _run_rows(ph: pd.DataFrame) -> pd.DataFrame:
 def test_marked_warmups_leave_the_run_totals_exactly_as_if_they_had_not_run() -> None:
     tables = requests_run()
     tables["manifest"]["warmup_requests"] = [0]
-    out = run_passes(tables, DEFAULT_PASSES)
-    truth = run_passes(requests_run(skip=(0,)), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(tables))
+    truth = run_passes(AnalysisInput.of(requests_run(skip=(0,))))
     got, want = _run_rows(out["phases"]), _run_rows(truth["phases"])
     assert list(got.index) == ["decode", "prefill"]
     assert got["steps"].tolist() == [6, 2]
@@ -85,12 +87,12 @@ def test_first_n_requests_as_warmups_is_the_same_as_marking_them() -> None:
     marked = requests_run()
     marked["manifest"]["warmup_requests"] = [0]
     first = dict(requests_run(), warmup_first=1)
-    a, b = run_passes(marked, DEFAULT_PASSES)["phases"], run_passes(first, DEFAULT_PASSES)["phases"]
+    a, b = run_passes(AnalysisInput.of(marked))["phases"], run_passes(AnalysisInput.of(first))["phases"]
     pd.testing.assert_frame_equal(a, b)
 
 
 def test_a_first_request_that_looks_like_first_use_is_flagged_not_excluded() -> None:
-    out = run_passes(requests_run(first_ttft_us=9000), DEFAULT_PASSES)
+    out = run_passes(AnalysisInput.of(requests_run(first_ttft_us=9000)))
     flagged = [w for w in out["warnings"] if "looks like a warm-up" in w]
     assert flagged == ["request 0 looks like a warm-up (first-use cost): TTFT 9.0 ms against a median of 0.9 ms "
                        "for the others; it is in the phase totals: leave it out with --warmup-requests 1 (or mark "
@@ -122,7 +124,7 @@ def test_warmup_ids_and_order() -> None:
 
 
 def test_rebase_adds_back_what_it_removed() -> None:
-    out = run_passes(requests_run(), DEFAULT_PASSES)["phases"]
+    out = run_passes(AnalysisInput.of(requests_run()))["phases"]
     back = rebase(rebase(out, remove={0, 2}), add={0, 2})
     for c in SUMS + RATES:
         assert np.allclose(back[c].astype(float), out[c].astype(float), equal_nan=True), c

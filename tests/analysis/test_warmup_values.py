@@ -91,10 +91,10 @@ def test_warmup_ids_and_the_pass() -> None:
     assert warmup.first_requests(req.assign(start_ns=[5, 5, 0, 1]), 3) == [2, 3, 0]  # ties by id
     assert warmup.first_requests(req, 0) == []
     assert warmup.warmup_ids(req, marked=[2, 99], first_n=1) == [0, 2]  # 99 is no request of the run
-    out = warmup.warmup_pass({"requests": req, "phases": _phases(), "manifest": {"warmup_requests": [0]}})
+    out = warmup.warmup_pass(req, _phases(), manifest={"warmup_requests": [0]}, warmup_first=None)
     assert out["warmup"] == {"requests": [0], "first_n": None, "flagged": []}
     assert out["warnings"] == [] and len(out["phases"]) == 5
-    flagged = warmup.warmup_pass({"requests": req, "phases": _phases()})
+    flagged = warmup.warmup_pass(req, _phases(), manifest={}, warmup_first=None)
     assert flagged["warmup"]["flagged"] == [0] and len(flagged["warnings"]) == 1 and "phases" not in flagged
     # leaving request 1 out instead: (50 x 600 - 20 x 300) / 300 = 80%
     assert warmup.rebase(_phases(), remove=[1]).iloc[0]["gpm_dram_bw_util_pct"] == pytest.approx(80.0)

@@ -237,7 +237,7 @@ def test_a_file_cut_short_makes_the_analysis_wrong() -> None:
     # a run whose ingest kept the events before a cut (run.json ingest.files[].truncated)
     manifest = {"ingest": {"files": [{"path": "t.json", "truncated": "t.json: JSON ends early"}],
                            "counts": {"events_read": 10}}}
-    v = health.check({"manifest": manifest})
+    v = health.check({}, manifest=manifest)
     assert [(f.code, f.severity) for f in v.findings] == [("gpu", health.WRONG), ("events", health.WRONG)]
     assert v.findings[1].what.startswith("the trace file is cut short (t.json: JSON ends early)")
 

@@ -3,16 +3,17 @@
 ``analyze(target)`` takes a run directory (single or multi-rank) or a trace file. A trace file is
 ingested into a new run directory first (default: beside the trace, ``<stem>.tracekit/``); a run
 directory whose raw tables are missing has its trace.json.gz read. The passes
-(tracekit.analysis.pipeline) are pure; this module does the I/O: it reads the tables and run.json,
-writes steps, requests, phases, kernel_steps (the step of every GPU activity; gpu_activity is not
+(tracekit.analysis.pipeline) are pure; this module does the I/O: it reads the run once into an
+AnalysisInput (load_input: tables, run.json, the ceilings), hands it to ``run_passes``, and writes the
+AnalysisOutput once (write_output): steps, requests, phases, kernel_steps (the step of every GPU activity; gpu_activity is not
 rewritten), gpu_timeline and the roofline's kernel_bound and step_bound, and records warnings in run.json.
 Every table's columns and types are declared in tracekit.model.schema; the store refuses any other.
 
 A run tracekit recorded keeps its recorder's steps and requests (host-timed, every step of the run):
 on the first analysis they are copied to tables/recorded_steps and recorded_requests (the steps and
 requests schemas, never rewritten) before steps/requests are replaced by the analysis' tables, and every
-analysis reads them from there. The ceiling is resolved here (measured calibration preferred,
-tracekit.store.calibration.resolve) so that the passes stay free of I/O. A multi-rank run directory
+analysis reads them from there. The ceilings are decided before the passes (tracekit.app.ceiling:
+measured calibration preferred), so that the passes stay free of I/O. A multi-rank run directory
 is analysed rank by rank, then across ranks: every table is merged into the top-level run (``rank``
 column) and tracekit.analysis.ranks writes rank_steps (skew, stragglers), rank_skew, comm_steps,
 comm_phases (NCCL time split into transfer / wait / unmatched), comm_collectives and comm_instances.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,17 +34,18 @@ import pandas as pd
 import pyarrow as pa
 
 from tracekit.analysis import ranks as _ranks
-from tracekit.analysis.steps import as_df
-from tracekit.errors import TraceFormatError, TracekitError, UsageError
+from tracekit.analysis.frames import as_df
+from tracekit.analysis.inputs import RAW, AnalysisInput, AnalysisOutput
+from tracekit.analysis.pipeline import PASSES, run_passes, trace_span
+from tracekit.app.ceiling import decide
+from tracekit.errors import TraceFormatError, UsageError
 from tracekit.ingest import ingest, ingest_into
 from tracekit.model import progress
 from tracekit.model import schema as _schema
 from tracekit.store import heap
-from tracekit.store.calibration import resolve
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
-RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
            "step_requests", "op_class_split")
 RECORDED = {"steps": "recorded_steps", "requests": "recorded_requests"}
@@ -59,12 +61,16 @@ def trace_stem(path: Path) -> str:
     return path.stem
 
 
-def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[str] | None = None) -> RunDir:
+def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[str] | None = None, *,
+                   check: bool = True) -> RunDir:
     """The run directory to analyse: ``target`` itself (its trace read if it has no raw tables, or
-    again when ``captures`` are given), or a new one a trace file is ingested into."""
+    again when ``captures`` are given), or a new one a trace file is ingested into. ``check``: whether
+    an ingested run's tables are checked here (False: the caller reads them with RunDir.snapshot, which
+    checks them)."""
     if target.is_dir():
         run = RunDir.open(target)
-        run.check_ingested()  # an ingested run's tables are the ones ingest wrote, or it is not analysed
+        if check:
+            run.check_ingested()  # an ingested run's tables are the ones ingest wrote, or it is not analysed
         if captures or not any(run.has_table(t) for t in ("cpu_ops", "gpu_activity")):
             if not run.trace_path.is_file():
                 raise UsageError(f"{target}: no {run.trace_path.name} to ingest" +
@@ -80,83 +86,26 @@ def open_or_ingest(target: Path, out: Path | None, force: bool, captures: list[s
     return run_dir
 
 
-def recorded_tables(run: RunDir, manifest: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    """The recorder's own steps/requests tables, preserved across analyses (see the module doc)."""
-    import pyarrow as pa
+def recorded_tables(run: RunDir, manifest: dict[str, Any], held: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """The recorder's own steps/requests tables, preserved across analyses (see the module doc):
+    ``held`` (those already read) or, on a recorded run's first analysis, its steps/requests copied."""
+    import pyarrow.compute as pc
 
-    out: dict[str, pd.DataFrame] = {}
+    out = {keep: held[keep] for keep in RECORDED.values() if keep in held}
+    if len(out) == len(RECORDED) or "analysis" in manifest or not run.has_table("steps"):
+        return out
     # Only a run never analysed can still hold the recorder's own steps as its steps table: an analysed
     # one's steps are derived (and re-derived now, so a damaged one is never read).
-    steps_df = run.read_df("steps") if "analysis" not in manifest and run.has_table("steps") else None
-    first = (
-        steps_df is not None
-        and len(steps_df) > 0
-        and bool((steps_df["source"].astype(str) == "tracekit").all())
-    )
+    steps = run.read_table("steps")
+    source = steps.column("source").cast(pa.string()) if "source" in steps.column_names else None
+    first = source is not None and steps.num_rows > 0 and bool(
+        pc.all(pc.fill_null(pc.equal(source, "tracekit"), False)).as_py())
     for name, keep in RECORDED.items():
-        if run.has_table(keep):
-            out[keep] = run.read_df(keep)  # checked as every table is: unreadable is a corrupt run
-        elif first and run.has_table(name):
-            df = run.read_df(name)
-            run.write_table(keep, pa.Table.from_pandas(df, preserve_index=False))
-            out[keep] = df
+        if keep not in out and first and run.has_table(name):
+            table = steps if name == "steps" else run.read_table(name)
+            run.write_table(keep, pa.Table.from_pandas(table.to_pandas(), preserve_index=False))
+            out[keep] = table
     return out
-
-
-CEILING_KINDS = ("measured", "achievable", "datasheet")
-
-
-def resolve_ceiling(manifest: dict[str, Any], override: str | None = None) -> tuple[Any, str | None]:
-    """(Ceiling or None, why not / how found) for the run's GPU.
-
-    ``override`` (``--ceiling``): a ceiling JSON file, a GPU name (its measured calibration, else its
-    achievable rates, else its datasheet; unknown is an error), or one of CEILING_KINDS (that kind of
-    ceiling for the run's GPU). Otherwise the GPU run.json or the trace names (measured calibration
-    first, then achievable rates, then the datasheet); where that name is empty, generic ("AMD Radeon Graphics") or unknown, the
-    GPU the trace's deviceProperties identify (tracekit.model.ceilings.identify), said in the note.
-    """
-    from tracekit.analysis.bound import gpu_name
-    from tracekit.model.ceilings import GENERIC_NAMES, identify
-
-    name = gpu_name(manifest)
-    if override in CEILING_KINDS:  # that kind of ceiling for the GPU the run names or identifies
-        found, why = resolve_ceiling(manifest)
-        if found is None:
-            return None, why
-        return resolve(found.gpu, kind=override), why
-    if override:
-        path = Path(override)
-        return (resolve(override, path=path) if path.is_file() else resolve(override)), None
-    why = f"the trace names the GPU only {name!r}" if name else "no GPU named in run.json or the trace"
-    if name and not GENERIC_NAMES.match(name):
-        try:
-            return resolve(name), None
-        except TracekitError as exc:
-            why = str(exc)
-    props = device_properties(manifest)
-    if props:
-        ident, note = identify(props)
-        if ident is not None:
-            try:
-                c = resolve(ident)
-            except TracekitError as exc:
-                return None, f"{why}; deviceProperties identify {ident} ({note}), which has no ceiling: {exc}"
-            how = f"GPU {name or 'unnamed'!r} identified from the trace's deviceProperties as {ident}"
-            return c, how + (f" ({note})" if note else "")
-        why = f"{why}; deviceProperties: {note}"
-    return None, why
-
-
-def device_properties(manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The first device's Kineto deviceProperties from run.json's trace_meta (one trace or per file)."""
-    meta = manifest.get("trace_meta") or {}
-    metas = [meta] if isinstance(meta, dict) and "deviceProperties" in meta else (
-        [m for m in meta.values() if isinstance(m, dict)] if isinstance(meta, dict) else [])
-    for m in metas:
-        props = m.get("deviceProperties")
-        if isinstance(props, list) and props and isinstance(props[0], dict):
-            return props[0]
-    return None
 
 
 def read_raw(run: RunDir) -> dict[str, Any]:
@@ -165,20 +114,25 @@ def read_raw(run: RunDir) -> dict[str, Any]:
             for name in RAW}
 
 
-def as_frames(tables: dict[str, Any]) -> dict[str, Any]:
-    """read_raw's tables with each one the pandas frame the passes read (tracekit.analysis.steps.as_df),
-    made once so that its Arrow table can go; gpu_activity stays Arrow (the outputs take its list
-    columns' text from it)."""
-    return {name: as_df(t) if name in RAW and name != "gpu_activity" else t for name, t in tables.items()}
+def load_input(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None
+               ) -> AnalysisInput:
+    """The run's AnalysisInput, from one read of it (RunDir.snapshot): the raw tables, the recorder's
+    steps/requests (recorded_tables), the requests each step served (``step_requests``, record --serve /
+    --assistant), run.json, and the ceilings decided (tracekit.app.ceiling.decide)."""
+    snap = run.snapshot(RAW, RAW_COLUMNS, optional=("step_requests", *RECORDED.values()))
+    tables = {**snap.tables, **recorded_tables(run, snap.manifest, snap.tables)}
+    return AnalysisInput(tables=tables, manifest=snap.manifest, ceilings=decide(snap.manifest, ceiling_override),
+                         warmup_first=warmup_requests)
 
 
-def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None) -> dict[str, Any]:
+def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None
+                ) -> AnalysisOutput:
     """Run the default passes on a run directory and write their tables. Returns the passes' tables
     (the raw tables are let go before the outputs are written).
 
     ``warmup_requests``: the first N requests are warm-ups, left out of the run's phase totals
     (tracekit.analysis.warmup; requests the recorder marked are left out whatever N is).
-    ``ceiling_override``: ``--ceiling`` (a GPU name or a ceiling file); default: resolve_ceiling's choice.
+    ``ceiling_override``: ``--ceiling`` (a GPU name or a ceiling file); default: tracekit.app.ceiling.decide's choice.
 
     The run changes as one step (RunDir.rewrite: a hard-linked copy swapped in when every table is
     written), so a failed or killed analysis leaves it as it was. Where it is written in place (no
@@ -187,17 +141,24 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     finished one (RunDir.unfinished).
     """
     with run.rewrite() as work:
-        return _analyse_run(work, warmup_requests, ceiling_override)
+        inp = load_input(work, warmup_requests, ceiling_override)
+        check_span(inp.tables)
+        out = run_passes(inp, between=heap.trim)
+        # The raw tables (and the passes' frames of them) are let go before the outputs are written;
+        # gpu_activity stays until kernel_bound is (its grid / block text comes from its list columns).
+        manifest, rank, gpu = inp.manifest, run_rank(inp.tables), inp.table("gpu_activity")
+        del inp
+        heap.trim()
+        write_output(work, out, manifest, rank, gpu)
+        return out
 
 
 _INT64_MAX = 2**63 - 1
 
 
-def check_span(tables: dict[str, Any]) -> None:
+def check_span(tables: Mapping[str, Any]) -> None:
     """TraceFormatError when the trace's events span more than int64 nanoseconds hold: every time is in
     range, but a span or a sum over it cannot be, so some timestamps are corrupt."""
-    from tracekit.analysis.pipeline import trace_span
-
     span = trace_span(tables)
     if span is not None and span[1] - span[0] > _INT64_MAX:
         raise TraceFormatError(
@@ -205,71 +166,56 @@ def check_span(tables: dict[str, Any]) -> None:
             "int64 nanoseconds can hold: some timestamps are corrupt; remove the events far from the rest")
 
 
-def _analyse_run(run: RunDir, warmup_requests: int | None, ceiling_override: str | None) -> dict[str, Any]:
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-
-    run.check_ingested()  # the raw tables are the ones ingest wrote (never a mix of two runs)
-    tables = read_raw(run)
-    rank = run_rank(tables)
-    tables = as_frames(tables)
-    heap.trim()  # the Parquet reader's buffers and the Arrow tables let go
-    manifest = run.read_manifest()
-    tables["manifest"] = manifest
-    if run.has_table("step_requests"):  # the requests each step served (record --serve / --assistant)
-        tables["step_requests"] = run.read_table("step_requests")
-    tables.update(recorded_tables(run, manifest))
-    if warmup_requests is not None:
-        tables["warmup_first"] = warmup_requests
-    ceiling, why = resolve_ceiling(manifest, ceiling_override)
-    if ceiling is not None:
-        tables["ceiling"] = ceiling
-    check_span(tables)
-    result = run_passes(tables, DEFAULT_PASSES, between=heap.trim)
-    result["ceiling"] = ceiling
-    if ceiling is None and len(tables["gpu_activity"]):
-        result["warnings"].append(f"no ceiling: {why}")
-    elif ceiling is not None and why:
-        result["warnings"].append(why)
-    steps = result["steps"]
-    info = {
-        "passes": [p.name for p in DEFAULT_PASSES],
-        "steps": len(steps),
-        "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
-        "requests": len(result["requests"]),
-        "workload": result.get("workload"),
-        "ceiling": ceiling.to_dict() if ceiling is not None else None,
-        # kernels whose modelled rate is above every peak: their model over-counts (kernel_bound.over_peak)
-        "kernels_over_peak": int(result["kernel_bound"]["over_peak"].sum())
-        if result.get("kernel_bound") is not None and "over_peak" in result["kernel_bound"] else 0,
-        # Request ids left out of the run-level phase rows (first N asked for, and those marked).
-        "warmup_requests": list((result.get("warmup") or {}).get("requests") or []),
-    }
-    if result.get("check") is not None:  # tracekit.analysis.health's verdict (``tracekit check``)
-        info["check"] = result["check"].to_dict()
-    # The raw tables (and the passes' frames of them) are let go before the outputs are converted, one
-    # at a time, each written and dropped: the largest output, kernel_bound, first, with gpu_activity
-    # (its grid / block text) the only raw table still held.
-    gpu = tables["gpu_activity"]
-    del tables
-    for name in RAW:
-        result.pop(name, None)
-    heap.trim()
-    names = sorted((n for n in OUTPUTS if result.get(n) is not None), key=lambda n: n != "kernel_bound")
-    mark_running(run, "analysis", info)
+def write_output(run: RunDir, out: AnalysisOutput, manifest: Mapping[str, Any], rank: int,
+                 gpu: pa.Table | None) -> None:
+    """The passes' tables (OUTPUTS) written, each converted, written and let go in turn (kernel_bound,
+    the largest, first), and run.json (``manifest``: as the analysis read it) with its ``analysis``
+    block and the warnings: ``running`` before the first table, ``complete`` with every table's rows
+    and the warnings after the last. ``gpu``: the raw gpu_activity (kernel_bound's grid / block text)."""
+    info = analysis_info(out)
+    manifest = dict(manifest)
+    manifest["analysis"] = running(info)
+    run.write_manifest(manifest)
+    names = sorted((n for n in OUTPUTS if out.tables.get(n) is not None), key=lambda n: n != "kernel_bound")
     rows: dict[str, int] = {}
     for i, name in enumerate(names):
         progress.report("analyzing: writing tables", i, len(names))
-        table = _output_table(name, result[name], rank, gpu)
+        table = _output_table(name, out.tables[name], rank, gpu)
         run.write_table(name, table)
         rows[name] = table.num_rows
         del table
         if name == "kernel_bound":
             gpu = None
             heap.trim()
-    for w in result["warnings"]:
-        run.add_warning(f"analyze: {w}")
-    run.update_manifest(analysis={**info, "status": STATUS_COMPLETE, "rows": {k: rows[k] for k in OUTPUTS if k in rows}})
-    return result
+    warnings = manifest.get("warnings") or []
+    for w in (f"analyze: {w}" for w in out.warnings):
+        if w not in warnings:
+            warnings.append(w)
+    if warnings:
+        manifest["warnings"] = warnings
+    manifest["analysis"] = {**info, "status": STATUS_COMPLETE, "rows": {k: rows[k] for k in OUTPUTS if k in rows}}
+    run.write_manifest(manifest)
+
+
+def analysis_info(out: AnalysisOutput) -> dict[str, Any]:
+    """run.json's ``analysis`` block of an analysis (without its status and rows)."""
+    steps = out.tables["steps"]
+    kb = out.tables.get("kernel_bound")
+    info: dict[str, Any] = {
+        "passes": list(PASSES),
+        "steps": len(steps),
+        "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
+        "requests": len(out.tables["requests"]),
+        "workload": out.workload,
+        "ceiling": out.ceiling.to_dict() if out.ceiling is not None else None,
+        # kernels whose modelled rate is above every peak: their model over-counts (kernel_bound.over_peak)
+        "kernels_over_peak": int(kb["over_peak"].sum()) if kb is not None and "over_peak" in kb else 0,
+        # Request ids left out of the run-level phase rows (first N asked for, and those marked).
+        "warmup_requests": list((out.warmup or {}).get("requests") or []),
+    }
+    if out.check is not None:  # tracekit.analysis.health's verdict (``tracekit check``)
+        info["check"] = out.check.to_dict()
+    return info
 
 
 def _output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Table:
@@ -294,7 +240,7 @@ def short_names(names: pd.Series) -> list[str | None]:
             for n in names.tolist()]
 
 
-def run_rank(tables: dict[str, Any]) -> int:
+def run_rank(tables: Mapping[str, Any]) -> int:
     """The rank of a single-rank run: the one its raw tables carry (ingest sets it), else 0."""
     import pyarrow.compute as pc
 
@@ -307,10 +253,14 @@ def run_rank(tables: dict[str, Any]) -> int:
     return 0
 
 
+def running(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with status ``running`` (run.json's block of a derived set before its first table is written)."""
+    return {**info, "status": "running", "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+
+
 def mark_running(run: RunDir, key: str, info: dict[str, Any]) -> None:
-    """run.json ``key``: ``info`` with status ``running`` (before the first table of a derived set is written)."""
-    run.update_manifest(**{key: {**info, "status": "running",
-                                 "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}})
+    """run.json ``key``: ``running(info)``."""
+    run.update_manifest(**{key: running(info)})
 
 
 def plain_frame(df: pd.DataFrame, source: pa.Table | None = None) -> pd.DataFrame:
@@ -439,24 +389,21 @@ def _array_texts(values: Any) -> list[str | None] | None:
     return result
 
 
-def analyse_trace_window(run: RunDir) -> dict[str, Any]:
+def analyse_trace_window(run: RunDir) -> AnalysisOutput:
     """A sweep point's analysis: its trace (a window of a few tokens) ingested onto the recorder's clock,
     the passes run, and phases, trace_steps and trace_requests written. The recorder's host-timed steps
     and requests stay as they are: they are the latency numbers, the window only the split."""
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-
     run.lock()
     try:
         ingest_into(run)
-        tables = read_raw(run)
-        tables["manifest"] = run.read_manifest()
-        result = run_passes(tables, DEFAULT_PASSES)
-        rank = run_rank(tables)
+        snap = run.snapshot(RAW, RAW_COLUMNS)
+        result = run_passes(AnalysisInput(tables=snap.tables, manifest=snap.manifest, ceilings=decide(snap.manifest)))
+        rank = run_rank(snap.tables)
         for name, dest in (("phases", "phases"), ("steps", "trace_steps"), ("requests", "trace_requests")):
-            df = result.get(name)
+            df = result.tables.get(name)
             if df is None:
                 continue
-            table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+            table = _schema.from_pandas(name, df) if not isinstance(df, pa.Table) else df
             run.write_table(dest, _schema.fill_rank(table, rank))
     finally:
         run.release()
@@ -470,7 +417,7 @@ def analyze(target: Path, out: Path | None = None, force: bool = False, warmup_r
     The result is the single-run analysis (a dict of tables) or, for a multi-rank run directory, a
     MultirankResult. ``warmup_requests``: see ``analyse_run`` (every rank alike); ``captures``:
     graph-capture traces to merge at ingest (default: found beside the trace); ``ceiling``: a GPU name
-    or ceiling file (resolve_ceiling).
+    or ceiling file (tracekit.app.ceiling.decide).
     """
     if target.is_dir() and out is not None and out.resolve() != target.resolve():
         raise UsageError(f"{target} is a run directory, analysed in place: --out {out} names the run directory "
@@ -480,7 +427,7 @@ def analyze(target: Path, out: Path | None = None, force: bool = False, warmup_r
         one = (None if warmup_requests is None and not captures and not ceiling else
                partial(_analyse_path, warmup_requests=warmup_requests, captures=captures, ceiling=ceiling))
         return run, analyse_multirank(run, one)
-    run = open_or_ingest(target, out, force, captures)
+    run = open_or_ingest(target, out, force, captures, check=False)  # analyse_run's read checks it
     return run, analyse_run(run, warmup_requests, ceiling)
 
 
@@ -493,18 +440,18 @@ RANK_TABLES = ("rank_steps", "rank_skew", "comm_steps", "comm_phases", "comm_col
 @dataclass(frozen=True)
 class MultirankResult:
     ranks: list[int]
-    per_rank: dict[int, dict[str, Any]]  # rank -> the single-run analysis result
+    per_rank: dict[int, AnalysisOutput]  # rank -> the single-run analysis result
     tables: dict[str, pd.DataFrame]  # RANK_TABLES
 
 
 def _analyse_path(path: Path, warmup_requests: int | None = None, captures: list[str] | None = None,
-                  ceiling: str | None = None) -> dict[str, Any]:
-    return analyse_run(open_or_ingest(path, None, False, captures), warmup_requests, ceiling)
+                  ceiling: str | None = None) -> AnalysisOutput:
+    return analyse_run(open_or_ingest(path, None, False, captures, check=False), warmup_requests, ceiling)
 
 
-def _default_analyse_one(path: Path) -> dict[str, Any]:
+def _default_analyse_one(path: Path) -> AnalysisOutput:
     # The single-run path of `tracekit analyze`, unchanged: a rank is an ordinary run.
-    return analyse_run(open_or_ingest(path, None, False))
+    return analyse_run(open_or_ingest(path, None, False, check=False))
 
 
 def _arrow(name: str, df: pd.DataFrame) -> pa.Table:
@@ -521,14 +468,14 @@ def _arrow(name: str, df: pd.DataFrame) -> pa.Table:
 
 
 def analyse_multirank(
-    run: RunDir, analyse_one: Callable[[Path], dict[str, Any]] | None = None
+    run: RunDir, analyse_one: Callable[[Path], AnalysisOutput] | None = None
 ) -> MultirankResult:
     """Analyse every rank, merge, run the cross-rank passes; write every table into ``run``."""
     dirs = rank_dirs(run.path)
     if not dirs:
         raise UsageError(f"{run.path}: no {RANKS_DIR}/<k>/ run directories")
     one = analyse_one or _default_analyse_one
-    per_rank: dict[int, dict[str, Any]] = {}
+    per_rank: dict[int, AnalysisOutput] = {}
     failed: list[str] = []
     for d in dirs:
         try:
@@ -542,7 +489,7 @@ def analyse_multirank(
         return _merge_ranks(work, dirs, per_rank, failed)
 
 
-def _merge_ranks(run: RunDir, dirs: list[Path], per_rank: dict[int, dict[str, Any]], failed: list[str]) -> MultirankResult:
+def _merge_ranks(run: RunDir, dirs: list[Path], per_rank: dict[int, AnalysisOutput], failed: list[str]) -> MultirankResult:
     mark_running(run, "rank_analysis", {"ranks": sorted(per_rank), "failed": failed, "tables": list(RANK_TABLES)})
     rows = merge_tables(run, [d for d in dirs if int(d.name) in per_rank])
     steps = _ranks.gpu_windows(

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analysis import health
-from tracekit.app.analyze import analyse_run, as_frames, open_or_ingest, read_raw
+from tracekit.analysis.inputs import AnalysisOutput
+from tracekit.app.analyze import analyse_run, open_or_ingest, read_raw
 from tracekit.store.ranks import is_multirank, rank_dirs
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
@@ -56,18 +57,16 @@ def _check_run(run: RunDir, ceiling: str | None, captures: list[str] | None = No
     done = (manifest.get("analysis") or {}).get("status") == STATUS_COMPLETE
     if not done or ceiling or captures or not run.has_table("steps"):
         return _verdict(analyse_run(run, None, ceiling))
-    tables: dict[str, Any] = as_frames(read_raw(run))
+    tables: dict[str, Any] = read_raw(run)
     for name in DERIVED:
         if run.has_table(name):
-            tables[name] = run.read_df(name)
-    tables["manifest"] = manifest
-    tables["ceiling"] = (manifest.get("analysis") or {}).get("ceiling")
-    return health.check(tables)
+            tables[name] = run.read_table(name)
+    return health.check(tables, manifest=manifest, ceiling=(manifest.get("analysis") or {}).get("ceiling"))
 
 
-def _verdict(result: dict[str, Any]) -> health.Verdict:
-    v = result.get("check")
-    return v if isinstance(v, health.Verdict) else health.check(result)
+def _verdict(result: AnalysisOutput) -> health.Verdict:
+    v = result.check
+    return v if isinstance(v, health.Verdict) else health.check(result.tables, ceiling=result.ceiling)
 
 
 def _gpu_span(run: RunDir) -> tuple[float, float]:

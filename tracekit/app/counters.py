@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tracekit.app.analyze import RAW, RECORDED, analyse_run, open_or_ingest, resolve_ceiling
+from tracekit.analysis.inputs import RAW, AnalysisInput, AnalysisOutput
+from tracekit.app.analyze import RECORDED, analyse_run, open_or_ingest
+from tracekit.app.ceiling import decide
 from tracekit.errors import TracekitError
 from tracekit.store.rundir import RunDir
 
@@ -23,10 +25,10 @@ class Attached:
     joined: int  # trace kernels that got counters
     classified: int  # of those, classified by their counters (not comm / memcpy)
     lines: tuple[str, ...]  # the join report
-    result: dict[str, Any]  # the analysis, as tracekit analyze returns it
+    result: AnalysisOutput  # the analysis, as tracekit analyze returns it
 
 
-def _counts(result: dict[str, Any]) -> tuple[int, int, list[str]]:
+def _counts(result: AnalysisOutput) -> tuple[int, int, list[str]]:
     kb = result.get("kernel_bound")
     joined = int(kb["ncu_match"].notna().sum()) if kb is not None and "ncu_match" in kb else 0
     classified = int((kb["source"] == "ncu").sum()) if kb is not None and "source" in kb else 0
@@ -34,23 +36,17 @@ def _counts(result: dict[str, Any]) -> tuple[int, int, list[str]]:
     return joined, classified, lines
 
 
-def preview(run: RunDir, table: Any) -> dict[str, Any]:
+def preview(run: RunDir, table: Any) -> AnalysisOutput:
     """The default passes over the run's tables plus ``table``, in memory: nothing is written."""
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
+    from tracekit.analysis.pipeline import run_passes
 
-    tables: dict[str, Any] = {name: run.read_table(name) for name in RAW}
-    tables["ncu_counters"] = table
-    manifest = run.read_manifest()
-    tables["manifest"] = manifest
+    snap = run.snapshot(RAW, optional=tuple(RECORDED.values()))
+    tables: dict[str, Any] = {**snap.tables, "ncu_counters": table}
+    manifest = snap.manifest
     for name, keep in RECORDED.items():
-        if run.has_table(keep):
-            tables[keep] = run.read_df(keep)
-        elif "analysis" not in manifest and run.has_table(name):
-            tables[keep] = run.read_df(name)
-    ceiling, _ = resolve_ceiling(manifest)
-    if ceiling is not None:
-        tables["ceiling"] = ceiling
-    return dict(run_passes(tables, DEFAULT_PASSES))
+        if keep not in tables and "analysis" not in manifest and run.has_table(name):
+            tables[keep] = run.read_table(name)
+    return run_passes(AnalysisInput(tables=tables, manifest=manifest, ceilings=decide(manifest)))
 
 
 def attach(run_dir: Any, table: Any) -> Attached:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analysis import whatif as _w
+from tracekit.analysis.inputs import RAW
 from tracekit.analysis.whatif_profile import Profile
 from tracekit.app.whatif import WhatifError, analysed_profile, profile_of, project
 from tracekit.errors import UsageError
@@ -18,22 +19,21 @@ from tracekit.store.rundir import RunDir
 
 
 def _in_memory(run: RunDir) -> Profile:
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes
-    from tracekit.app.analyze import as_frames, read_raw, resolve_ceiling
+    from tracekit.analysis.frames import as_df
+    from tracekit.analysis.inputs import AnalysisInput
+    from tracekit.analysis.pipeline import run_passes
+    from tracekit.app.analyze import RAW_COLUMNS
+    from tracekit.app.ceiling import decide
 
     if not run.has_table("gpu_activity"):
         raise WhatifError(f"{run.path}: no GPU activity recorded")
-    manifest = run.read_manifest()
-    tables = as_frames(read_raw(run))
-    tables["manifest"] = manifest
-    c, _ = resolve_ceiling(manifest)
-    if c is not None:
-        tables["ceiling"] = c
-    result = run_passes(tables, DEFAULT_PASSES)
-    out: dict[str, Any] = {n: result.get(n) for n in ("kernel_bound", "steps", "requests")}
-    out.update({n: tables.get(n) for n in ("runtime", "cpu_ops")})
-    out["manifest"] = manifest
-    out["ceiling"] = c
+    snap = run.snapshot(RAW, RAW_COLUMNS)
+    inp = AnalysisInput(tables=snap.tables, manifest=snap.manifest, ceilings=decide(snap.manifest))
+    result = run_passes(inp)
+    out: dict[str, Any] = {n: result.tables.get(n) for n in ("kernel_bound", "steps", "requests")}
+    out.update({n: as_df(inp.table(n)) for n in ("runtime", "cpu_ops")})
+    out["manifest"] = dict(inp.manifest)
+    out["ceiling"] = inp.ceiling
     return profile_of(out, str(run.run_id))
 
 

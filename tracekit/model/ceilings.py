@@ -319,6 +319,18 @@ _PATTERNS: list[tuple[str, str]] = [
 ]
 
 
+@dataclass(frozen=True)
+class Ceilings:
+    """The ceilings one analysis uses, decided once before the passes (tracekit.app.ceiling.decide):
+    ``ceiling`` rates and classes the kernels (None: the GPU has none); ``peaks`` is what the latency
+    line is drawn against (the ceiling itself, or the GPU's datasheet); ``note`` says how the ceiling
+    was found, or why there is none (None: the GPU named in run.json, found directly)."""
+
+    ceiling: Ceiling | None = None
+    peaks: Ceiling | None = None
+    note: str | None = None
+
+
 def datasheet(device_name: str) -> Ceiling | None:
     """The datasheet ceiling for a device name as NVML/torch report it, or None."""
     name = device_name.strip()

@@ -21,8 +21,9 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,14 @@ def _bad_number(data: dict[str, Any]) -> str | None:
     if isinstance(model, dict) and not (_is_finite(model.get("parameters")) and (model.get("parameters") or 0) >= 0):
         return "model.parameters"
     return None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one read of a run directory gave (RunDir.snapshot): run.json and the tables read."""
+
+    manifest: dict[str, Any]
+    tables: dict[str, pa.Table]
 
 
 class RunDir:
@@ -550,6 +559,18 @@ class RunDir:
                                   f"({visible(self.final_path / TABLES_DIR / path.name)}: {_first_line(exc)}); "
                                   "re-ingest or re-analyze the run") from None
 
+    def snapshot(self, tables: Sequence[str], columns: Mapping[str, Sequence[str]] | None = None,
+                 optional: Sequence[str] = ()) -> Snapshot:
+        """run.json and tables, each read once: run.json, the ingest check against it (as
+        ``check_ingested``), each of ``tables`` (``read_table``, empty where never written; only the
+        columns ``columns`` names for it, ``read_columns``), then each of ``optional`` the run has."""
+        manifest = self.read_manifest()
+        self.check_ingested(manifest)
+        cols = columns or {}
+        read = {name: self.read_columns(name, cols[name]) if name in cols else self.read_table(name) for name in tables}
+        read.update({name: self.read_table(name) for name in optional if self.has_table(name)})
+        return Snapshot(manifest, read)
+
     def read_df(self, name: str) -> Any:
         return self.read_table(name).to_pandas()
 
@@ -582,9 +603,10 @@ class RunDir:
                 out.append(f"table {name} is not the file ingest wrote")
         return out
 
-    def check_ingested(self) -> None:
-        """CorruptRunError if the tables ingest wrote (run.json ``ingest.tables``) were changed since."""
-        info = self.read_manifest().get("ingest")
+    def check_ingested(self, manifest: Mapping[str, Any] | None = None) -> None:
+        """CorruptRunError if the tables ingest wrote (run.json ``ingest.tables``; ``manifest``: run.json
+        as already read) were changed since."""
+        info = (manifest if manifest is not None else self.read_manifest()).get("ingest")
         entries = info.get("tables") if isinstance(info, dict) else None
         if isinstance(entries, dict):
             problems = self.table_problems(entries)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tracekit.errors import UsageError
 from tracekit.report.text import say
 
 
@@ -25,9 +26,38 @@ from tracekit.report.text import say
                    "(tracekit calibrate's), or measured / achievable / datasheet (that kind for the run's GPU). "
                    "Default: the best known for the GPU the trace names, or identifies from its deviceProperties.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal for work over ~2 s).")
+@click.option("--engine", type=click.Choice(["process", "serial", "ray"]), default=None,
+              help="For a dataset or a directory of traces/runs (one task per run, tables into the dataset): "
+                   "a local process pool (default), one process, or Ray tasks.")
+@click.option("--address", default=None, help="With --engine ray: the cluster to join (e.g. ray://head:10001; "
+                                               "default: RAY_ADDRESS, else a local Ray runtime).")
+@click.option("--jobs", type=int, default=None, help="Runs analysed at once locally (default: CPU count).")
+@click.option("--task-memory", "task_memory", default=None, metavar="SIZE",
+              help="With --engine ray: memory each run's task reserves (e.g. 2GB); Ray runs no more at once "
+                   "on a node than its memory holds.")
+@click.option("--runtime-env", "runtime_env", default=None, metavar="JSON|FILE",
+              help="With --engine ray: the Ray runtime_env of the tasks (e.g. '{\"pip\": [\"tracekit-llm\"]}').")
 def command(target: Path, out: Path | None, force: bool, warmup_requests: int | None, captures: tuple[str, ...],
-            ceiling: str | None, quiet: bool) -> int:
-    """Split a run or trace into requests, steps (prefill/decode) and phases."""
+            ceiling: str | None, quiet: bool, engine: str | None, address: str | None, jobs: int | None,
+            task_memory: str | None, runtime_env: str | None) -> int:
+    """Split a run or trace into requests, steps (prefill/decode) and phases.
+
+    TARGET a dataset or a directory of traces and runs: each run analysed in its own task, every table
+    written into the dataset (--out for a directory); exit 1 when any run failed.
+    """
+    from tracekit.app.fleet import is_fleet_target
+
+    if engine is not None or is_fleet_target(target):
+        from tracekit.commands import analyze_fleet
+
+        if force or captures:
+            raise UsageError("--force and --capture are for one run, not a fleet")
+        return analyze_fleet.run(target, out, engine=engine or "process", address=address, jobs=jobs,
+                                 task_memory=task_memory, runtime_env=runtime_env,
+                                 warmup_requests=warmup_requests, ceiling=ceiling)
+    if address or jobs or task_memory or runtime_env:
+        raise UsageError("--address, --jobs, --task-memory and --runtime-env are for a fleet "
+                               "(a dataset or a directory of traces)")
     from tracekit.app.analyze import MultirankResult, analyze
     from tracekit.model.progress import listening
     from tracekit.report.progress import Bar

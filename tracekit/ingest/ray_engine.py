@@ -34,6 +34,7 @@ from typing import Any
 from tracekit.errors import TraceFormatError, TracekitError, UsageError, say, visible
 from tracekit.ingest.result import not_a_trace
 from tracekit.store import dataset as _ds
+from tracekit.store.dataset_runs import write_run_meta
 from tracekit.store.fsops import check_distinct
 
 ENGINES = ("ray", "process", "serial")
@@ -147,6 +148,9 @@ def ingest_file(job: FileJob, root: str) -> FileOutcome:
         rank = traced_rank if traced_rank is not None else (job.rank if job.rank is not None else 0)
         tables = {k: _with_rank(v, rank) for k, v in res.tables.items()}
         parts = _ds.write_run_tables(root, job.run_id, tables, rank=rank, part=job.part)
+        # the trace's own fields (deviceProperties: the GPU and its ceiling), for an analysis of the dataset
+        write_run_meta(root, job.run_id, f"trace-{job.part}",
+                       {"trace_meta": {k: v for k, v in res.meta.items() if k != "traceEvents"}})
         out.rank = rank
         out.rows = {p.table: p.rows for p in parts}
         out.parts = [asdict(p) for p in parts]

@@ -552,6 +552,19 @@ SCHEMAS["comm_instances"] = _schema(
     doc="One row per NCCL kernel instance per rank: matched across ranks, transfer and wait",
 )
 
+# --- a fleet's dataset (tracekit.app.fleet): one row per (run, rank) of its last analysis ---------
+SCHEMAS["fleet_runs"] = _schema(
+    ("rank", _i32),
+    ("status", _str),  # complete / failed
+    ("error", _str),  # the run's one-line error (null: complete)
+    ("gpu", _str),  # the GPU's name as the recorder or the trace gives it (null: not named)
+    ("workload", _str),  # llm / diffusion / iterations / other
+    ("source", _str),  # the run's first trace file, or "dataset"
+    ("analysis_s", _f64),  # the task's wall time, ingest and analysis, s
+    ("peak_rss_bytes", _i64),  # the task's peak resident set
+    doc="A fleet's runs: one row per (run, rank) of the last analysis, failed runs included",
+)
+
 TABLES = tuple(SCHEMAS)
 
 # The files of a sweep directory (tracekit.store.sweepdir): <name>.parquet beside sweep.json.

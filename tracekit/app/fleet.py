@@ -44,6 +44,7 @@ class RunJob:
     run_id: str
     source: str  # SOURCE_TRACES or SOURCE_DATASET
     files: tuple[str, ...] = ()
+    ranks: tuple[int | None, ...] = ()  # each file's rank from its path (None: the trace says, else its order)
 
 
 @dataclass(frozen=True)
@@ -113,11 +114,12 @@ def plan_traces(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunJob], 
     if not files:
         raise UsageError(f"no .json or .json.gz traces under {', '.join(visible(str(p)) for p in paths)}")
     given: dict[str, set[str]] = {}
-    by_run: dict[str, list[str]] = {}
+    by_run: dict[str, list[tuple[str, int | None]]] = {}
     for job in plan(files, given=given):
-        by_run.setdefault(job.run_id, []).append(job.path)
+        by_run.setdefault(job.run_id, []).append((job.path, job.rank))
     _ds.check_run_ids(given)
-    return ([RunJob(rid, SOURCE_TRACES, tuple(fs)) for rid, fs in sorted(by_run.items())],
+    return ([RunJob(rid, SOURCE_TRACES, tuple(f for f, _ in fs), tuple(r for _, r in fs))
+             for rid, fs in sorted(by_run.items())],
             {k: min(v) for k, v in given.items()})
 
 
@@ -228,31 +230,108 @@ def _fleet_rows(job: RunJob, out: RunOutcome, tables: dict[str, Any], manifest: 
 
 def _analysed_tables(job: RunJob, root: str, dest: Path, options: FleetOptions
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The run built at ``dest``, analysed: the tables to write into the dataset (all of a traces job's,
-    the analysis' own for a dataset job: its raw tables are already there) and its run.json."""
+    """The run built at ``dest`` (a run directory, or ranks/<k>/ ones for several ranks), analysed: the
+    tables to write into the dataset (all of a traces job's, the analysis' own for a dataset job: its raw
+    tables are already there; every rank's, with its rank) and its run.json."""
     from tracekit.app.analyze import RAW, analyze
-    from tracekit.ingest import ingest
     from tracekit.store.rundir import RunDir
 
-    if job.source == SOURCE_TRACES:
-        run = ingest(list(job.files), dest, use_cache=False)
-        given: set[str] = set()
+    meta = _runs.run_meta(root, job.run_id) if job.source == SOURCE_DATASET else {}
+    given = set(_ds.tables_in(root)) & set(RAW) if job.source == SOURCE_DATASET else set()
+    by_rank = _build_traces(job, dest) if job.source == SOURCE_TRACES else _build_dataset(job, root, dest, given, meta)
+    top = RunDir.open(dest)
+    analyze(dest, warmup_requests=options.warmup_requests, ceiling=options.ceiling)
+    if by_rank is None:
+        tables = {name: top.read_table(name) for name in top.tables() if name not in given}
+        manifest = top.read_manifest()
     else:
-        given = set(_ds.tables_in(root)) & set(RAW)
-        raw = _runs.run_tables(root, job.run_id, sorted(given))
-        if not any(t.num_rows for t in raw.values()):
-            raise UsageError(f"run {visible(job.run_id)} has no raw tables in the dataset")
-        run = RunDir.create(dest, source="dataset", **_runs.run_meta(root, job.run_id))
-        for name, t in raw.items():
-            run.write_table(name, t)
-        run.mark_complete()
-    analyze(run.final_path, warmup_requests=options.warmup_requests, ceiling=options.ceiling)
-    done = RunDir.open(run.final_path)
-    tables = {name: done.read_table(name) for name in done.tables() if name not in given}
-    manifest = done.read_manifest()
+        tables = _rank_tables(by_rank, given)
+        top_tables = set(top.tables())
+        tables.update({n: top.read_table(n) for n in top_tables - set(tables) - given})
+        manifest = {**RunDir.open(by_rank[min(by_rank)]).read_manifest(), **top.read_manifest()}
     if job.source == SOURCE_TRACES:
         _runs.write_run_meta(root, job.run_id, "run", manifest)
     return tables, manifest
+
+
+def _build_traces(job: RunJob, dest: Path) -> dict[int, Path] | None:
+    """The job's traces ingested at ``dest``: one run directory, or (several files) a multi-rank run whose
+    ranks/<k>/ are the files, k from the path, else the trace's distributedInfo, else the file's order."""
+    from tracekit.ingest import ingest
+    from tracekit.ingest.reader import trace_rank
+    from tracekit.store.ranks import RANKS_DIR
+    from tracekit.store.rundir import RunDir
+
+    if len(job.files) == 1:
+        ingest(list(job.files), dest, use_cache=False)
+        return None
+    RunDir.create(dest, source="fleet", inputs=list(job.files)).mark_complete()
+    by_rank: dict[int, Path] = {}
+    for i, (f, r) in enumerate(zip(job.files, job.ranks or (None,) * len(job.files), strict=True)):
+        staging = dest / f"_file{i}"
+        run = ingest([f], staging, use_cache=False)
+        meta = run.read_manifest().get("trace_meta")
+        traced = trace_rank(meta) if isinstance(meta, dict) else None
+        k = traced if traced is not None else (r if r is not None else i)
+        if k in by_rank:
+            raise UsageError(f"{visible(f)} and {visible(str(by_rank[k]))} are both rank {k} of run "
+                             f"{visible(job.run_id)}")
+        final = dest / RANKS_DIR / str(k)
+        final.parent.mkdir(exist_ok=True)
+        staging.rename(final)
+        by_rank[k] = final
+    return by_rank
+
+
+def _build_dataset(job: RunJob, root: str, dest: Path, given: set[str], meta: dict[str, Any]
+                   ) -> dict[int, Path] | None:
+    """The run's raw tables from the dataset at ``dest``: one run directory, or ranks/<k>/ ones."""
+    import pyarrow.compute as pc
+
+    from tracekit.store.ranks import RANKS_DIR
+    from tracekit.store.rundir import RunDir
+
+    raw = _runs.run_tables(root, job.run_id, sorted(given))
+    if not any(t.num_rows for t in raw.values()):
+        raise UsageError(f"run {visible(job.run_id)} has no raw tables in the dataset")
+    ranks = sorted({int(r) for t in raw.values() if "rank" in t.column_names
+                    for r in pc.unique(pc.drop_null(t.column("rank"))).to_pylist()}) or [0]
+    if len(ranks) == 1:
+        run = RunDir.create(dest, source="dataset", **meta)
+        for name, t in raw.items():
+            run.write_table(name, t)
+        run.mark_complete()
+        return None
+    RunDir.create(dest, source="dataset", **meta).mark_complete()
+    by_rank: dict[int, Path] = {}
+    for k in ranks:
+        run = RunDir.create(dest / RANKS_DIR / str(k), source="dataset", **meta)
+        for name, t in raw.items():
+            run.write_table(name, t.filter(pc.equal(t.column("rank"), k)) if "rank" in t.column_names else t)
+        run.mark_complete()
+        by_rank[k] = run.final_path
+    return by_rank
+
+
+def _rank_tables(by_rank: dict[int, Path], given: set[str]) -> dict[str, Any]:
+    """Every rank's tables (those not ``given``) concatenated per table, with the rank set to its folder's."""
+    import pyarrow as pa
+
+    from tracekit.model import schema as _schema
+    from tracekit.store.rundir import RunDir
+
+    parts: dict[str, list[Any]] = {}
+    for k, path in sorted(by_rank.items()):
+        run = RunDir.open(path)
+        for name in run.tables():
+            if name in given:
+                continue
+            t = run.read_table(name)
+            if "rank" in t.column_names:
+                i = t.schema.get_field_index("rank")
+                t = t.set_column(i, t.schema.field(i), pa.array([k] * t.num_rows, t.schema.field(i).type))
+            parts.setdefault(name, []).append(_schema.check(name, t))
+    return {name: pa.concat_tables(ts, promote_options="permissive") for name, ts in parts.items()}
 
 
 # --- engines ---------------------------------------------------------------------------

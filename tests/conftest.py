@@ -45,3 +45,15 @@ def corpus_dir() -> Path:
         pytest.skip(CORPUS_ABSENT)
     assert (CORPUS / "hta").is_dir(), f"no hta/ traces under {CORPUS}"
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> object:
+    """One local Ray runtime (2 CPUs) for every Ray test of the session: its start-up (~15 s on 2 cores) is
+    paid once. Code under test finds Ray initialised and uses it as it is. Skips where Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield ray
+    ray.shutdown()

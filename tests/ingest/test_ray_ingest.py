@@ -44,12 +44,11 @@ def test_plan_names_runs_and_ranks_from_paths(traces: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Path, capsys) -> None:
-    pytest.importorskip("ray")
+def test_ray_engine_writes_the_same_dataset_as_serial(traces: Path, tmp_path: Path, capsys, ray_local) -> None:
     from tracekit.cli import main
 
-    # WHEN `tracekit ingest --engine ray` starts a real local Ray runtime (one start-up: ~15 s on 2 cores),
-    # and the same files are ingested serially
+    # WHEN `tracekit ingest --engine ray` runs on a real local Ray runtime (the session's: one start-up,
+    # ~15 s on 2 cores, shared with the other Ray tests), and the same files are ingested serially
     assert main(["ingest", str(traces), "--engine", "ray", "--out", str(tmp_path / "ds_ray")]) == 0
     assert "5/5 traces" in capsys.readouterr().out
     assert json.loads((tmp_path / "ds_ray" / dataset.MARKER).read_text())["last_ingest"]["engine"] == "ray"

@@ -150,3 +150,19 @@ def test_the_fleet_on_ray_gives_the_local_paths_tables(traces: Path, local: tupl
                                                          ("solo", "complete")]
     assert _query(TPOT_P99, tmp_path / "ds_ray") == _query(TPOT_P99, local[1])
     assert all(o.peak_rss_bytes for o in s.outcomes)
+
+
+def test_report_of_the_dataset_is_one_row_per_run_and_rank(local: tuple[int, Path, str], capsys) -> None:
+    from tracekit.report.fleet import fleet_rows
+
+    _, root, _ = local
+    rows = {(r["run_id"], r["rank"]): r for r in fleet_rows(root)}
+    assert sorted(rows) == [("broken", 0), ("job", 0), ("job", 1), ("solo", 0)]
+    # 4 steps and 4 kernels of 80 µs per good (run, rank): GPU busy 0.32 ms; TPOT p99 as hand-worked
+    assert [(rows[k]["steps"], rows[k]["gpu_busy_ms"]) for k in (("job", 0), ("job", 1), ("solo", 0))] == [
+        (4, pytest.approx(0.32))] * 3
+    assert rows[("job", 1)]["tpot_p99_ms"] == pytest.approx(1.0 / 3)
+    assert rows[("broken", 0)]["status"] == "failed" and rows[("broken", 0)]["steps"] is None
+    assert main(["report", str(root), "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs, 4 (run, rank) rows, 1 failed" in out and "failed: broken: " in out

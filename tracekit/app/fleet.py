@@ -117,10 +117,33 @@ def plan_traces(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunJob], 
     by_run: dict[str, list[tuple[str, int | None]]] = {}
     for job in plan(files, given=given):
         by_run.setdefault(job.run_id, []).append((job.path, job.rank))
+    by_run, given = _split_unranked(by_run, given)
     _ds.check_run_ids(given)
     return ([RunJob(rid, SOURCE_TRACES, tuple(f for f, _ in fs), tuple(r for _, r in fs))
              for rid, fs in sorted(by_run.items())],
             {k: min(v) for k, v in given.items()})
+
+
+def _split_unranked(by_run: dict[str, list[tuple[str, int | None]]], given: dict[str, set[str]]
+                    ) -> tuple[dict[str, list[tuple[str, int | None]]], dict[str, set[str]]]:
+    """Files of one run id are its ranks only where each path names a rank of its own (``job_rank-1``,
+    ``ranks/1/``); same-named files in different folders are runs of their own, ``<folder>-<id>``."""
+    out: dict[str, list[tuple[str, int | None]]] = {}
+    names: dict[str, set[str]] = {}
+    for rid, fs in by_run.items():
+        ranks = [r for _, r in fs]
+        if len(fs) == 1 or (None not in ranks and len(set(ranks)) == len(ranks)):
+            out[rid], names[rid] = fs, given.get(rid, {rid})
+            continue
+        for f, r in fs:
+            own = _ds.safe_run_id(f"{Path(f).parent.name}-{rid}")
+            out.setdefault(own, []).append((f, r))
+            names.setdefault(own, set()).add(own)
+    clash = [k for k, v in out.items() if len(v) > 1 and len({r for _, r in v}) < len(v)]
+    if clash:
+        raise UsageError(f"run {visible(clash[0])}: {visible(out[clash[0]][0][0])} and {visible(out[clash[0]][1][0])} "
+                         "cannot be told apart; give each trace a file name of its own")
+    return out, names
 
 
 def plan_dataset(root: str | os.PathLike[str], run_ids: Sequence[str] | None = None) -> list[RunJob]:

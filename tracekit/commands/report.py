@@ -32,6 +32,11 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
 
     if html_path is not None and not no_html:
         check_output(html_path, "--html")
+    from tracekit.store.dataset import is_dataset
+
+    if any(is_dataset(p) for p in runs):
+        _fleet(runs, html_path, no_html)
+        return
     dirs = [RunDir.open(p) for p in runs]
     for d in dirs:
         for what in d.unfinished():
@@ -53,6 +58,25 @@ def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmu
         fh.write(text)
     say(f"wrote {visible(html_path)} ({len(text) / 1e3:.0f} kB; open it in a browser, no network needed)")
     _say_caught(caught)
+
+
+def _fleet(runs: tuple[Path, ...], html_path: Path | None, no_html: bool) -> None:
+    """A dataset's runs, one row per (run, rank), in the terminal and (``--html``) as an HTML table."""
+    from tracekit.errors import UsageError
+    from tracekit.report.fleet import fleet_html, fleet_rows, render_fleet
+
+    if len(runs) != 1:
+        raise UsageError("give one dataset (its runs are compared in one table), not a dataset and other runs")
+    notes: list[str] = []
+    rows = fleet_rows(runs[0], notes)
+    for n in notes:
+        say(f"warning: {visible(n)}", err=True)
+    render_fleet(rows, sys.stdout)
+    if no_html or html_path is None:
+        return
+    with atomic_open(html_path, "w") as fh:
+        fh.write(fleet_html(rows, f"tracekit fleet: {runs[0].name}"))
+    say(f"wrote {visible(html_path)}")
 
 
 def _say_caught(caught: list[warnings.WarningMessage]) -> None:

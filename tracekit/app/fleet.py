@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -401,7 +402,7 @@ def run_ray(jobs: list[RunJob], root: str, options: FleetOptions, *, address: st
             opts["memory"] = int(task_memory)
         task = ray.remote(**opts)(analyze_run_task)
         refs = [task.remote(j, root, options) for j in jobs]
-        return [_result(lambda r=r: ray.get(r), j) for r, j in zip(refs, jobs, strict=True)]
+        return [_result(partial(ray.get, r), j) for r, j in zip(refs, jobs, strict=True)]
 
 
 ENGINES: dict[str, Engine] = {"serial": run_serial, "process": run_process, "ray": run_ray}

@@ -13,7 +13,8 @@ from tracekit.report.text import say
 @click.command("analyze")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory to create when TARGET is a trace file (default: <trace-stem>.tracekit/ beside it).")
+              help="Run directory to create when TARGET is a trace file (default: <trace-stem>.tracekit/ beside it); "
+                   "the dataset to write when TARGET is a directory of traces.")
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory when ingesting.")
 @click.option("--warmup-requests", "warmup_requests", type=click.IntRange(min=0), default=None, metavar="N",
               help="The first N requests are warm-ups: kept, but left out of the run's phase totals.")
@@ -31,7 +32,7 @@ from tracekit.report.text import say
                    "a local process pool (default), one process, or Ray tasks.")
 @click.option("--address", default=None, help="With --engine ray: the cluster to join (e.g. ray://head:10001; "
                                                "default: RAY_ADDRESS, else a local Ray runtime).")
-@click.option("--jobs", type=int, default=None, help="Runs analysed at once locally (default: CPU count).")
+@click.option("--jobs", type=int, default=None, help="Runs analysed at once (default: CPU count; with --engine ray, the local runtime's CPUs).")
 @click.option("--task-memory", "task_memory", default=None, metavar="SIZE",
               help="With --engine ray: memory each run's task reserves (e.g. 2GB); Ray runs no more at once "
                    "on a node than its memory holds.")
@@ -42,8 +43,8 @@ def command(target: Path, out: Path | None, force: bool, warmup_requests: int | 
             task_memory: str | None, runtime_env: str | None) -> int:
     """Split a run or trace into requests, steps (prefill/decode) and phases.
 
-    TARGET a dataset or a directory of traces and runs: each run analysed in its own task, every table
-    written into the dataset (--out for a directory); exit 1 when any run failed.
+    A dataset, or a directory of traces and runs, is a fleet: each run is analysed in a task of its own and
+    its tables written into the dataset (--out for a directory); exit 1 when any run failed.
     """
     from tracekit.app.fleet import is_fleet_target
 

@@ -26,7 +26,10 @@ from tracekit.store.rundir import RunDir, atomic_open, check_output
 @click.option("--warmup-requests", "warmup_requests", type=click.IntRange(min=0), default=None, metavar="N",
               help="Leave each run's first N requests out of its phase totals (warm-ups; default: as analysed).")
 def command(runs: tuple[Path, ...], html_path: Path | None, no_html: bool, warmup_requests: int | None) -> None:
-    """Summarise runs in the terminal and as a self-contained HTML file."""
+    """Summarise runs in the terminal and as a self-contained HTML file.
+
+    A dataset (tracekit analyze DIR --out DATASET): one row per (run, rank) of its analysed runs.
+    """
     from tracekit.report.terminal import render_terminal
     from tracekit.report.view import load_view
 

@@ -10,7 +10,7 @@ in a folder of its own so that it is a run of its own id, plus one truncated tra
 ``tracekit analyze DIR --out DATASET --engine E`` in a fresh process (the CLI, timed), and one SQL query
 over the dataset: TPOT p99 per run and GPU. Prints the wall time, the runs analysed and failed, each
 task's peak RSS (fleet_runs.peak_rss_bytes: the worker's resident high-water mark, reset at the task's
-start) as max / p50, the driver's peak RSS, the sum of the tasks' times and the machine's load average.
+start) as max / p50, the sum of the tasks' times and the machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -117,12 +117,14 @@ def main() -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()
-    driver_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    # ru_maxrss of the reaped children: the largest of analyze's processes at their exit (a pool worker's
+    # high-water mark is reset at each task's start, so this is not the whole run's peak)
+    reaped_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(" ".join(cmd[1:]))
     print(proc.stdout.strip())
     err = proc.stderr.strip().splitlines()
     print("\n".join(([f"... ({len(err) - 8} lines)"] if len(err) > 8 else []) + err[-8:]))
-    print(f"exit {proc.returncode}; wall {wall:.1f} s; driver peak RSS {driver_mb:.0f} MiB; "
+    print(f"exit {proc.returncode}; wall {wall:.1f} s; largest RSS of analyze's reaped processes {reaped_mb:.0f} MiB; "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
 
     sys.path.insert(0, str(REPO))

@@ -35,8 +35,6 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None,
         # A local runtime's raylet may take minutes to come up on a loaded small machine (a value the
         # user set wins).
         os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")
-        # and the raylet waits for its agents' ports this long (Ray's 15 s default ended the runtime at load 10)
-        os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
     if runtime_env:
         init["runtime_env"] = runtime_env
     try:

@@ -92,10 +92,14 @@ class FleetSummary:
 
 
 def is_fleet_target(target: Path) -> bool:
-    """True for a dataset, or a directory that is not itself a run directory (a folder of traces/runs)."""
-    from tracekit.store.rundir import MANIFEST
+    """True for a dataset, or a directory that is not itself a run directory (a folder of traces/runs):
+    one with run.json, tables/, trace.json.gz or ranks/ is a run (a damaged one gets the run's errors)."""
+    from tracekit.store.ranks import RANKS_DIR
+    from tracekit.store.rundir import MANIFEST, TABLES_DIR, TRACE
 
-    return _ds.is_dataset(target) or (target.is_dir() and not (target / MANIFEST).is_file())
+    if _ds.is_dataset(target):
+        return True
+    return target.is_dir() and not any((target / n).exists() for n in (MANIFEST, TABLES_DIR, TRACE, RANKS_DIR))
 
 
 def plan_traces(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunJob], dict[str, str]]:

@@ -261,7 +261,8 @@ def _analysed_tables(job: RunJob, root: str, dest: Path, options: FleetOptions
     """The run built at ``dest`` (a run directory, or ranks/<k>/ ones for several ranks), analysed: the
     tables to write into the dataset (all of a traces job's, the analysis' own for a dataset job: its raw
     tables are already there; every rank's, with its rank) and its run.json."""
-    from tracekit.app.analyze import RAW, analyze
+    from tracekit.analysis.inputs import RAW
+    from tracekit.app.analyze import analyze
     from tracekit.store.rundir import RunDir
 
     meta = _runs.run_meta(root, job.run_id) if job.source == SOURCE_DATASET else {}

@@ -238,6 +238,7 @@ class Recording:
         self._warmup: set[int] = set()
         # --memory: a collectors.memory.MemoryProbe driven by the step hooks, written as step_memory.
         self.memory = memory
+        self._cuda = True  # set on entry: whether the profiler traced CUDA (else the run gets its CPU split)
 
     @property
     def path(self) -> Path:
@@ -262,6 +263,7 @@ class Recording:
         import torch
 
         cuda = torch.cuda.is_available() if self.opts.cuda is None else self.opts.cuda
+        self._cuda = cuda
         if self._own_noise:
             self.noise.__enter__()
         self.sampler, self._nvml_status = _make_sampler(self.opts)
@@ -333,6 +335,8 @@ class Recording:
                 self.run.add_warning(p)
             if exc is None and not problems_fatal(problems):
                 self.run.mark_complete()
+                if not self._cuda:  # every recording on a CPU (workload, script, API, serve): its split
+                    _cpu_split(self.run)
             else:
                 reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
                 self.run.mark_incomplete(reason or "; ".join(problems))
@@ -874,8 +878,6 @@ def _run_workload(cfg: Any, opts: RecordOptions, noise: ThirdPartyOutput, holder
                     progress.start("recording", i)
                     rec.name_next(f"{cfg.shape}-{i}")
                     model.generate(**wl.generate_kwargs(cfg, p))
-            if on_cpu:
-                _cpu_split(run)
     except BaseException as exc:
         if rec is None:  # failed before the profiled pass: say so in run.json
             reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else _describe(exc)

@@ -20,7 +20,16 @@ from typing import Any
 
 import click
 
-from tracekit.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TracekitError, visible
+from tracekit.errors import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    TracekitError,
+    address_space_failure,
+    address_space_limit,
+    visible,
+)
 from tracekit.model.version import VERSION
 
 # verb -> (module, one-line help). The help is here so `--help` imports nothing.
@@ -83,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tracekit.store import lock
 
     args = list(sys.argv[1:] if argv is None else argv)
+    fit_address_space()
     safe_streams()
     _RECEIVED.clear()
     try:
@@ -127,7 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"tracekit: error: a name is not UTF-8 text ({visible(exc.object[max(0, exc.start - 40):exc.end + 10])}); "
              "rename it or choose another path")
         return EXIT_USAGE
-    except MemoryError:
+    except MemoryError as exc:
+        limited = address_space_failure(exc)
+        if limited is not None:
+            _say(f"tracekit: error: {limited.message}")
+            return limited.exit_code
         _say("tracekit: error: out of memory (what was being written was left as it was; free memory or "
              "use a machine with more)")
         return EXIT_FAILURE
@@ -143,13 +157,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _quiet_stdout()
                     return EXIT_OK
         raise
-    except OSError as exc:
+    except Exception as exc:
+        limited = address_space_failure(exc)  # Arrow, DuckDB or the loader under ``ulimit -v``: the limit
+        if limited is not None:
+            _say(f"tracekit: error: {limited.message}")
+            return limited.exit_code
+        if not isinstance(exc, OSError):
+            raise
         where = f"{exc.filename}: " if exc.filename else ""
         click.echo(f"tracekit: error: {visible(where)}{_one_line(exc)}", err=True)
         return EXIT_FAILURE
     finally:
         lock.release_all()
     return rv if isinstance(rv, int) else 0
+
+
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def fit_address_space() -> None:
+    """Under a limited address space (``ulimit -v``), one malloc arena for all threads, set before any
+    thread starts: glibc gives a thread that allocates while another holds the lock an arena of its
+    own, each reserving 64 MiB of address space, so Arrow's and DuckDB's worker threads would use up
+    the limit and abort the process. Nothing changes without a limit (or without glibc)."""
+    if address_space_limit() is None:
+        return
+    os.environ.setdefault("MALLOC_ARENA_MAX", "1")  # the processes tracekit starts, too
+    with suppress(OSError, AttributeError, TypeError):
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
 
 
 class Terminated(KeyboardInterrupt):

@@ -108,3 +108,46 @@ class SchemaError(TracekitError):
     column, or a column of the wrong type. A bug in the writer, never in the user's input."""
 
     exit_code = EXIT_FAILURE
+
+
+
+# What Arrow, DuckDB, glibc and the loader say when a worker thread cannot start, or memory cannot be
+# mapped: under a limited address space (``ulimit -v``) that is the limit, not the input.
+_NO_THREAD = re.compile(r"failed to launch worker thread|can't start new thread|cannot allocate memory for "
+                        r"thread|pthread_create|resource temporarily unavailable", re.IGNORECASE)
+_NO_MEMORY = re.compile(r"failed to map segment|cannot allocate memory|out of memory|bad_alloc|allocation failure",
+                        re.IGNORECASE)
+
+
+def address_space_limit() -> int | None:
+    """The process's address-space limit in bytes (``ulimit -v``), or None when it has none."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+class AddressSpaceError(TracekitError):
+    """Work that could not get a worker thread or memory because the address space is limited (``ulimit -v``)."""
+
+    exit_code = EXIT_FAILURE
+
+
+def address_space_failure(exc: BaseException) -> AddressSpaceError | None:
+    """``exc`` as one honest line when it is a library failing to start a worker thread or to map
+    memory under a limited address space (``ulimit -v``); None for anything else, or without a limit
+    (a real error keeps its own message)."""
+    limit = address_space_limit()
+    if limit is None:
+        return None
+    text = f"{type(exc).__name__}: {exc}"
+    if _NO_THREAD.search(text):
+        what = "not enough address space for worker threads"
+    elif isinstance(exc, MemoryError) or _NO_MEMORY.search(text):
+        what = "out of memory: not enough address space"
+    else:
+        return None
+    return AddressSpaceError(f"{what} (ulimit -v {limit // 1024}; what was being written was left as it was): "
+                             "raise the limit (ulimit -v unlimited) and run it again")

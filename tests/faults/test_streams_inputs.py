@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from faultlib import REPO, cli, events, one_line, trace_doc, write_trace
+from faultlib import REPO, Result, case, cli, copy_run, events, one_line, snapshot, trace_doc, write_trace
 
 ENV = {"PYTHONPATH": str(REPO)}
 
@@ -47,7 +48,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory, good_template: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("enc", ["ascii", "latin-1"])
 def test_any_locale_prints_without_a_crash(runs: Path, enc: str) -> None:
-    from faultlib import Result
 
     env = {**os.environ, **ENV, "PYTHONIOENCODING": enc, "LC_ALL": "C"}
     for argv in (["report", runs / "r1"], ["query", "select 'µs → é ✓ 😀' as x", "--runs", runs]):
@@ -261,19 +261,52 @@ def test_out_of_memory_is_said_as_itself(tmp_path: Path, good_template: Path, mo
     assert r.rc == 1 and "out of memory" in r.err and "re-ingest" not in r.err, r.err
 
 
-@pytest.mark.parametrize(("errno_", "text"), [(28, "No space left on device"), (36, "File name too long")])
-def test_a_dataset_write_failure_is_said_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                errno_: int, text: str) -> None:
-    from tracekit.store import dataset as _ds
-    from tracekit.store.fsops import write_error
+def _limited(limit: str, argv: list[object], cwd: Path) -> Result:
+    """``python -m tracekit ARGV`` in a shell under ``ulimit LIMIT``: a real limit, so the kernel itself
+    fails the writes (``-f``: EFBIG, as on a full disk) or the mappings (``-v``)."""
+    cmd = f"ulimit {limit} && exec {shlex.quote(sys.executable)} -m tracekit {shlex.join(map(str, argv))}"
+    p = subprocess.run(["bash", "-c", cmd], cwd=cwd, env={**os.environ, **ENV}, capture_output=True, text=True,
+                       timeout=180)
+    return Result(p.returncode, p.stdout, p.stderr)
 
-    def full(path: Path, *a: object, **k: object) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        raise write_error(path, OSError(errno_, text))
 
-    monkeypatch.setattr(_ds, "write_table", full)
-    src = write_trace(tmp_path / "t.json", trace_doc())
-    r = cli(["ingest", src, "--dataset", "--engine", "serial", "--out", tmp_path / "ds"])
+def test_a_write_the_file_system_refuses_is_one_line_and_loses_nothing(tmp_path: Path, good_template: Path) -> None:
+    """Writes that fail for real (a 4 KiB file-size limit: EFBIG, what a full disk does with ENOSPC) while
+    ingesting over a run and into a dataset: one line naming the failure, the run as it was, no partition
+    folder left in the dataset."""
+    case("filesystem faults")
+    run = copy_run(good_template, tmp_path / "run")
+    before = snapshot(run)
+    src = write_trace(tmp_path / "big.json", trace_doc(events(400)))  # its tables pass 4 KiB
+    r = _limited("-f 4", ["ingest", src, "--out", run, "--force", "--no-cache"], tmp_path)
     one_line(r)
-    assert r.rc == 1 and "could not be written" in r.err and text in r.err, r.err
+    assert r.rc == 1 and "File too large" in r.err, r.err
+    assert snapshot(run) == before
+    r = _limited("-f 4", ["ingest", src, "--dataset", "--engine", "serial", "--out", tmp_path / "ds"], tmp_path)
+    one_line(r)
+    assert r.rc == 1 and "could not be written" in r.err and "File too large" in r.err, r.err
     assert not [p for p in (tmp_path / "ds").rglob("*") if p.is_dir() and p.name.startswith(("run_id=", "rank="))]
+
+
+def test_a_name_too_long_for_the_file_system_is_said_as_such(tmp_path: Path) -> None:
+    """A run id whose partition folder name passes the file system's 255 bytes: the real ENAMETOOLONG,
+    said as a write failure (not as an unreadable trace), no partition folder left."""
+    case("filesystem faults")
+    src = write_trace(tmp_path / "t.json", trace_doc())
+    r = cli(["ingest", src, "--dataset", "--engine", "serial", "--run-id", "x" * 250, "--out", tmp_path / "ds"])
+    one_line(r)
+    assert r.rc == 1 and "could not be written" in r.err and "File name too long" in r.err, r.err
+    assert not [p for p in (tmp_path / "ds").rglob("*") if p.is_dir() and p.name.startswith(("run_id=", "rank="))]
+
+
+def test_a_limited_address_space_is_said_as_such(tmp_path: Path, runs: Path) -> None:
+    """``ulimit -v``: a query either runs (malloc keeps one arena, so its worker threads fit) or says
+    that the address space was too small, in one line; never the C library's abort (exit 127)."""
+    case("memory")
+    sql = "select count(*) as n from gpu_activity"
+    r = _limited("-v 600000", ["query", sql, "--runs", runs, "--format", "csv"], tmp_path)
+    one_line(r)
+    assert (r.rc == 0 and r.out.split() == ["n", "6"]) or (r.rc == 1 and "not enough address space" in r.err), r.err
+    r = _limited("-v 250000", ["query", sql, "--runs", runs], tmp_path)  # too small for DuckDB to load
+    one_line(r)
+    assert r.rc == 1 and "not enough address space (ulimit -v 250000" in r.err, r.err

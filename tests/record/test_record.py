@@ -348,43 +348,51 @@ def test_a_config_only_directory_that_cannot_be_built_is_one_line(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_real_sigint_during_the_profiled_pass(tmp_path: Path) -> None:
-    """Ctrl-C as a signal (not a mocked exception): exit 130, run incomplete, partial data kept."""
+    """Ctrl-C as a signal (not a mocked exception) once the profiled pass has produced a token: exit
+    130, run incomplete, partial data kept. The signal waits for that event (the progress line on a
+    terminal), never for a guessed time, so a loaded machine only makes it slower."""
+    import os
+    import pty
+    import re
+    import select
     import signal
     import subprocess
     import sys
 
     out = tmp_path / "r"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tracekit",
-        "record",
-        "-q",
-        "--warmup",
-        "0",
-        "--output-tokens",
-        "150",
-        "--out",
-        str(out),
-    ]
+    cmd = [sys.executable, "-m", "tracekit", "record", "--warmup", "0", "--output-tokens", "150", "--out", str(out)]
+    # stderr on a terminal: the progress line is updated with every token ("recording: request 1/1, N/150").
+    master, slave = pty.openpty()
     # A shell starts background jobs with SIGINT ignored, and a child inherits that (Python then installs
     # no KeyboardInterrupt handler): the child gets SIGINT's default back, as a terminal's process has.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 60
-    # run.json gains timings.unprofiled when the profiled pass begins.
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if "unprofiled" in json.loads((out / "run.json").read_text()).get("timings", {}):
+    os.close(slave)
+    seen = b""
+    token = re.compile(rb"recording: request 1/1, ([1-9][0-9]*)/150")
+    try:
+        while proc.poll() is None and not token.search(seen):
+            if select.select([master], [], [], 1.0)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+        assert proc.poll() is None, "the run finished before it could be interrupted: " + seen.decode()[-500:]
+        proc.send_signal(signal.SIGINT)
+        while True:  # drain the terminal until the child lets go of it, so it never blocks writing
+            try:
+                chunk = os.read(master, 4096) if select.select([master], [], [], 1.0)[0] else b""
+            except OSError:
                 break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    time.sleep(0.3)
-    assert proc.poll() is None, "the run finished before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err.decode()[-500:]
+            if not chunk and proc.poll() is not None:
+                break
+            seen += chunk
+        proc.wait(timeout=600)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, seen.decode(errors="replace")[-500:]
     run = RunDir.open(out)
     m = run.read_manifest()
     assert m["status"] == STATUS_INCOMPLETE and "interrupt" in m["incomplete_reason"]

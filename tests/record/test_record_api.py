@@ -82,6 +82,8 @@ def test_python_api_annotates_every_generate_in_the_block(tmp_path: Path) -> Non
     assert list(steps["kind"]) == ["prefill", "decode", "decode", "prefill", "decode"]
     assert list(steps["kv_len"]) == [7, 8, 9, 4, 5]
     assert r.read_manifest()["workload"] == {"kind": "python-api", "name": "api"}
+    if not torch.cuda.is_available():  # the API's recordings on a CPU get their split as well
+        assert {"prefill", "decode"} <= set(_split_adds_up(r.read_manifest()))
     # The patch is gone after the block: generate is the library's own again.
     from transformers.generation.utils import GenerationMixin
 
@@ -119,13 +121,19 @@ def test_user_streamer_still_receives_every_token(tmp_path: Path) -> None:
     assert s.puts == 5 and s.ended  # prompt + 4 tokens
 
 
-def test_record_runs_a_user_script_in_process(tmp_path: Path) -> None:
+def _split_adds_up(m: dict) -> list[str]:
+    """run.json's cpu_split: the phases it covers, each one's classes summing to its time."""
+    split = m["cpu_split"]
+    for p in split:
+        assert sum(p["classes"].values()) == p["time_ns"] > 0, p
+    return [p["phase"] for p in split]
+
+
+def test_record_runs_a_user_script_in_process(tmp_path: Path, capsys) -> None:
     script = tmp_path / "my_script.py"
     script.write_text(SCRIPT)
     out = tmp_path / "r"
-    assert (
-        main(["record", "-q", "--no-nvml", "--out", str(out), "--", "python", str(script), "--n", "2"]) == 0
-    )
+    assert main(["record", "--no-nvml", "--out", str(out), "--", "python", str(script), "--n", "2"]) == 0
     r = RunDir.open(out)
     m = r.read_manifest()
     assert m["status"] == STATUS_COMPLETE and m["workload"]["kind"] == "script"
@@ -133,6 +141,11 @@ def test_record_runs_a_user_script_in_process(tmp_path: Path) -> None:
     req = r.read_df("requests")
     assert list(req["input_tokens"]) == [6, 7] and list(req["output_tokens"]) == [4, 4]
     assert list(r.read_df("steps")["kind"]).count("prefill") == 2
+    if not torch.cuda.is_available():  # a script recorded on a CPU leads its summary with the split too
+        assert {"prefill", "decode"} <= set(_split_adds_up(m))
+        summary = capsys.readouterr().out.splitlines()
+        assert summary[1].startswith("  where the time went (CPU: no roofline"), summary
+        assert any(ln.startswith("  decode ") and "GEMM" in ln for ln in summary), summary
 
 
 def test_a_failing_script_returns_its_exit_code_and_stays_incomplete(tmp_path: Path) -> None:

@@ -3,8 +3,6 @@ progress on stderr, a CPU split first, and a diff of a set of runs against itsel
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,25 +11,32 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-def _tk(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+def _tk(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``tracekit ARGS`` in this process (the test is about what it prints where, not about start-up)."""
+    from tracekit.cli import main
+
+    capfd.readouterr()
+    rc = main(args)
+    got = capfd.readouterr()
+    return rc, got.out, got.err
 
 
 @pytest.mark.slow
-def test_repeat_then_diff_reports_the_noise(tmp_path: Path) -> None:
-    rec = _tk(["record", "--repeat", "2", "--out", "a", "--warmup", "1"], tmp_path)
-    assert rec.returncode == 0, rec.stderr[-2000:]
-    out = rec.stdout.splitlines()
+def test_repeat_then_diff_reports_the_noise(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rc, stdout, stderr = _tk(["record", "--repeat", "2", "--out", "a", "--warmup", "1"], capfd)
+    assert rc == 0, stderr[-2000:]
+    out = stdout.splitlines()
     assert out[0].startswith("tracekit record: complete")
     assert out[1].startswith("  where the time went (CPU: no roofline")
     assert any(ln.startswith("  decode ") and "GEMM" in ln for ln in out)
     assert any(ln.startswith("repeats         2 runs under a") for ln in out)
-    assert "recording: request 1/1" in rec.stderr and "tracekit record:" not in rec.stderr
+    assert "recording: request 1/1" in stderr and "tracekit record:" not in stderr
     assert {p.name for p in (tmp_path / "a").iterdir()} == {"repeat-1", "repeat-2"}
-    diff = _tk(["diff", "a", "a"], tmp_path)
-    assert diff.returncode == 0, diff.stderr[-2000:]
-    assert "analyzing a/repeat-1 first (tracekit analyze a/repeat-1)" in diff.stderr
-    rows = [ln for ln in diff.stdout.splitlines() if ln.startswith("│ decode") and "noise" in ln]
+    rc, stdout, stderr = _tk(["diff", "a", "a"], capfd)
+    assert rc == 0, stderr[-2000:]
+    assert "analyzing a/repeat-1 first (tracekit analyze a/repeat-1)" in stderr
+    rows = [ln for ln in stdout.splitlines() if ln.startswith("│ decode") and "noise" in ln]
     assert rows and "1.00×" in rows[0] and "within noise" in rows[0]
-    assert "per operator class (CPU host time)" in diff.stdout
+    assert "per operator class (CPU host time)" in stdout

@@ -49,6 +49,13 @@ def test_serve_run_is_complete_with_engine_timings_under_load(served: tuple[RunD
     kinds = m["steps_by_kind"]
     assert kinds.get("mixed", 0) >= 1 and kinds.get("decode", 0) >= 1
     assert m["max_batch"] >= 2
+    # On a CPU the serve run's summary leads with the split by operator class, as every recording's does.
+    for p in m["cpu_split"]:
+        assert sum(p["classes"].values()) == p["time_ns"] > 0, p
+    assert {"mixed", "decode"} <= {p["phase"] for p in m["cpu_split"]}
+    from tracekit.report.record_summary import render
+
+    assert render(m, run.path).splitlines()[1].startswith("  where the time went (CPU: no roofline")
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TracekitError, UsageError, visible
+from tracekit.errors import TracekitError, UsageError, address_space_failure, visible
 from tracekit.model import schema as _schema
 from tracekit.store.rundir import MANIFEST, TABLES_DIR, RunDir
 
@@ -121,6 +121,9 @@ def _readable(path: Path, reserved: tuple[str, ...] = ()) -> str | None:
     except MemoryError:  # out of memory is not a damaged table: said as itself
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
+        no_threads = address_space_failure(exc)  # the address-space limit, not the table
+        if no_threads is not None:
+            raise no_threads from None
         return str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
     if not names:
         return "no columns"
@@ -267,6 +270,9 @@ def run_query(sql: str, runs_dir: Path, notes: list[str] | None = None) -> Any:
                 raise KeyboardInterrupt from None
             raise
         except duckdb.Error as exc:
+            no_threads = address_space_failure(exc)
+            if no_threads is not None:
+                raise no_threads from None
             msg = " ".join(str(exc).split())
             m = _STREAM.search(msg)
             if m is None or m.group(1) not in cat.streams:

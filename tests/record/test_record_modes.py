@@ -52,26 +52,6 @@ def test_compile_with_a_script_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert "--compile" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_tp_2_on_cpu_writes_one_run_per_rank_and_merged_tables(tmp_path: Path, capsys) -> None:
-    out = tmp_path / "tp"
-    argv = ["record", "--tp", "2", "--device", "cpu", "--warmup", "0", "--output-tokens", "3"]
-    rc = main([*argv, "--out", str(out)])
-    assert rc == 0
-    m = RunDir.open(out).read_manifest()
-    assert m["status"] == STATUS_COMPLETE and m["tp"]["world_size"] == 2
-    steps = RunDir.open(out).read_df("steps")
-    # every rank ran the same forced request: one prefill and two decodes each
-    assert sorted(steps["rank"].unique().tolist()) == [0, 1]
-    for _, g in steps.groupby("rank"):
-        assert g["kind"].tolist() == ["prefill", "decode", "decode"]
-    for r in (0, 1):
-        rm = RunDir.open(out / "ranks" / str(r)).read_manifest()
-        assert rm["status"] == STATUS_COMPLETE and rm["tp"]["rank"] == r and rm["tp"]["backend"] == "gloo"
-    cap = capsys.readouterr()
-    assert "--tp 2" in cap.err and "TTFT" in cap.out
-
-
 @pytest.mark.parametrize(
     "extra, needle", [(["--compile"], "--compile"), (["--device", "cuda:1"], "CUDA_VISIBLE_DEVICES")]
 )

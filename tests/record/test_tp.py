@@ -16,10 +16,40 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tp_run(tmp_path_factory) -> RunDir:
-    # GIVEN the tiny Llama preset sharded over 2 CPU processes (gloo), one request
-    out = tmp_path_factory.mktemp("tp") / "run"
-    return tp.launch(tp.TPOptions(out=out, world_size=2, device="cpu", requests=1, warmup=1, timeout_s=300))
+def tp_recorded(tmp_path_factory) -> tuple[RunDir, str, str]:
+    """``tracekit record --tp 2`` on the CPU, once for every test here: the tiny Llama preset sharded over
+    2 processes (gloo), one request of 3 output tokens after one warm-up; (run, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from tracekit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    run = tmp_path_factory.mktemp("tp") / "run"
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["record", "--tp", "2", "--device", "cpu", "--warmup", "1", "--output-tokens", "3", "--out", str(run)])
+    assert rc == 0, err.getvalue()[-2000:]
+    return RunDir.open(run), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tp_run(tp_recorded: tuple[RunDir, str, str]) -> RunDir:
+    return tp_recorded[0]
+
+
+def test_record_tp_writes_one_run_per_rank_and_says_so(tp_recorded: tuple[RunDir, str, str]) -> None:
+    run, out, err = tp_recorded
+    m = run.read_manifest()
+    assert m["status"] == "complete" and m["tp"]["world_size"] == 2
+    steps = run.read_df("steps")
+    # every rank ran the same forced request: one prefill and two decodes each
+    assert sorted(steps["rank"].unique().tolist()) == [0, 1]
+    for _, g in steps.groupby("rank"):
+        assert g["kind"].tolist() == ["prefill", "decode", "decode"]
+    for r in (0, 1):
+        rm = RunDir.open(run.path / "ranks" / str(r)).read_manifest()
+        assert rm["status"] == "complete" and rm["tp"]["rank"] == r and rm["tp"]["backend"] == "gloo"
+    assert "--tp 2" in err and "TTFT" in out
 
 
 def test_each_rank_writes_its_own_run_and_trace(tp_run: RunDir) -> None:

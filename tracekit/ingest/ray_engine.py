@@ -22,6 +22,8 @@ rank 3). A trace's own ``distributedInfo.rank`` wins over the name.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import re
 import time
@@ -211,6 +213,8 @@ def _run_ray(
         try:
             ray.init(**init)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            with contextlib.suppress(Exception):  # a half-started local runtime (GCS up, raylet not): stop it
+                ray.shutdown()
             where = address or "a local Ray runtime"
             raise TracekitError(f"cannot start or reach {where}: {str(exc).splitlines()[0]}") from None
         started = True

@@ -68,13 +68,16 @@ def test_ascii_fallback_handler() -> None:
 # --------------------------------------------------------------------------- streams
 @pytest.mark.slow
 def test_closed_and_broken_stdout_are_quiet(runs: Path) -> None:
-    base = [sys.executable, "-m", "tracekit", "query", "select * from range(200000)", "--runs", str(runs)]
+    def base(rows: int) -> list[str]:
+        return [sys.executable, "-m", "tracekit", "query", f"select * from range({rows})", "--runs", str(runs)]
+
     env = {**os.environ, **ENV}
-    p = subprocess.run(base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True,
+    p = subprocess.run(base(1000), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True,
                        pass_fds=(), close_fds=True, preexec_fn=lambda: os.close(1))
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    # 20,000 rows: over 100 KB in every format, past what a pipe holds (64 KiB), so the writer meets EPIPE
     for fmt in ("table", "csv", "json"):
-        p = subprocess.Popen([*base, "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        p = subprocess.Popen([*base(20_000), "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert p.stdout is not None
         p.stdout.read(10)
         p.stdout.close()  # the reader goes away

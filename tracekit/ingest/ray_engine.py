@@ -23,7 +23,6 @@ rank 3). A trace's own ``distributedInfo.rank`` wins over the name.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import re
 import time

@@ -41,7 +41,11 @@ from tracekit.analysis.columns import by_value, factorize, map_values, matches, 
 from tracekit.analysis.intervals import EMPTY, complement, step_windows, union, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.analysis.opmodels_moe import moe_forward_ops
-from tracekit.model.ceilings import Ceiling, Ceilings, datasheet, l2_bytes
+from tracekit.analysis.options import (
+    ROOFLINE_ONLY as ROOFLINE_ONLY,  # re-exported: the options live beside the pass
+)
+from tracekit.analysis.options import BoundOptions
+from tracekit.model.ceilings import Ceiling, Ceilings, datasheet, gpu_name, l2_bytes
 
 # Time classes in priority order: where kernels of several streams overlap, the
 # instant counts once, for the first class active (TraceLens' order: computation
@@ -71,43 +75,6 @@ MODEL_NONE = "none"
 SOURCE_MODEL, SOURCE_NCU = "model", "ncu"  # what decided a kernel's class
 
 
-@dataclass(frozen=True)
-class BoundOptions:
-    # Elementwise / reduction / copy kernels without shapes are on the memory side of the ridge on
-    # every GPU in the ceilings table (their intensity is < 2 FLOP/byte, ridges are > 8): classify
-    # them by the size rule below, as "kernel_class"-modelled. False: "other".
-    class_fallback_memory: bool = True
-    assume_causal: bool = True  # see opmodels: profiler shapes do not carry is_causal
-    max_parent_depth: int = 64
-    # A modelled kernel whose achieved FLOP/s and bytes/s are both under the line on each is
-    # latency-bound (Nsight Compute: under 60% of the theoretical peak on both "typically indicate
-    # latency issues"). The line is this fraction of a datasheet rate ... None: no latency class,
-    # only the roof (intensity against the ridge).
-    latency_threshold: float | None = 0.6
-    # ... and this fraction of an achievable rate (measured by calibrate or published: what the
-    # GPU's best kernels reach). Nsight Compute's 60% of the theoretical peak, on parts whose best
-    # streaming kernel reaches ~93% of it (H200: 4.48 of 4.8 TB/s), is 0.6 / 0.93 = 0.65 of what they
-    # reach (docs/roofline.md §2).
-    achievable_threshold: float = 0.65
-    # Size rule for kernels classified by name only (no bytes to rate): shorter than this, latency;
-    # longer, memory. On the H200 no modelled elementwise/reduction/copy kernel under 20 us reached
-    # 60% of peak bandwidth in a 1,000-token prefill and decode (docs/roofline.md).
-    short_kernel_ns: int = 20_000
-    # Counter class: under this % of peak on both memory and compute throughput -> latency.
-    counter_threshold_pct: float = _counters.SOL_THRESHOLD_PCT
-    # Fixed GPU time of every kernel that the trace's kernel duration leaves out (launch, first wave's
-    # start, drain) and Nsight Compute's gpu__time_duration includes; achieved rates are taken over
-    # duration + this. On the H200: median 1.31 us (IQR 1.12-1.57) over 1,514 kernels, flat from 1 to
-    # 50 us kernels (docs/roofline.md section 2, "Latency-bound").
-    kernel_overhead_ns: float = 1300.0
-    # An elementwise / reduction / copy kernel whose modelled bytes fit in the GPU's L2 cache reads
-    # operands the previous kernels left there and writes into lines the allocator reuses: its DRAM
-    # traffic is a fraction of its bytes (1-60% on the H200), so it is latency-bound unless its FLOPs
-    # reach the threshold. False: rate every kernel's bytes against DRAM.
-    l2_resident: bool = True
-
-
-ROOFLINE_ONLY = BoundOptions(latency_threshold=None)  # the roofline classification alone: compute | memory
 
 
 def _empty_kernels(gpu_activity: pd.DataFrame) -> pd.DataFrame:
@@ -875,24 +842,6 @@ def bound_tables(
 
 
 # --- the pipeline pass ---------------------------------------------------------
-
-
-def gpu_name(manifest: Mapping[str, Any] | None) -> str | None:
-    """The GPU's name as the recorder (torch) or the trace (Kineto deviceProperties) gives it."""
-    if not manifest:
-        return None
-    env = manifest.get("environment") or {}
-    if isinstance(env, Mapping) and env.get("gpu"):
-        return str(env["gpu"])
-    meta = manifest.get("trace_meta") or {}
-    metas = [meta] if isinstance(meta, Mapping) and "deviceProperties" in meta else (
-        list(meta.values()) if isinstance(meta, Mapping) else []
-    )
-    for m in metas:
-        props = m.get("deviceProperties") if isinstance(m, Mapping) else None
-        if props and isinstance(props, list) and isinstance(props[0], Mapping) and props[0].get("name"):
-            return str(props[0]["name"])
-    return None
 
 
 def _has_shapes(cpu_ops: pd.DataFrame) -> bool:

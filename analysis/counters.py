@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.options import SOL_THRESHOLD_PCT
+
 # kernel_bound columns the join fills (null where a kernel has no counters)
 COUNTER_COLUMNS = ("ncu_dur_ns", "dram_bytes", "dram_pct", "sm_pct", "memory_pct", "tensor_pct", "ncu_flops",
                    "waves")
-SOL_THRESHOLD_PCT = 60.0  # Nsight Compute's SpeedOfLight rule: under 60% of peak on both -> latency issue
 
 
 def counter_class(dram_pct: Any, sm_pct: Any = None, memory_pct: Any = None, tensor_pct: Any = None,

@@ -595,7 +595,7 @@ def _overhead_in_steps(other: Any, steps: pd.DataFrame) -> float:
 
 
 def _ceiling(t: Mapping[str, Any]) -> Finding:
-    from tracekit.analysis.bound import gpu_name
+    from tracekit.model.ceilings import gpu_name
 
     c = t.get("ceiling")
     if c is None:

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from tracekit.analysis.bound import BoundOptions
+from tracekit.analysis.options import BoundOptions
 from tracekit.model import schema as _schema
 from tracekit.model.ceilings import Ceiling, Ceilings
 
+# The passes run_passes (tracekit.analysis.pipeline) runs, in their order.
+PASSES = ("steps", "requests", "phases", "bound", "energy", "cost", "warmup", "opclass", "check")
 # The raw tables every pass may read: one absent from a run is supplied empty (every table is valid empty).
 RAW = ("gpu_activity", "cpu_ops", "runtime", "annotations", "counters", "other_events", "ncu_counters")
 # Tables a run may hold besides the raw ones: the recorder's own steps and requests, and the requests

@@ -26,10 +26,8 @@ from tracekit.analysis import requests as _requests
 from tracekit.analysis import steps as _steps
 from tracekit.analysis import warmup as _warmup
 from tracekit.analysis.frames import as_df
-from tracekit.analysis.inputs import RAW, AnalysisInput, AnalysisOutput
+from tracekit.analysis.inputs import PASSES, RAW, AnalysisInput, AnalysisOutput
 from tracekit.model import progress
-
-PASSES = ("steps", "requests", "phases", "bound", "energy", "cost", "warmup", "opclass", "check")
 
 
 def run_passes(inp: AnalysisInput, between: Callable[[], None] | None = None) -> AnalysisOutput:

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/analyze_floor.py [--mb 84] [--repeat 3]
 
 Ingests benchmarks/pipeline.py's generated trace of --mb MB once, then, each in a fresh process,
-reads the run's raw tables as analyze does (tracekit.app.analyze.read_raw: other_events in part, on
-one thread) and prints the peak RSS (ru_maxrss) with three imports: tracekit.app.analyze (pandas with
-it), then the frames made as analyze makes them; and numpy + pyarrow's Parquet reader alone (no
-pandas). Beside them, the analyze stage itself. Medians of --repeat runs. The goal of 0.25 of HTA's
+reads the run's input as analyze does (tracekit.app.analyze.load_input: other_events in part, on
+one thread) and prints the peak RSS (ru_maxrss) with three imports: tracekit.app.analyze and
+tracekit.analysis.frames (pandas with it), then also the pandas frames the passes make of the raw tables
+(frames.as_df); and numpy + pyarrow's Parquet reader alone (no pandas). Beside them, the analyze stage itself. Medians of --repeat runs. The goal of 0.25 of HTA's
 leanest load cannot hold where the first floor is over it.
 """
 
@@ -25,17 +25,19 @@ from pipeline import STAGES, child, generated  # noqa: E402
 # Children for pipeline.child: each defines stage(), the read; child reports its peak RSS.
 WITH_PANDAS = """
 from pathlib import Path
-from tracekit.app.analyze import as_frames, read_raw
+from tracekit.analysis.frames import as_df
+from tracekit.analysis.inputs import RAW
+from tracekit.app.analyze import load_input
 from tracekit.store import heap
 from tracekit.store.rundir import RunDir
 def stage():
-    tables = read_raw(RunDir.open(Path(sys.argv[2])))
+    inp = load_input(RunDir.open(Path(sys.argv[2])))
     heap.trim()
     if sys.argv[3] == "frames":
-        tables = as_frames(tables)
+        frames = {name: as_df(inp.table(name)) for name in RAW}
         heap.trim()
 """
-# The same read without importing tracekit.app.analyze (it imports pandas): RAW and RAW_COLUMNS by hand.
+# The same read with no tracekit import: RAW and RAW_COLUMNS by hand.
 WITHOUT_PANDAS = """
 import ctypes, os
 from pathlib import Path

@@ -10,10 +10,9 @@ import pyarrow as pa
 import pytest
 
 from tracekit.analysis.columns import combine_codes, factorize, object_ids, text_codes
-from tracekit.analysis.frames import as_df
+from tracekit.analysis.frames import as_df, plain_frame
 from tracekit.analysis.idle import UNKNOWN, wait_ns
 from tracekit.analysis.intervals import union
-from tracekit.app.analyze import plain_frame
 
 
 def _names(n: int) -> np.ndarray:

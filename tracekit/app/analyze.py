@@ -27,16 +27,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
-from tracekit.analysis import ranks as _ranks
-from tracekit.analysis.frames import as_df
-from tracekit.analysis.inputs import RAW, AnalysisInput, AnalysisOutput
-from tracekit.analysis.pipeline import PASSES, run_passes, trace_span
+from tracekit.analysis.inputs import PASSES, RAW, AnalysisInput, AnalysisOutput
 from tracekit.app.ceiling import decide
 from tracekit.errors import TraceFormatError, UsageError
 from tracekit.ingest import ingest, ingest_into
@@ -45,6 +40,9 @@ from tracekit.model import schema as _schema
 from tracekit.store import heap
 from tracekit.store.ranks import RANKS_DIR, is_multirank, merge_tables, rank_dirs
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OUTPUTS = ("steps", "requests", "phases", "kernel_steps", "gpu_timeline", "kernel_bound", "step_bound",
            "step_requests", "op_class_split")
@@ -140,6 +138,8 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     last (then ``complete``, with the rows of every table), so a killed analysis is never taken for a
     finished one (RunDir.unfinished).
     """
+    from tracekit.analysis.pipeline import run_passes  # the passes (and what they run on) load when they run
+
     with run.rewrite() as work:
         inp = load_input(work, warmup_requests, ceiling_override)
         check_span(inp.tables)
@@ -159,6 +159,8 @@ _INT64_MAX = 2**63 - 1
 def check_span(tables: Mapping[str, Any]) -> None:
     """TraceFormatError when the trace's events span more than int64 nanoseconds hold: every time is in
     range, but a span or a sum over it cannot be, so some timestamps are corrupt."""
+    from tracekit.analysis.pipeline import trace_span
+
     span = trace_span(tables)
     if span is not None and span[1] - span[0] > _INT64_MAX:
         raise TraceFormatError(
@@ -169,9 +171,11 @@ def check_span(tables: Mapping[str, Any]) -> None:
 def write_output(run: RunDir, out: AnalysisOutput, manifest: Mapping[str, Any], rank: int,
                  gpu: pa.Table | None) -> None:
     """The passes' tables (OUTPUTS) written, each converted, written and let go in turn (kernel_bound,
-    the largest, first), and run.json (``manifest``: as the analysis read it) with its ``analysis``
+    the largest, first; tracekit.analysis.frames.output_table), and run.json (``manifest``: as the analysis read it) with its ``analysis``
     block and the warnings: ``running`` before the first table, ``complete`` with every table's rows
     and the warnings after the last. ``gpu``: the raw gpu_activity (kernel_bound's grid / block text)."""
+    from tracekit.analysis.frames import output_table
+
     info = analysis_info(out)
     manifest = dict(manifest)
     manifest["analysis"] = running(info)
@@ -180,7 +184,7 @@ def write_output(run: RunDir, out: AnalysisOutput, manifest: Mapping[str, Any], 
     rows: dict[str, int] = {}
     for i, name in enumerate(names):
         progress.report("analyzing: writing tables", i, len(names))
-        table = _output_table(name, out.tables[name], rank, gpu)
+        table = output_table(name, out.tables[name], rank, gpu)
         run.write_table(name, table)
         rows[name] = table.num_rows
         del table
@@ -218,28 +222,6 @@ def analysis_info(out: AnalysisOutput) -> dict[str, Any]:
     return info
 
 
-def _output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Table:
-    """A pass's output as the Arrow table the store writes."""
-    if name not in ("kernel_bound", "step_bound"):
-        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
-        return _schema.fill_rank(table, rank)
-    # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas.
-    # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.
-    frame = plain_frame(df, gpu)
-    if name == "kernel_bound" and "name" in frame:
-        frame.insert(list(frame.columns).index("name") + 1, "short_name", short_names(frame["name"]))
-    return pa.Table.from_pandas(frame, preserve_index=False)
-
-
-def short_names(names: pd.Series) -> list[str | None]:
-    """Each kernel's short name (tracekit.model.kernelnames), computed once per distinct name."""
-    from tracekit.model.kernelnames import short_name
-
-    cache: dict[Any, str | None] = {}
-    return [cache.setdefault(n, short_name(n) if isinstance(n, str) else None) if n is not None else None
-            for n in names.tolist()]
-
-
 def run_rank(tables: Mapping[str, Any]) -> int:
     """The rank of a single-rank run: the one its raw tables carry (ingest sets it), else 0."""
     import pyarrow.compute as pc
@@ -263,136 +245,12 @@ def mark_running(run: RunDir, key: str, info: dict[str, Any]) -> None:
     run.update_manifest(**{key: running(info)})
 
 
-def plain_frame(df: pd.DataFrame, source: pa.Table | None = None) -> pd.DataFrame:
-    """Object columns of mixed Python values as strings, so Parquet accepts them.
-
-    ``source``: a raw table whose list columns ``df`` carries as they are (the same array objects,
-    row for row, as the passes' frame of it holds): their text is made from its Arrow columns."""
-    out = df.copy(deep=False)
-    for c in out.columns:
-        # infer_dtype (C) says "string" where every non-null value is a str, "empty" where all are null
-        if out[c].dtype == object and pd.api.types.infer_dtype(out[c], skipna=True) not in ("string", "empty"):
-            values = out[c].to_numpy()
-            text = _source_texts(values, source, c) if source is not None else None
-            out[c] = text if text is not None else _as_text(values)
-    return out
-
-
-def _source_texts(values: Any, source: pa.Table, column: str) -> list[str | None] | None:
-    """_as_text(values) where ``values`` are the very objects of ``column`` in the passes' frame of
-    ``source`` (tracekit.analysis.steps.as_df), row for row: each distinct list of the Arrow column
-    formatted once, as NumPy formats the array it becomes. None otherwise."""
-    from tracekit.analysis.columns import object_ids
-
-    if column not in source.column_names or not pa.types.is_list(source.schema.field(column).type):
-        return None
-    held = as_df(source)[column].to_numpy()
-    if len(held) != len(values) or not np.array_equal(object_ids(held), object_ids(values)):
-        return None
-    return _list_texts(source.column(column).combine_chunks())
-
-
-def _list_texts(arr: pa.ListArray) -> list[str | None] | None:
-    """str() of the NumPy array each list of an integer / bool list column converts to (None for a
-    null list), each distinct list once; None where the lists are not all one length > 0 without
-    null values (to_pandas makes float arrays of lists with nulls)."""
-    import pyarrow.compute as pc
-
-    from tracekit.analysis.columns import combine_codes
-
-    vt = arr.type.value_type
-    if not (pa.types.is_integer(vt) or pa.types.is_boolean(vt)):
-        return None
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    flat = arr.flatten()
-    if flat.null_count:
-        return None
-    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)[valid]
-    out = np.full(len(arr), None, dtype=object)
-    if not len(lens):
-        return out.tolist()
-    k = int(lens[0])
-    if k == 0 or (lens != k).any():
-        return None
-    m = flat.to_numpy(zero_copy_only=False).reshape(-1, k)
-    key = combine_codes(*(pd.factorize(m[:, j])[0] for j in range(k)))
-    first = np.empty(int(key.max()) + 1, dtype=np.int64)
-    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
-    texts = np.array([str(m[i]) for i in first.tolist()], dtype=object)
-    out[valid] = texts[key]
-    result: list[str | None] = out.tolist()
-    return result
-
-
-def _as_text(values: Any) -> list[str | None]:
-    """str() of each value (None for None / NaN). Values repeat (a kernel's grid and block are a few
-    shapes over thousands of launches) and str() of a NumPy array is slow: each distinct one once."""
-    import numpy as np
-
-    fast = _array_texts(values)
-    if fast is not None:
-        return fast
-    seen: dict[Any, str] = {}
-    out: list[str | None] = []
-    for v in values:
-        if v is None or (isinstance(v, float) and v != v):
-            out.append(None)
-            continue
-        # Only values whose text is fixed by the key (not floats: 0.0 == -0.0).
-        if isinstance(v, np.ndarray) and v.dtype.kind in "iub":
-            key: Any = (v.dtype.str, v.shape, v.tobytes())
-        elif type(v) in (int, str):
-            key = (type(v), v)
-        else:
-            out.append(str(v))
-            continue
-        text = seen.get(key)
-        if text is None:
-            text = seen[key] = str(v)
-        out.append(text)
-    return out
-
-
-def _array_texts(values: Any) -> list[str | None] | None:
-    """_as_text's result where every value is None, NaN or a 1-D integer / bool array of one dtype and
-    length (a kernel's grid or block): the arrays stacked, each distinct row formatted once by NumPy
-    (rows told apart by their columns' codes, a hash per column, not a sort). None where the values
-    are anything else."""
-    import numpy as np
-
-    null = pd.isna(values)
-    rest = values[~null]
-    if not len(rest) or type(rest[0]) is not np.ndarray:
-        return None
-    dtype = rest[0].dtype
-    if not all(type(v) is np.ndarray and v.dtype == dtype for v in rest):
-        return None
-    if not all(v is None or type(v) is float for v in values[null]):  # pd.NA, NaT: _as_text writes their str()
-        return None
-    if dtype.kind not in "iub" or rest[0].ndim != 1 or not rest[0].shape[0]:
-        return None
-    try:
-        stacked = np.stack(list(rest))
-    except ValueError:  # arrays of different lengths
-        return None
-    key = np.zeros(len(stacked), dtype=np.int64)
-    for j in range(stacked.shape[1]):
-        codes, uniq = pd.factorize(stacked[:, j])
-        key, _ = pd.factorize(key * len(uniq) + codes)  # stays below rows²: no overflow
-    n_rows = int(key.max()) + 1
-    first = np.empty(n_rows, dtype=np.int64)
-    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # each row code's first row
-    texts = np.array([str(stacked[i]) for i in first.tolist()] + [None], dtype=object)
-    out = np.full(len(values), n_rows, dtype=np.int64)
-    out[~null] = key
-    result: list[str | None] = texts[out].tolist()
-    return result
-
-
 def analyse_trace_window(run: RunDir) -> AnalysisOutput:
     """A sweep point's analysis: its trace (a window of a few tokens) ingested onto the recorder's clock,
     the passes run, and phases, trace_steps and trace_requests written. The recorder's host-timed steps
     and requests stay as they are: they are the latency numbers, the window only the split."""
+    from tracekit.analysis.pipeline import run_passes
+
     run.lock()
     try:
         ingest_into(run)
@@ -491,6 +349,8 @@ def analyse_multirank(
 
 def _merge_ranks(run: RunDir, dirs: list[Path], per_rank: dict[int, AnalysisOutput], failed: list[str]) -> MultirankResult:
     mark_running(run, "rank_analysis", {"ranks": sorted(per_rank), "failed": failed, "tables": list(RANK_TABLES)})
+    from tracekit.analysis import ranks as _ranks
+
     rows = merge_tables(run, [d for d in dirs if int(d.name) in per_rank])
     steps = _ranks.gpu_windows(
         run.read_table("steps"), run.read_table("runtime"), run.read_table("gpu_activity")

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracekit.analysis.bound import gpu_name
 from tracekit.errors import TracekitError
-from tracekit.model.ceilings import GENERIC_NAMES, Ceiling, Ceilings, datasheet, identify
+from tracekit.model.ceilings import GENERIC_NAMES, Ceiling, Ceilings, datasheet, gpu_name, identify
 from tracekit.store.calibration import resolve
 
 LATENCY_PEAKS = ("ceiling", "datasheet")

@@ -331,6 +331,24 @@ class Ceilings:
     note: str | None = None
 
 
+def gpu_name(manifest: Mapping[str, Any] | None) -> str | None:
+    """The GPU's name as the recorder (torch) or the trace (Kineto deviceProperties) gives it."""
+    if not manifest:
+        return None
+    env = manifest.get("environment") or {}
+    if isinstance(env, Mapping) and env.get("gpu"):
+        return str(env["gpu"])
+    meta = manifest.get("trace_meta") or {}
+    metas = [meta] if isinstance(meta, Mapping) and "deviceProperties" in meta else (
+        list(meta.values()) if isinstance(meta, Mapping) else []
+    )
+    for m in metas:
+        props = m.get("deviceProperties") if isinstance(m, Mapping) else None
+        if props and isinstance(props, list) and isinstance(props[0], Mapping) and props[0].get("name"):
+            return str(props[0]["name"])
+    return None
+
+
 def datasheet(device_name: str) -> Ceiling | None:
     """The datasheet ceiling for a device name as NVML/torch report it, or None."""
     name = device_name.strip()

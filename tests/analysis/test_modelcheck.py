@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import need_module
 
 from tracekit.analysis import energy
 from tracekit.analysis.modelcheck import (
@@ -40,8 +41,8 @@ def test_gqa_mqa_mla() -> None:
 
 
 def test_parameter_count_matches_transformers() -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = need_module("torch")
+    transformers = need_module("transformers")
     for cfg in (TINYLLAMA, {**TINYLLAMA, "tie_word_embeddings": True, "num_hidden_layers": 2}):
         hf = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "torch_dtype")})
         with torch.device("meta"):

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import need_module
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+need_module("torch")
+need_module("transformers")
 
 
 def _tk(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

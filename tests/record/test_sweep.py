@@ -6,14 +6,16 @@ import json
 
 import pandas as pd
 import pytest
+from helpers import need_module
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
 from tracekit.analysis.sweep import SUMMARY_COLUMNS
 from tracekit.cli import main
 from tracekit.model.sweepspec import quick_points
+
+need_module("torch")
+need_module("transformers")
 
 # Every test here records real runs (a sweep, several ranks): minutes on 2 cores.
 pytestmark = pytest.mark.slow

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import need_module
 
 from tracekit.analysis import sweep as sweep_analysis
 from tracekit.errors import UsageError
@@ -62,8 +63,8 @@ def test_gpu_price_overrides() -> None:
 
 @pytest.mark.slow
 def test_load_sweep_end_to_end_on_the_cpu(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    need_module("torch")
+    need_module("transformers")
     from tracekit.cli import main
 
     out = tmp_path / "sw"

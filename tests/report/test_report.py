@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_run
+from helpers import make_run, need
 
 from tracekit.cli import main
 from tracekit.model.schema import from_columns
@@ -27,7 +27,8 @@ def _chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("chromium not installed (.ci/run installs Debian's chromium package)")
+    need("chromium", False)
+    raise AssertionError("unreachable")
 
 
 def _run_chromium(tmp_path: Path, html: Path, *args: str) -> subprocess.CompletedProcess[str]:

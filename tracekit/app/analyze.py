@@ -39,7 +39,7 @@ from tracekit.analysis.inputs import RAW, AnalysisInput, AnalysisOutput
 from tracekit.analysis.pipeline import PASSES, run_passes, trace_span
 from tracekit.app.ceiling import decide
 from tracekit.errors import TraceFormatError, UsageError
-from tracekit.ingest import ingest, ingest_into
+from tracekit.ingest.run import ingest, ingest_into
 from tracekit.model import progress
 from tracekit.model import schema as _schema
 from tracekit.store import heap

@@ -50,7 +50,7 @@ from tracekit.model import progress
 from tracekit.store import heap
 
 try:  # built by setup.py where a C compiler is present
-    from tracekit.ingest import _kscan
+    import tracekit.ingest._kscan as _kscan
 except ImportError:  # pragma: no cover - exercised where the extension is absent
     _kscan = None  # type: ignore[assignment]
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from tracekit.errors import TraceFormatError
-from tracekit.ingest import read_raw
 from tracekit.ingest.framing import is_gzip, offset_ns
+from tracekit.ingest.reader import read_raw
 from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
 from tracekit.store.rundir import atomic_path
 

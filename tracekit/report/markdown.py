@@ -227,7 +227,7 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         "",
     ]  # fmt: skip
     if not plots:
-        out += ["(no plots: matplotlib is not installed here, or no study had complete points)", ""]
+        out += ["(no plots: no study had complete points)", ""]
     for name, p in plots.items():
         out.append(f"![{name}]({(rel / p.name).as_posix()})")
         out.append("")

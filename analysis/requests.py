@@ -15,7 +15,9 @@ when the GPU work of the request's first prefill step has completed (including
 the sampling kernels and the copy of the token to the host, which fall in the
 same step window); TTFT = that time − request start; e2e = request end −
 request start; TPOT = (e2e − TTFT) / (output_tokens − 1); ITL = the gaps
-between successive token times (each step's completion).
+between successive token times (each step's completion from the first token on: the
+chunks of a chunked prefill before the last yield none); percentiles are
+tracekit.model.stats.percentile's.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tracekit.analysis import workload as _workload
 from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.frames import as_df
 from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, live_ops, request_labels
+from tracekit.model.stats import percentile
 from tracekit.model.stepnames import looks_like_engine_step
 
 REQUEST_COLUMNS = [
@@ -297,7 +300,7 @@ def _step_tokens(steps: pd.DataFrame, fallback: float) -> float:
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(x, q)) if x.size else None
+    return percentile(x.tolist(), q)
 
 
 def _host_timings(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -382,7 +385,9 @@ def build(
         ttft = int(first - start)
         e2e = int(end - start)
         tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens > 1 else None
-        itl = np.diff(np.sort(done)) if len(done) > 1 else np.empty(0)
+        tokens = np.sort(done)
+        tokens = tokens[tokens >= first]  # a prefill chunk before the last yields no token
+        itl = np.diff(tokens) if len(tokens) > 1 else np.empty(0)
         pre_time = first - start
         b = batch or 1
         pre_busy = float(pre["gpu_busy_ns"].fillna(0).sum())

@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.model.schema import SWEEP_SCHEMAS
+from tracekit.model.seedstudy import SeedStudy
 
 NS_PER_MS = 1e6
 
@@ -318,45 +319,6 @@ def summarize(points: Sequence[PointData], *, input_price: float, output_price: 
 # --- the seed's claims against the measured numbers -------------------------
 
 
-@dataclass(frozen=True)
-class Claim:
-    key: str
-    text: str
-    seed: float
-    unit: str
-    relative: bool  # a ratio or share (comparable across GPUs) vs an absolute number (hardware-specific)
-
-
-SEED_CLAIMS: tuple[Claim, ...] = (
-    Claim("smoke_prefill_ms", "smoke 22-in/8-out: prefill (TTFT)", 152.0, "ms", False),
-    Claim("smoke_prefill_tok_s", "smoke: prefill throughput", 144.0, "tok/s", False),
-    Claim("smoke_decode_tok_s", "smoke: decode throughput", 7.0, "tok/s", False),
-    Claim("chat_prefill_share", "chat 128/128: prefill share of latency", 0.03, "share", True),
-    Claim("rag_prefill_share", "RAG 1205/60: prefill share of latency", 0.16, "share", True),
-    Claim("creative_prefill_share", "creative 25/500: prefill share of latency", 0.005, "share", True),
-    Claim("short_prompt_tok_s", "prefill tok/s, 25-token prompt", 143.0, "tok/s", False),
-    Claim("long_prompt_tok_s", "prefill tok/s, long prompt", 2271.0, "tok/s", False),
-    Claim(
-        "long_vs_short_prefill",
-        "long-prompt prefill tok/s / 25-token prefill tok/s",
-        2271.0 / 143.0,
-        "x",
-        True,
-    ),
-    Claim("ms_per_input_token", "ms per input token (best prefill)", 0.44, "ms", False),
-    Claim("output_vs_input_token", "ms per output token / ms per input token", 300.0, "x", True),
-    Claim(
-        "kv_measured_vs_formula",
-        "KV bytes/token measured / formula (0.17 MB vs 0.022 MB)",
-        0.17 / 0.022,
-        "x",
-        True,
-    ),
-    Claim("agent_cost_vs_chat", "5-step agent loop (resend) cost / one chat request", 11.9, "x", True),
-    Claim("agent_prefill_share", "agent loop (resend): prefill share of latency", 0.03, "share", True),
-)
-# A relative claim "holds" when the measured value is within this factor of the seed's.
-HOLD_FACTOR = 3.0
 
 
 def _pick(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
@@ -410,11 +372,12 @@ def measured_claims(summary: pd.DataFrame, mode: str = "eager") -> dict[str, flo
     return out
 
 
-def seed_comparison(summary: pd.DataFrame, mode: str = "eager") -> pd.DataFrame:
-    """Seed value beside measured value, and whether each relative claim holds here."""
+def seed_comparison(summary: pd.DataFrame, study: SeedStudy, mode: str = "eager") -> pd.DataFrame:
+    """The study's value beside the measured one, and whether each relative claim holds here (within
+    ``study.hold_factor``)."""
     measured = measured_claims(summary, mode)
     rows = []
-    for c in SEED_CLAIMS:
+    for c in study.claims:
         m = measured.get(c.key)
         ratio = _div(m, c.seed)
         if m is None:
@@ -422,9 +385,9 @@ def seed_comparison(summary: pd.DataFrame, mode: str = "eager") -> pd.DataFrame:
             verdict = "not measured"
         elif not c.relative:
             holds = None
-            verdict = f"hardware-specific: {ratio:.3g}x the T4's value"  # type: ignore[str-format]
+            verdict = f"hardware-specific: {ratio:.3g}x the {study.gpu}'s value"  # type: ignore[str-format]
         else:
-            holds = bool(ratio is not None and 1 / HOLD_FACTOR <= ratio <= HOLD_FACTOR)
+            holds = bool(ratio is not None and 1 / study.hold_factor <= ratio <= study.hold_factor)
             verdict = "holds" if holds else ("higher here" if (ratio or 0) > 1 else "lower here")
         rows.append(
             {

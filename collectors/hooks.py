@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.model.stats import percentile
 from tracekit.model.stepnames import RequestLabel, StepLabel, format_request, format_step, step_kind
 
 Clock = Callable[[], int]
@@ -121,13 +122,12 @@ class RequestRecord:
         if self.output_tokens > 1:
             out["tpot_ns"] = (e2e - ttft) / (self.output_tokens - 1)
             itl = [b - a for a, b in zip(self.token_ns, self.token_ns[1:], strict=False)]
-            itl.sort()
             out["itl_ns"] = {
                 "mean": sum(itl) / len(itl),
-                "p50": itl[len(itl) // 2],
-                "p90": itl[min(len(itl) - 1, int(0.9 * len(itl)))],
-                "p99": itl[min(len(itl) - 1, int(0.99 * len(itl)))],
-                "max": itl[-1],
+                "p50": percentile(itl, 50),
+                "p90": percentile(itl, 90),
+                "p99": percentile(itl, 99),
+                "max": max(itl),
             }
         return out
 

@@ -40,7 +40,7 @@ from typing import Any
 from tracekit.collectors.profiler import StepWindow, parse_trace_steps
 from tracekit.errors import TracekitError, UsageError
 
-PER_KERNEL_S = 0.025  # one-pass kernel replay on an H200 (20-27 ms per kernel, measured)
+PER_KERNEL_S = 0.025  # one-pass kernel replay, per kernel (docs/measurements/2026-12-07-docstring-figures.md)
 DEFAULT_STEPS = "0:2"  # the first prefill and the first decode step of a generate
 CSV_NAME = "ncu_counters.csv"
 

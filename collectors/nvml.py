@@ -8,8 +8,8 @@ By default the loops run in a child process (``mode="process"``): a fresh
 Python interpreter that imports only the standard library, pynvml and the
 sampling module (never torch or pyarrow). Why: every pynvml call goes through
 ctypes, which releases and re-takes the GIL; on a thread of a busy workload
-each re-take waits for the main thread (docs/nvml.md: a 100 Hz thread inside
-``tracekit record`` on an H200 reached 37 Hz). The child
+each re-take waits for the main thread (docs/nvml.md measures how far such a
+thread falls behind). The child
 appends fixed-size records to a file in a private temporary directory, which
 the parent reads in ``counters()``; control and status go over the child's
 stdin/stdout as JSON lines. The child stops when told to, when its stdin

@@ -43,6 +43,7 @@ from tracekit.collectors.noise import ThirdPartyOutput
 from tracekit.collectors.session import Recording, RecordOptions, create_run, keep_third_party, timings
 from tracekit.errors import TracekitError, UsageError, visible
 from tracekit.model import schema as _schema
+from tracekit.model.stats import percentile
 from tracekit.model.stepnames import SeqLabel, StepLabel, batch_label, format_batch_step
 from tracekit.model.sweepspec import AgentSpec
 from tracekit.store.rundir import RunDir
@@ -508,13 +509,7 @@ def records(requests: Sequence[ServeRequest], outputs: dict[int, Any], to_host: 
 
 
 def _pct(vals: list[float], q: float) -> float | None:
-    if not vals:
-        return None
-    v = sorted(vals)
-    k = (len(v) - 1) * q / 100
-    lo = math.floor(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+    return percentile(vals, q)
 
 
 def load_metrics(recs: Sequence[ServeRecord]) -> dict[str, Any]:

@@ -34,8 +34,26 @@ def test_the_api_doc_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_public_api_is_exactly_what_all_lists() -> None:
-    assert sorted(tracekit.__all__) == ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup",
-                                       "whatif"]
+    assert sorted(tracekit.__all__) == ["Dataset", "Run", "__version__", "diff", "ingest_traces", "open", "record",
+                                       "warmup", "whatif"]
     for name in tracekit.__all__:
         assert getattr(tracekit, name) is not None
-    assert callable(tracekit.ingest)
+    assert callable(tracekit.ingest_traces)
+
+
+def test_ingest_traces_makes_a_run(tmp_path: Path) -> None:
+    # GIVEN a plain torch.profiler trace; WHEN the API ingests it; THEN a Run with the trace's kernels
+    run = tracekit.ingest_traces(FIXTURES / "gpu" / "b_two_requests.json.gz", tmp_path / "run")
+    assert isinstance(run, tracekit.Run) and run.path == tmp_path / "run"
+    assert len(run.table("gpu_activity")) > 0
+
+
+def test_the_ingest_package_is_a_plain_package() -> None:
+    # every module of tracekit.ingest imports by its full name in a fresh interpreter, the C scanner included
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, tracekit.ingest.native, tracekit.ingest\n"
+            "if importlib.util.find_spec('tracekit.ingest._kscan'): import tracekit.ingest._kscan")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]

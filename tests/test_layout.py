@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, need
 
 ROOTS = {"tracekit": REPO / "tracekit", "tracekit.analysis": REPO / "analysis",
          "tracekit.collectors": REPO / "collectors"}
@@ -36,7 +36,7 @@ def test_no_private_name_is_imported_from_another_module() -> None:
                     continue
                 for alias in node.names:
                     target = f"{node.module}.{alias.name}"
-                    is_module = target in mods or alias.name == "_kscan"
+                    is_module = target in mods
                     private = alias.name.startswith("_") and not alias.name.startswith("__")
                     if private and not (is_module and name.startswith(node.module + ".")) and not (
                             is_module and name == node.module):
@@ -65,10 +65,7 @@ def test_a_wrong_way_import_breaks_the_contracts(tmp_path: Path) -> None:
     import sys
 
     lint = Path(sys.executable).parent / "lint-imports"
-    if not lint.exists():
-        import pytest
-
-        pytest.skip("import-linter not installed")
+    need("lint-imports", lint.exists())
     farm = tmp_path / "repo"
     shutil.copytree(REPO / "tracekit", farm / "tracekit", symlinks=False,
                     ignore=shutil.ignore_patterns("analysis", "collectors", "__pycache__", "*.so"))

@@ -33,7 +33,7 @@ def test_the_tour_notebook_executes(monkeypatch: pytest.MonkeyPatch) -> None:
     client.execute()  # raises CellExecutionError on the first failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    images = [o for o in outputs if "image/svg+xml" in o.get("data", {})]
     assert len(images) == 2  # the phase split and the roofline
     text = "\n".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs)
     assert "outside every step: " in text

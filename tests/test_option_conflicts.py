@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from helpers import make_run
+from helpers import make_run, need
 
 from tracekit.cli import main
 
@@ -40,7 +40,6 @@ def test_sweep_point_flags_together_are_one_source(capsys) -> None:
     assert "3 points" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not HAS_RECORD, reason="tracekit record needs torch and transformers")
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -52,6 +51,7 @@ def test_sweep_point_flags_together_are_one_source(capsys) -> None:
     ],
 )
 def test_record_names_the_conflicting_options(tmp_path: Path, capsys, monkeypatch, args, needle) -> None:
+    need("torch and transformers (tracekit record)", HAS_RECORD)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.py").write_text("print('ran')\n")
     err = _error(capsys, ["record", "--out", str(tmp_path / "r"), *args])

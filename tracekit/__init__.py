@@ -6,7 +6,7 @@ The public API::
     run.phases, run.steps, run.kernels           # tables as pandas DataFrames
     run.sql("select kind, count(*) from steps group by kind")
     run.analyze(); run.export(); run.report()
-    tracekit.ingest(["trace.json.gz"], "runs/x") # traces -> a run directory
+    tracekit.ingest_traces(["trace.json.gz"], "runs/x")  # traces -> a run directory
     tracekit.diff("runs/a", "runs/b")            # what changed, per phase and kernel class
     tracekit.whatif("runs/a", graphs=True, no_profiler=True)  # projected TTFT / TPOT under a change
     with tracekit.record("name") as rec: ...     # record a block of generation
@@ -30,7 +30,7 @@ if "pyarrow" not in sys.modules:
 
 from tracekit.model.version import VERSION as __version__
 
-__all__ = ["Dataset", "Run", "__version__", "diff", "ingest", "open", "record", "warmup", "whatif"]
+__all__ = ["Dataset", "Run", "__version__", "diff", "ingest_traces", "open", "record", "warmup", "whatif"]
 
 
 def open(path: Any, *, out: Any = None, force: bool = False) -> Any:
@@ -45,6 +45,13 @@ def diff(a: Any, b: Any) -> Any:
     from tracekit._api import diff as _diff
 
     return _diff(a, b)
+
+
+def ingest_traces(paths: Any, out: Any, *, force: bool = False) -> Any:
+    """Traces (one file, or several: one per rank) into the run directory ``out``: a Run."""
+    from tracekit._api import ingest_traces as _ingest
+
+    return _ingest(paths, out, force=force)
 
 
 def whatif(run: Any, **changes: Any) -> Any:
@@ -74,13 +81,9 @@ def warmup() -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    # Run, Dataset and ingest load on first use; ``tracekit.ingest`` is the callable ingest package.
+    # Run and Dataset load on first use (they import pandas).
     if name in ("Run", "Dataset"):
         from tracekit import _api
 
         return getattr(_api, name)
-    if name == "ingest":
-        import tracekit.ingest as ingest_package
-
-        return ingest_package
     raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

@@ -175,6 +175,15 @@ def open_run(path: PathLike, *, out: PathLike | None = None, force: bool = False
     return Run(open_or_ingest(p, Path(out) if out is not None else None, force).path)
 
 
+def ingest_traces(paths: PathLike | list[PathLike], out: PathLike, *, force: bool = False) -> Run:
+    """``tracekit ingest``: traces (one path or a list, several files being one rank each) into the run
+    directory ``out``, served from the ingest cache when the same bytes were ingested before."""
+    from tracekit.ingest.run import ingest
+
+    files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    return Run(ingest([Path(p) for p in files], Path(out), force=force).path)
+
+
 def whatif(run: PathLike | Run, **changes: Any) -> Any:
     """The run projected under a change (tracekit.analysis.whatif.Projection; ``.to_dict()`` is
     ``tracekit whatif --json``'s object). Keywords: graphs, batch, input_tokens, output_tokens, gpu,

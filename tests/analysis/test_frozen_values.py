@@ -15,8 +15,9 @@ from tracekit.analysis.inputs import AnalysisInput, AnalysisOutput
 from tracekit.analysis.modelcheck import shape_from_config
 from tracekit.analysis.opmodels import AttentionHeads, OpCost
 from tracekit.analysis.ranks import RankAnalysis
-from tracekit.analysis.sweep import Claim, PointData
+from tracekit.analysis.sweep import PointData
 from tracekit.model.ceilings import Ceilings
+from tracekit.model.seedstudy import Claim
 
 EMPTY = pd.DataFrame()
 VALUES = [

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import need_module
 
 from tracekit.analysis import energy
 from tracekit.analysis.modelcheck import (
@@ -13,7 +14,7 @@ from tracekit.analysis.modelcheck import (
     shape_from_config,
 )
 from tracekit.model.ceilings import datasheet
-from tracekit.report.plots import roofline_png
+from tracekit.report.charts import roofline_svg
 
 TINYLLAMA = {
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
@@ -40,8 +41,8 @@ def test_gqa_mqa_mla() -> None:
 
 
 def test_parameter_count_matches_transformers() -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = need_module("torch")
+    transformers = need_module("transformers")
     for cfg in (TINYLLAMA, {**TINYLLAMA, "tie_word_embeddings": True, "num_hidden_layers": 2}):
         hf = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "torch_dtype")})
         with torch.device("meta"):
@@ -103,15 +104,15 @@ def test_energy_from_counter_and_from_power() -> None:
     assert energy.window_mean(g, energy.METRIC_DRAM_BW_UTIL, np.array([[50, 150]])) == pytest.approx(50.0)
 
 
-def test_roofline_png() -> None:
+def test_roofline_svg() -> None:
     h200 = datasheet("NVIDIA H200")
     assert h200 is not None
     k = pd.DataFrame({"model": "shape", "flops": [2e10, 2e7], "bytes": [4e7, 2e7], "dur_ns": [50_000, 10_000],
                       "phase": ["prefill", "decode"]})
     k["intensity"] = k["flops"] / k["bytes"]
-    png = roofline_png(k, h200)
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert roofline_png(k.iloc[0:0], h200)[:4] == b"\x89PNG"  # empty: just the roofs
+    svg = roofline_svg(k, h200)
+    assert svg.startswith("<svg ") and svg.count('<g class="series"') >= 2  # the roofs and the kernels
+    assert roofline_svg(k.iloc[0:0], h200).startswith("<svg ")  # empty: just the roofs
 
 
 def test_energy_counter_updated_slower_than_sampled() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import need_module
 
 from tracekit.analysis.opmodels import GEMM, op_cost
 
@@ -37,7 +38,7 @@ def test_scaled_mm_reads_fp8_operands_and_writes_two_byte_output() -> None:
 @pytest.fixture(scope="module")
 def recorded_cpu_ops(tmp_path_factory: pytest.TempPathFactory):
     """The quantized GEMMs torch runs on a CPU, recorded with shapes and ingested by tracekit."""
-    torch = pytest.importorskip("torch")
+    torch = need_module("torch")
     from tracekit.ingest.run import ingest
 
     a = torch.randn(2, 256, dtype=torch.bfloat16)

@@ -169,3 +169,28 @@ def test_host_timings_in_nanoseconds_and_as_a_bare_list() -> None:
     req, _, _, _ = requests.build(_steps(), pd.DataFrame(columns=["row", "step_id"]), ANN, OPS, manifest)
     r0 = req.iloc[0]
     assert (r0["host_ttft_ns"], r0["host_tpot_ns"], r0["host_e2e_ns"]) == (300_000, 100_000, 500_000)
+
+
+def test_chunked_prefill_ttft_is_at_the_last_chunk() -> None:
+    # GIVEN one request (a tracekit.request range [1000, 1700) µs) whose 1,124-token prompt is prefilled in three
+    # chunks (GPU ends 1150, 1350, 1480 µs), then two decodes (GPU ends 1560, 1660 µs)
+    rows = [(0, "prefill", 512, 1000, 1100, 1150), (1, "prefill", 512, 1200, 1300, 1350),
+            (2, "prefill", 100, 1400, 1450, 1480), (3, "decode", 1, 1500, 1550, 1560),
+            (4, "decode", 1, 1600, 1650, 1660)]
+    st = pd.DataFrame(rows, columns=["step_id", "kind", "q_len", "cpu_start_ns", "cpu_end_ns", "gpu_end_ns"])
+    for c in ("cpu_start_ns", "cpu_end_ns", "gpu_end_ns"):
+        st[c] = st[c] * US
+    st = st.assign(gpu_busy_ns=10 * US, tokens=st["q_len"], batch=1, source="vllm",
+                   request_id=pd.array([None] * 5, dtype="Int64"))
+    ann = pd.DataFrame({"ts_ns": [1000 * US], "dur_ns": [700 * US], "cat": ["user_annotation"],
+                        "name": ["tracekit.request id=0 name=chat batch=1 input_tokens=1124 output_tokens=3"]})
+    req, *_ = requests.build(st, pd.DataFrame({"row": [], "step_id": pd.array([], dtype="Int64")}), ann,
+                             OPS.iloc[:0])
+    r = req.iloc[0]
+    assert len(req) == 1
+    # THEN the first token is the last chunk's: TTFT 1480 - 1000 = 480 µs (not the first chunk's 150 µs);
+    # e2e 1700 - 1000 = 700 µs; TPOT (700 - 480) / (3 - 1) = 110 µs
+    assert (r.ttft_ns, r.e2e_ns, r.tpot_ns) == (480 * US, 700 * US, 110 * US)
+    # AND the gaps between tokens are those after the first token: 1560 - 1480 = 80, 1660 - 1560 = 100 µs
+    # (a chunk yields no token: the 200 and 130 µs between chunks are not inter-token latency)
+    assert (r.itl_p50_ns, r.itl_p99_ns) == (90 * US, pytest.approx(99.8 * US))

@@ -15,6 +15,7 @@ from tracekit.analysis.sweep import (
     summarize,
     summarize_point,
 )
+from tracekit.store.reference import seed_study
 
 MS = 1_000_000
 POINT = {"id": "p1", "group": "g", "shape": "chat", "mode": "eager", "batch": 2, "input_tokens": 100,
@@ -160,7 +161,7 @@ def _summary_like_the_seed() -> pd.DataFrame:
 def test_a_sweep_that_reproduces_the_seed_matches_every_claim() -> None:
     from tracekit.analysis.sweep import seed_comparison
 
-    cmp = seed_comparison(_summary_like_the_seed()).set_index("key")
+    cmp = seed_comparison(_summary_like_the_seed(), seed_study()).set_index("key")
     # the seed's numbers: smoke TTFT 152 ms, 144 and 7 tok/s; prefill shares 3%, 16%, 0.5%; 143 and 2271 tok/s
     # prefill at 25 and 1205 prompt tokens; 0.44 ms per input token, 300x per output token; 0.17 MB of KV
     # per token against a 0.022 MB formula; a resend agent loop 11.9x a chat request, 3% prefill
@@ -182,12 +183,12 @@ def test_a_sweep_that_reproduces_the_seed_matches_every_claim() -> None:
     s.loc[s["shape"] == "rag", "prefill_share"] = 0.48
     s.loc[s["shape"] == "creative", "prefill_share"] = 0.0016
     s.loc[s["group"] == "agent", "cost_vs_chat"] = 36.0
-    c2 = seed_comparison(s).set_index("key")
+    c2 = seed_comparison(s, seed_study()).set_index("key")
     assert (c2.loc["rag_prefill_share", "holds"], c2.loc["rag_prefill_share", "verdict"]) == (True, "holds")
     assert (c2.loc["creative_prefill_share", "holds"], c2.loc["creative_prefill_share", "verdict"]) == \
         (False, "lower here")
     assert (c2.loc["agent_cost_vs_chat", "holds"], c2.loc["agent_cost_vs_chat", "verdict"]) == (False, "higher here")
-    none = seed_comparison(s[s["group"] != "agent"]).set_index("key")
+    none = seed_comparison(s[s["group"] != "agent"], seed_study()).set_index("key")
     assert none.loc["agent_cost_vs_chat", "verdict"] == "not measured" and none.loc["agent_cost_vs_chat", "holds"] is None
 
 
@@ -224,3 +225,27 @@ def test_a_phase_of_one_nanosecond_still_has_shares() -> None:
                        "latency_bound_ns": [1], "idle_host_ns": [0]})
     out = sweep._more_split(ph, "decode")
     assert (out["decode_latency_share"], out["decode_idle_host_share"]) == (1.0, 0.0)
+
+
+def test_the_seed_study_is_data_with_its_source() -> None:
+    # the packaged data file: 14 claims, each read from it; a relative claim holds within 3x
+    from dataclasses import replace
+
+    study = seed_study()
+    assert study.source and study.gpu == "T4" and study.hold_factor == 3.0 and len(study.claims) == 14
+    chat = next(c for c in study.claims if c.key == "chat_prefill_share")
+    assert (chat.seed, chat.unit, chat.relative) == (0.03, "share", True)
+    assert study.kv_measured_bytes_per_token == 170_000
+    # the comparison takes whatever study it is given: its claims, its values, its hold factor
+    s = _summary_like_the_seed()
+    assert bool(seed_comparison_of(s, study).loc["chat_prefill_share", "holds"])
+    strict = replace(study, hold_factor=1.0, claims=(replace(chat, seed=1.0),))
+    got = seed_comparison_of(s, strict)
+    assert list(got.index) == ["chat_prefill_share"] and got.loc["chat_prefill_share", "seed_t4"] == 1.0
+    assert not bool(got.loc["chat_prefill_share", "holds"])  # 3% against 1.0 is not within 1x
+
+
+def seed_comparison_of(summary: pd.DataFrame, study: object) -> pd.DataFrame:
+    from tracekit.analysis.sweep import seed_comparison
+
+    return seed_comparison(summary, study).set_index("key")  # type: ignore[arg-type]

@@ -31,6 +31,7 @@ from faultlib import (
     trace_doc,
     write_trace,
 )
+from helpers import need_module
 
 pytestmark = pytest.mark.slow
 
@@ -132,8 +133,8 @@ def test_kill9_ingest_into_a_new_run(tmp_path: Path, big_source: Path, seed: int
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    need_module("torch")
+    need_module("transformers")
     root = tmp_path_factory.mktemp("rec")
     r = subprocess.run([sys.executable, "-m", "tracekit", "record", "-q", "--warmup", "0", "--output-tokens", "2",
                         "--out", str(root / "REC")], capture_output=True, text=True, timeout=300)

@@ -204,3 +204,21 @@ def test_cudagraph_trees_in_one_trace_leave_no_decode_kernel_other(tmp_path: Pat
     # each replayed GEMM has its captured op's FLOPs, per replay: 2 * 1 * 64 * 4096
     assert sorted(set(rep.loc[rep["kclass"] == "gemm", "flops"])) == [2 * 64 * 4096]
     assert "graph replays: 6 of 6 launches matched to their ops (6 by trace capture)" in buf.getvalue()
+
+
+def test_overlapping_replays_keep_their_own_kernels(tmp_path: Path) -> None:
+    # GIVEN a graph captured in the trace, then two replays launched 1 us apart whose kernels interleave
+    # on the GPU: A's gemm [g, g+2), B's gemm [g+1, g+3), A's add [g+2.5, g+5.5), B's add [g+3.5, ...) ...
+    k = Kineto(hip=False)
+    ops = _ops("a")
+    t = k.capture(ops, 100.0)
+    k.replay(ops, t + 10.0, t + 40.0, None)
+    k.replay(ops, t + 11.0, t + 41.0, None)
+    tables, rep = capture.merge(read_file(k.write(tmp_path / "t.json")).tables, [])
+    # THEN both replays are matched, each kernel to the op that launched it at capture
+    assert (rep.graph_launches, rep.graph_launches_matched, rep.activities_matched) == (2, 2, 6)
+    gpu, cpu = _frame(tables)
+    name_of = dict(zip(cpu["op_id"], cpu["name"].astype(str), strict=True))
+    got = [(str(n), name_of[o]) for n, o in gpu.sort_values("ts_ns")[["name", "op_id"]].itertuples(index=False)]
+    assert got == [("gemm_a", "aten::mm"), ("gemm_a", "aten::mm"), ("add_a", "aten::add"), ("add_a", "aten::add"),
+                   ("mul_a", "aten::mul"), ("mul_a", "aten::mul")]

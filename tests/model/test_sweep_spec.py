@@ -10,6 +10,7 @@ import pytest
 from tracekit.analysis import sweep as sa
 from tracekit.errors import UsageError
 from tracekit.model import pricing, sweepspec
+from tracekit.store.reference import seed_study
 
 
 def test_point_ids_are_stable_and_unique():
@@ -144,7 +145,7 @@ def test_seed_comparison_is_computed_not_hardcoded():
     chat = _point("c", "shapes", "chat", 128, 128, 10.0, 1000.0)  # share 1% vs seed 3%: within 3x
     rag = _point("r", "shapes", "rag", 1205, 60, 500.0, 1000.0)  # share 50% vs 16%: above 3x
     s = sa.summarize([chat, rag], input_price=0.15, output_price=0.6)
-    cmp = sa.seed_comparison(s).set_index("key")
+    cmp = sa.seed_comparison(s, seed_study()).set_index("key")
     assert cmp.loc["chat_prefill_share", "measured"] == pytest.approx(0.01)
     assert cmp.loc["chat_prefill_share", "holds"] is True or cmp.loc["chat_prefill_share", "holds"] == True  # noqa: E712
     assert cmp.loc["rag_prefill_share", "holds"] == False  # noqa: E712

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers import need_module
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = need_module("torch")
+need_module("transformers")
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from helpers import need_module
 
 from tracekit.cli import main
 from tracekit.model.stepnames import parse_accept, parse_step
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 from tracekit.trace import chrome as chrome_trace
+
+need_module("torch")
+need_module("transformers")
 
 PROMPT, OUT, K = 12, 12, 4
 

@@ -9,15 +9,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import fake_pynvml as fk
 import pytest
+from helpers import need_module
 
-pynvml = pytest.importorskip("pynvml")
+from tracekit.cli import main
+from tracekit.collectors import doctor
+from tracekit.collectors.doctor import FAIL, OK, WARN
 
-import fake_pynvml as fk  # noqa: E402
-
-from tracekit.cli import main  # noqa: E402
-from tracekit.collectors import doctor  # noqa: E402
-from tracekit.collectors.doctor import FAIL, OK, WARN  # noqa: E402
+pynvml = need_module("pynvml")
 
 
 def fake_torch(n: int = 1, name: str = "NVIDIA H200", cuda: str | None = "13.0") -> Any:
@@ -205,7 +205,7 @@ def test_diagnose_without_torch_cannot_record(tmp_path: Path, monkeypatch: pytes
 
 
 def test_doctor_for_real_on_this_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
+    need_module("torch")
     out = tmp_path / "doctor.json"
     assert main(["doctor", "--runs", str(tmp_path / "runs"), "--json", str(out)]) == 0
     text = capsys.readouterr().out

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers import need_module
 
 from tracekit.collectors.noise import LOG_NAME, ThirdPartyOutput, is_routine, is_third_party
 from tracekit.store.rundir import RunDir
@@ -29,8 +30,8 @@ def _record(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    need_module("torch")
+    need_module("transformers")
     cwd = tmp_path_factory.mktemp("out")
     # A kernel-capture window too: the profiler then starts and stops inside the step hooks.
     proc = _record(["--model", "tiny", "--requests", "2", "--trace-steps", "2:6", "--out", "run"], cwd)
@@ -107,8 +108,8 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_script_keeps_its_own_output_and_warnings_but_not_the_libraries(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    need_module("torch")
+    need_module("transformers")
     site = tmp_path / "lib" / "site-packages"
     site.mkdir(parents=True)
     (site / "noisy_lib.py").write_text(

@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from helpers import need_module
 
 from tracekit.cli import main
 from tracekit.model.stepnames import parse_step
 from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
 from tracekit.trace import chrome as chrome_trace
 from tracekit.trace.tracks import TRACEKIT_PID
+
+need_module("torch")
+need_module("transformers")
 
 
 @pytest.fixture(scope="module")

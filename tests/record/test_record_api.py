@@ -6,18 +6,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import need_module
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import tracekit
+from tracekit.cli import main
+from tracekit.collectors import presets
+from tracekit.collectors.hooks import RequestRecord
+from tracekit.collectors.profiler import StepWindow, parse_trace_steps
+from tracekit.collectors.session import parse_script_argv
+from tracekit.errors import UsageError
+from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
 
-import tracekit  # noqa: E402
-from tracekit.cli import main  # noqa: E402
-from tracekit.collectors import presets  # noqa: E402
-from tracekit.collectors.hooks import RequestRecord  # noqa: E402
-from tracekit.collectors.profiler import StepWindow, parse_trace_steps  # noqa: E402
-from tracekit.collectors.session import parse_script_argv  # noqa: E402
-from tracekit.errors import UsageError  # noqa: E402
-from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir  # noqa: E402
+torch = need_module("torch")
+need_module("transformers")
 
 SCRIPT = textwrap.dedent(
     """

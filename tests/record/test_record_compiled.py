@@ -13,11 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-import torch
+from helpers import need_module
 
 from tracekit.collectors import compiled
 from tracekit.collectors.hooks import (
@@ -28,6 +24,9 @@ from tracekit.collectors.hooks import (
     patch_generate,
 )
 from tracekit.collectors.presets import MODEL_PRESETS
+
+torch = need_module("torch")
+need_module("transformers")
 
 PROMPT, NEW = 9, 5
 

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
+from helpers import need_module
 
 from tracekit.collectors import session
 from tracekit.collectors.hooks import GenerationTracker
 from tracekit.report.record_summary import render
+
+need_module("torch")
 
 
 class FakeClock:
@@ -146,7 +147,7 @@ def test_a_failed_request_takes_no_event_times() -> None:
 def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monkeypatch, capsys) -> None:
     import time
 
-    pytest.importorskip("transformers")
+    need_module("transformers")
     from tracekit.cli import main
     from tracekit.store.rundir import RunDir
 

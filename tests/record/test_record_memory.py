@@ -10,12 +10,13 @@ import sys
 import pandas as pd
 import pyarrow as pa
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from helpers import need_module
 
 from tracekit.cli import main
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
+
+need_module("torch")
+need_module("transformers")
 
 pytestmark = pytest.mark.slow
 

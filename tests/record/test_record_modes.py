@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from helpers import need_module
 
 from tracekit.cli import main
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
+
+need_module("torch")
+need_module("transformers")
 
 
 def test_compile_uses_a_static_cache_and_says_so(tmp_path: Path, capsys) -> None:

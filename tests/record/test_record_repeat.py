@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import need_module
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+need_module("torch")
+need_module("transformers")
 
 
 def _tk(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-import itertools
+from helpers import need_module
 
 from tracekit.cli import main
 from tracekit.collectors import serve as sv
 from tracekit.model.stepnames import batch_kind, parse_step
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 from tracekit.trace import chrome as chrome_trace
+
+need_module("torch")
+need_module("transformers")
 
 # Prompt / output lengths: with 32 tokens per step the 70- and 40-token prompts are prefilled in chunks.
 LENGTHS = [(5, 4), (40, 6), (12, 3), (70, 5), (3, 8), (18, 4)]

@@ -6,14 +6,14 @@ import json
 
 import pandas as pd
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("matplotlib")
+from helpers import need_module
 
 from tracekit.analysis.sweep import SUMMARY_COLUMNS
 from tracekit.cli import main
 from tracekit.model.sweepspec import quick_points
+
+need_module("torch")
+need_module("transformers")
 
 # Every test here records real runs (a sweep, several ranks): minutes on 2 cores.
 pytestmark = pytest.mark.slow
@@ -106,10 +106,10 @@ def test_quick_sweep_report_and_plots(quick_sweep):
     html = (quick_sweep / "report.html").read_text()
     for plot in ("prefill_share", "ttft_vs_prompt", "prefill_tps_vs_prompt", "tpot_vs_batch",
                  "read_write_asymmetry", "kv_bytes_per_token", "agent_loop", "cost_vs_chat"):  # fmt: skip
-        png = quick_sweep / "plots" / f"{plot}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
-        assert f"plots/{plot}.png" in md
-    assert html.count("data:image/png;base64,") >= 8
+        svg = (quick_sweep / "plots" / f"{plot}.svg").read_text()
+        assert svg.startswith("<svg ") and f'data-chart="{plot}"' in svg and '<g class="series"' in svg, plot
+        assert f"plots/{plot}.svg" in md
+    assert html.count("data:image/svg+xml;base64,") >= 8
     assert "seed" in md.lower() and "kv-reuse" in md
     seed = pd.read_parquet(quick_sweep / "seed_comparison.parquet")
     assert seed["measured"].notna().sum() >= 5

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import need_module
 
 from tracekit.analysis import sweep as sweep_analysis
 from tracekit.errors import UsageError
@@ -62,8 +63,8 @@ def test_gpu_price_overrides() -> None:
 
 @pytest.mark.slow
 def test_load_sweep_end_to_end_on_the_cpu(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    need_module("torch")
+    need_module("transformers")
     from tracekit.cli import main
 
     out = tmp_path / "sw"
@@ -76,7 +77,7 @@ def test_load_sweep_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert (s["throughput_tok_s"] > 0).all() and (s["ttft_p50_ms"] <= s["ttft_p99_ms"]).all()
     assert s["step_ms_per_request"].notna().all()
     assert s["usd_per_request"].tolist() == pytest.approx((s["step_ms_per_request"] / 1e3 / 3600 * 3.6).tolist())
-    assert (out / "plots" / "latency_vs_throughput.png").is_file()
+    assert (out / "plots" / "latency_vs_throughput.svg").is_file()
     md = (out / "report.md").read_text()
     assert "## Load: latency against throughput" in md and "load-8x3+16x4-n4-rall-eager" in md
     # Each point is a served, analysed run: its requests' shares add up to its steps.

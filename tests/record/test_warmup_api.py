@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import need_module
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import tracekit
+from tracekit.store.rundir import RunDir
 
-import tracekit  # noqa: E402
-from tracekit.store.rundir import RunDir  # noqa: E402
+torch = need_module("torch")
+need_module("transformers")
 
 
 def _model():

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_run
+from helpers import make_run, need
 
 from tracekit.cli import main
 from tracekit.model.schema import from_columns
-from tracekit.report.plots import KIND_COLORS
+from tracekit.report.charts import KIND_COLORS
 from tracekit.store.rundir import RunDir
 
 PLOTS_PER_RUN = 5  # split, timeline, roofline, counters, latency
@@ -27,7 +27,8 @@ def _chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("chromium not installed (.ci/run installs Debian's chromium package)")
+    need("chromium", False)
+    raise AssertionError("unreachable")
 
 
 def _run_chromium(tmp_path: Path, html: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -119,8 +120,8 @@ def test_summary_names_ceiling_and_limiter_on_real_shaped_tables(tmp_path: Path)
     # dictionary-encoded counter columns as in recorded runs, and counters on another clock than the steps
     import pandas as pd
 
+    from tracekit.report.charts import counters_svg
     from tracekit.report.html import build_html
-    from tracekit.report.plots import counters_png
     from tracekit.report.view import RunView, ceiling_of, verdicts
 
     ph = pd.DataFrame({
@@ -145,7 +146,7 @@ def test_summary_names_ceiling_and_limiter_on_real_shaped_tables(tmp_path: Path)
     counters = pd.DataFrame({"ts_ns": [5 * 10**15 + i * 10**7 for i in range(20)], "device": 0,
                              "metric": pd.Categorical(["gpu_util"] * 20), "value": [float(i % 5) for i in range(20)],
                              "unit": pd.Categorical(["%"] * 20), "source": pd.Categorical(["nvml"] * 20)})
-    assert counters_png(counters, steps) is not None  # categories and an unrelated clock do not break it
+    assert counters_svg(counters, steps) is not None  # categories and an unrelated clock do not break it
     text = build_html([RunView("r80", {"workload": {"model": "tinyllama-1.1b", "dtype": "fp16", "batch": 1},
                                        "environment": {"gpu": "NVIDIA H200"}},
                                {"phases": ph, "steps": steps, "counters": counters})])

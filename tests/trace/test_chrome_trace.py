@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import need_module
 
 from tracekit.errors import TraceFormatError
 from tracekit.trace import chrome as chrome_trace
@@ -198,8 +199,8 @@ def test_trim_of_a_missing_window_is_an_error() -> None:
 
 
 def test_trim_a_trace_recorded_on_this_machine(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    torch = need_module("torch")
+    need_module("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import tracekit

@@ -8,12 +8,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from helpers import KERNELS, make_run
+from helpers import KERNELS, make_run, need_module
 
 from tracekit.cli import main
 from tracekit.trace.tracks import TRACEKIT_PID
 
-pytest.importorskip("perfetto")
+need_module("perfetto")
 
 
 def _decode(path: Path) -> dict:

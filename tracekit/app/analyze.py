@@ -34,7 +34,7 @@ import pyarrow as pa
 from tracekit.analysis.inputs import PASSES, RAW, AnalysisInput, AnalysisOutput
 from tracekit.app.ceiling import decide
 from tracekit.errors import TraceFormatError, UsageError
-from tracekit.ingest import ingest, ingest_into
+from tracekit.ingest.run import ingest, ingest_into
 from tracekit.model import progress
 from tracekit.model import schema as _schema
 from tracekit.store import heap

@@ -23,7 +23,7 @@ def cpu_split(run: RunDir) -> Any | None:
             return None
         ops = run.read_df("cpu_ops")
     elif run.trace_path.is_file():
-        from tracekit.ingest import read_trace_tables
+        from tracekit.ingest.reader import read_trace_tables
 
         tables = read_trace_tables(run.trace_path)
         if tables.get("gpu_activity") is not None and tables["gpu_activity"].num_rows:

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from tracekit.analysis import sweep as sweep_analysis
 from tracekit.model.pricing import Pricing
+from tracekit.store.reference import seed_study
 from tracekit.store.rundir import RunDir, write_table
 from tracekit.store.sweepdir import AGENT_STEPS, POINTS_DIR, SEED_TABLE, SUMMARY, read_sweep
 
@@ -60,7 +61,7 @@ def summarize(sweep_dir: Path, pricing: Pricing) -> SweepTables:
         gpu_per_hour=pricing.gpu_per_hour,
     )
     agent = sweep_analysis.agent_steps(points)
-    seed = sweep_analysis.seed_comparison(summary)
+    seed = sweep_analysis.seed_comparison(summary, seed_study())
     write_table(sweep_dir / SUMMARY, pa.Table.from_pandas(summary, preserve_index=False))
     write_table(sweep_dir / AGENT_STEPS, pa.Table.from_pandas(agent, preserve_index=False))
     write_table(sweep_dir / SEED_TABLE, pa.Table.from_pandas(seed, preserve_index=False))

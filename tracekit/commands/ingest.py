@@ -30,7 +30,7 @@ from tracekit.report.text import say
 def command(traces: tuple[str, ...], out: str, force: bool, jobs: int | None, no_cache: bool, engine: str,
             address: str | None, dataset: bool, run_id: str | None, captures: tuple[str, ...], quiet: bool) -> int:
     """Read torch.profiler / Kineto traces (.json, .json.gz, or a directory of per-rank traces)."""
-    from tracekit.ingest import ingest
+    from tracekit.ingest.run import ingest
 
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")

@@ -351,8 +351,8 @@ _MEM_SPEC = {
     "Total Reserved": "BIGINT",
 }
 # Top-level event keys read besides the modelled ones; kept in other_events.args (their JSON text
-# joined by string concatenation: concat_ws skips the absent ones, and it is ~10x cheaper than
-# building a map and serialising it).
+# joined by string concatenation: concat_ws skips the absent ones, and it is cheaper than building a
+# map and serialising it).
 _EXTRA_KEYS = ("id", "bp", "s", "scope", "id2", "cname", "tts", "tdur", "sf", "stack")
 _OTHER_PARTS = ", ".join(f"""'"{k}":' || {k}::VARCHAR""" for k in ("args", *_EXTRA_KEYS))
 _COLUMNS = {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "JSON", "tid": "JSON",
@@ -488,8 +488,8 @@ class EngineConfig:
     """DuckDB settings for one file. memory_limit bounds DuckDB's own memory; it spills past it."""
 
     threads: int = 0  # 0: the cores available
-    # 2GB: a lower limit makes DuckDB spill the events table of a large trace (1GB on a 2 GB trace:
-    # -1 GB RSS but +24% CPU); TableBuilder.stage cuts the peak as much without spilling (docs/measurements/2026-11-29-ingest.md).
+    # 2GB: a lower limit makes DuckDB spill the events table of a large trace (less memory, more CPU);
+    # TableBuilder.stage cuts the peak as much without spilling (docs/measurements/2026-12-07-docstring-figures.md).
     memory_limit: str = "2GB"
 
 
@@ -567,8 +567,8 @@ class TableBuilder:
 
         The events table (every event, args decoded) is the largest thing DuckDB holds; once the
         per-table results exist it is dropped, so it never coexists with the Arrow tables handed
-        out by ``table``, each of which drops its DuckDB copy as it goes. Measured on a 2 GB
-        trace: peak RSS 3.57 -> 2.52 GB (docs/measurements/2026-11-29-ingest.md). Call after the counts (they read ev).
+        out by ``table``, each of which drops its DuckDB copy as it goes (what it saves:
+        docs/measurements/2026-12-07-docstring-figures.md). Call after the counts (they read ev).
         """
         self._staged = set(names)
         for name in self._staged:
@@ -620,10 +620,8 @@ class TableBuilder:
 def open_events(path: str | Path, tmp: Path, config: EngineConfig = EngineConfig()) -> tuple[TableBuilder, Extracted]:
     """DuckDB's events table of one trace, and what the extraction found (meta, bytes, truncation).
 
-    The array is extracted to a file first. Streaming it to DuckDB through a FIFO instead was
-    measured and rejected: DuckDB buffers a non-seekable input in memory (+254 MB RSS for a
-    307 MB array), which breaks the bounded-memory requirement, and on two busy cores it was
-    not faster (docs/measurements/2026-11-29-ingest.md).
+    The array is extracted to a file first: DuckDB buffers a non-seekable input (a FIFO) in memory,
+    which breaks the bounded-memory requirement (docs/measurements/2026-12-07-docstring-figures.md).
     """
     ex = extract_pieces(path, tmp)
     if ex.pieces:
@@ -683,8 +681,8 @@ def count(b: TableBuilder, counts: Counts) -> None:
 
 
 # Inputs from this many decompressed bytes up have their tables staged inside DuckDB and the events
-# table dropped first (TableBuilder.stage): on a 2 GB trace peak RSS 3.57 -> 2.49-2.52 GB for
-# +7-13% CPU; below it staging only costs (84 MB trace: +0.4 s wall, +0.25 s CPU, no RSS saved).
+# table dropped first (TableBuilder.stage): it lowers the peak memory of large traces for a little CPU;
+# below this size staging only costs (docs/measurements/2026-12-07-docstring-figures.md).
 STAGE_BYTES = 1 << 30
 
 

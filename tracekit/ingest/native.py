@@ -50,7 +50,7 @@ from tracekit.model import progress
 from tracekit.store import heap
 
 try:  # built by setup.py where a C compiler is present
-    from tracekit.ingest import _kscan
+    import tracekit.ingest._kscan as _kscan
 except ImportError:  # pragma: no cover - exercised where the extension is absent
     _kscan = None  # type: ignore[assignment]
 
@@ -80,8 +80,8 @@ if _kscan is not None:
     }
 
 # Inflated bytes per block handed to the scanner. Small, because up to ~5 blocks are alive at once
-# (the inflater's queue, the one scanned, the carry joined to the next); larger blocks were not
-# faster (docs/measurements/2026-11-29-ingest.md).
+# (the inflater's queue, the one scanned, the carry joined to the next); larger blocks are not
+# faster (docs/measurements/2026-12-07-docstring-figures.md).
 SCAN_BLOCK = 1 << 20
 _MAX_CARRY = 256 << 20  # one event larger than this is not a trace event
 TS_RANGE = "ts beyond the int64 ns range"  # why an event is skipped (tracekit.ingest.duckdb_reader says the same)

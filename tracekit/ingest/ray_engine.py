@@ -135,8 +135,7 @@ def _identify(f: Path) -> tuple[str, int | None]:
 
 def ingest_file(job: FileJob, root: str) -> FileOutcome:
     """Read one trace and write its partition of the dataset. Errors come back, never raise."""
-    from tracekit.ingest import read_file
-    from tracekit.ingest.reader import trace_rank
+    from tracekit.ingest.reader import read_file, trace_rank
 
     t0 = time.perf_counter()
     out = FileOutcome(job.path, job.run_id, job.rank)

@@ -1,5 +1,5 @@
-"""The HTML report's charts as SVG (tracekit.report.svg): the data tracekit.report.plots draws as
-PNGs, laid out without a plotting library.
+"""The report's charts as SVG (tracekit.report.svg), laid out without a plotting library: the HTML
+report embeds them, the API and the notebook show them (IPython's ``SVG``).
 
 Each function returns the SVG text, or None when its table has no data (never an empty axis):
   split_svg            the split (compute / memory / latency / other / idle by cause) per phase
@@ -8,9 +8,8 @@ Each function returns the SVG text, or None when its table has no data (never an
   counters_svg         NVML / GPM counters over time, the steps shaded behind them
   phase_roofline_svg   achieved FLOP/s against arithmetic intensity per phase, under the implied roofs
   roofline_svg         one dot per shape-modelled kernel against a Ceiling
-Series, values, labels, axis ranges (5% margins, log axes in decades) and colours are those of the
-PNG plots, which take their colours and the counters' panels from here (one colour per class in
-every view).
+Axis ranges have 5% margins (log axes: in decades); the colours here are every view's (one colour per
+class), the sweep's charts (tracekit.report.sweep_charts) included.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ CYCLE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e37
 # What a performance engineer looks at first; anything else follows in table order.
 COUNTER_PRIORITY = ("gpu_util", "dram_bw_util", "sm_util", "tensor_util", "power", "sm_clock", "mem_used",
                     "sm_occupancy", "mem_util", "temperature")
-FONT = 13.0  # px: matplotlib's 10 pt at 96 dpi
+FONT = 13.0  # px: 10 pt at 96 dpi
 # Every chart is drawn this wide and shown at the page's width (report CSS: img.plot width 100%), so the
 # charts use the page and keep one text size.
 WIDTH = 1200.0

@@ -1,5 +1,5 @@
 """The self-contained HTML reports: one file, inline CSS, charts as SVG data URIs (the run report's,
-tracekit.report.charts) or PNG data URIs (the sweep's plots).
+tracekit.report.charts; the sweep's, tracekit.report.sweep_charts).
 
 Nothing is fetched when the file is opened (no CDN, no fonts, no scripts from elsewhere), so it can
 be mailed or attached to a ticket. Every section copes with its table being absent or empty: it says
@@ -229,9 +229,8 @@ def render_sweep_html(markdown_text: str, plots: dict[str, Path]) -> str:
             p = by_name.get(name)
             if p is not None:
                 data = base64.b64encode(p.read_bytes()).decode()
-                body.append(
-                    f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}"></figure>'
-                )
+                mime = "image/svg+xml" if p.suffix == ".svg" else "image/png"
+                body.append(f'<figure><img alt="{html.escape(name)}" src="data:{mime};base64,{data}"></figure>')
         elif line.startswith("#"):
             level = min(len(line) - len(line.lstrip("#")), 4)
             body.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")

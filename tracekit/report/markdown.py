@@ -9,6 +9,7 @@ import pandas as pd
 
 from tracekit.analysis import sweep as sweep_analysis
 from tracekit.model.pricing import Pricing
+from tracekit.store.reference import seed_study
 
 
 def _fmt(v: Any) -> str:
@@ -173,7 +174,7 @@ def kv_text(summary: pd.DataFrame, config: dict[str, Any], dtype: str) -> list[s
                 "full-prompt logits could account for it."
             )
     para += (
-        f" A total-memory measurement divided by tokens (the seed's ~0.17 MB against a {formula / 1e6:.4f} MB formula) "
+        f" A total-memory measurement divided by tokens (the seed's ~{seed_study().kv_measured_bytes_per_token / 1e6:g} MB against a {formula / 1e6:.4f} MB formula) "
         "therefore counts the prefill's transients beside the cache, and depends on the prompt / answer ratio."
     )
     return [*text, "", para]
@@ -186,6 +187,7 @@ def _pct(part: float, whole: float) -> str:
 def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFrame, agent: pd.DataFrame,
                     plots: dict[str, Path], pricing: Pricing, rel: Path) -> str:  # fmt: skip
     n_ok = int((summary["status"] == "complete").sum())
+    study = seed_study()
     out = [
         f"# tracekit sweep `{meta.get('name', '')}`",
         "",
@@ -199,8 +201,8 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         "",
         "## The seed's claims here",
         "",
-        f"Seed: T4, TinyLlama-1.1B fp16. A ratio or share *holds* when the measured value is within "
-        f"{sweep_analysis.HOLD_FACTOR:g}x of the seed's; absolute numbers are hardware-specific and only compared.",
+        f"Seed: {study.gpu}, {study.model} {study.dtype}. A ratio or share *holds* when the measured value is within "
+        f"{study.hold_factor:g}x of the seed's; absolute numbers are hardware-specific and only compared.",
         "",
         _md_table(seed, SEED_VIEW),
         "",
@@ -225,7 +227,7 @@ def render_markdown(meta: dict[str, Any], summary: pd.DataFrame, seed: pd.DataFr
         "",
     ]  # fmt: skip
     if not plots:
-        out += ["(no plots: matplotlib is not installed here, or no study had complete points)", ""]
+        out += ["(no plots: no study had complete points)", ""]
     for name, p in plots.items():
         out.append(f"![{name}]({(rel / p.name).as_posix()})")
         out.append("")

@@ -1,7 +1,6 @@
-"""The sweep's reports: plots/*.png, report.md and report.html, from the summary tables (tracekit.app.sweep).
+"""The sweep's reports: plots/*.svg, report.md and report.html, from the summary tables (tracekit.app.sweep).
 
-Plots use matplotlib's Agg backend (no display needed); the HTML embeds them, so it is one
-self-contained file.
+The charts are SVG (tracekit.report.sweep_charts); the HTML embeds them, so it is one self-contained file.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from tracekit.app.sweep import summarize
 from tracekit.model.pricing import Pricing
 from tracekit.report.html import render_sweep_html
 from tracekit.report.markdown import render_markdown
-from tracekit.report.plots import make_sweep_plots
+from tracekit.report.sweep_charts import make_sweep_charts
 from tracekit.store.rundir import atomic_open
 from tracekit.store.sweepdir import PLOTS_DIR, REPORT_HTML, REPORT_MD, SUMMARY
 
@@ -20,7 +19,7 @@ from tracekit.store.sweepdir import PLOTS_DIR, REPORT_HTML, REPORT_MD, SUMMARY
 def write_all(sweep_dir: Path, pricing: Pricing) -> dict[str, Path]:
     """Summary, agent steps, seed comparison, plots and both reports, from the point run directories."""
     t = summarize(sweep_dir, pricing)
-    plots = make_sweep_plots(t.summary, t.agent, sweep_dir / PLOTS_DIR)
+    plots = make_sweep_charts(t.summary, t.agent, sweep_dir / PLOTS_DIR)
     md = render_markdown(t.meta, t.summary, t.seed, t.agent, plots, pricing, Path(PLOTS_DIR))
     with atomic_open(sweep_dir / REPORT_MD) as fh:
         fh.write(md)

@@ -94,9 +94,8 @@ def _json_default(o: Any) -> Any:
 def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
     """Every Parquet file tracekit writes: zstd, dictionary pages only for dictionary-typed columns.
 
-    On int64 timestamps, durations and ids, dictionary encoding only costs: the ingested tables of the
-    54 MB corpus trace wrote in 0.046 s / 1.35 MB instead of 0.069 s / 2.31 MB, the 84 MB H200
-    trace's in 0.057 s / 1.64 MB instead of 0.085 s / 3.11 MB (docs/measurements/2026-11-29-ingest.md).
+    On int64 timestamps, durations and ids, dictionary encoding only costs time and bytes
+    (docs/measurements/2026-12-07-docstring-figures.md).
     """
     dictionary = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     pq.write_table(table, path, compression="zstd", use_dictionary=dictionary or False)
@@ -526,7 +525,7 @@ class RunDir:
                                       "re-ingest or re-analyze the run")
             return _schema.empty(name)
         try:
-            table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset (+0.3 s, +50 MB)
+            table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset
             _once(table.column_names)
             return _fit(name, table) if name in _schema.SCHEMAS else table
         except MemoryError:  # out of memory is not a damaged table: said as itself

@@ -3,7 +3,7 @@
     <sweep>/
       sweep.json            the spec, the point order, the outcome of every point
       points/<point-id>/    one run directory per point
-      summary.parquet, agent_steps.parquet, seed_comparison.parquet, report.md, report.html, plots/*.png
+      summary.parquet, agent_steps.parquet, seed_comparison.parquet, report.md, report.html, plots/*.svg
 """
 
 from __future__ import annotations

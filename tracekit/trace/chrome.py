@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from tracekit.errors import TraceFormatError
-from tracekit.ingest import read_raw
 from tracekit.ingest.framing import is_gzip, offset_ns
+from tracekit.ingest.reader import read_raw
 from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
 from tracekit.store.rundir import atomic_path
 
@@ -152,9 +152,8 @@ def clock_offset(syncs: Sequence[ClockSync]) -> int | None:
     """trace_ns - host_ns; None where the trace has none.
 
     Each pair reads the host clock just before the annotation opens, so a
-    pair can only overstate the offset (by whatever ran in between: the first
-    annotation after the profiler starts was measured 15 ms late on a CPU
-    run). The minimum over the pairs is the best estimate, as in NTP's
+    pair can only overstate the offset (by whatever ran in between, e.g. the
+    profiler's own start-up before its first annotation). The minimum over the pairs is the best estimate, as in NTP's
     minimum-delay filter.
     """
     if not syncs:

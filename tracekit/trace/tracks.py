@@ -40,7 +40,7 @@ import gzip
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from tracekit.model import progress
 from tracekit.model.trackids import COUNTER_PID_BASE, MEMORY_PID, TRACEKIT_PID
+from tracekit.trace import encode as E
 from tracekit.trace import npa
 from tracekit.trace.blocks import TraceBlock, json_or_text, trace_blocks
 from tracekit.trace.trackset import CounterPoint, Slice, Track, TrackSet, Window
@@ -398,11 +399,9 @@ def nested(slices: list[Slice]) -> Iterator[tuple[Slice, int]]:
 # --- Chrome trace-event JSON --------------------------------------------------
 
 
-def _us(ns: int) -> str:
-    """Exact microseconds as a JSON number (floats lose ns at epoch scale)."""
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+def _us(ns: Sequence[int]) -> list[str]:
+    """Exact microseconds as JSON numbers (floats lose ns at epoch scale): trace.encode's ``micros``."""
+    return [b.decode() for b in E.micros(np.asarray(ns, dtype=np.int64)).to_pylist()]
 
 
 def _dump(obj: Any) -> str:
@@ -435,10 +434,12 @@ def _slice_events(ts: TrackSet, slices: list[Slice]) -> Iterator[str]:
         by_track[s.track].append(s)
     for key, group in by_track.items():
         t = ts.tracks[key]
-        for s, dur in nested(group):
+        rows = list(nested(group))
+        starts, durs = _us([s.ts_ns for s, _ in rows]), _us([d for _, d in rows])
+        for (s, _dur), start, dur in zip(rows, starts, durs, strict=True):
             ev = (
                 f'{{"ph":"X","cat":{_dump(s.cat)},"name":{_dump(s.name)},"pid":{t.pid},"tid":{t.tid},'
-                f'"ts":{_us(s.ts_ns)},"dur":{_us(dur)}'
+                f'"ts":{start},"dur":{dur}'
             )
             if s.cname:
                 ev += f',"cname":{_dump(s.cname)}'
@@ -446,9 +447,9 @@ def _slice_events(ts: TrackSet, slices: list[Slice]) -> Iterator[str]:
 
 
 def _counter_events(ts: TrackSet) -> Iterator[str]:
-    for c in ts.counters:
+    for c, start in zip(ts.counters, _us([c.ts_ns for c in ts.counters]), strict=True):
         t = ts.tracks[c.track]
-        yield f'{{"ph":"C","name":{_dump(t.name)},"pid":{t.pid},"tid":0,"ts":{_us(c.ts_ns)},"args":{{"value":{c.value!r}}}}}'
+        yield f'{{"ph":"C","name":{_dump(t.name)},"pid":{t.pid},"tid":0,"ts":{start},"args":{{"value":{c.value!r}}}}}'
 
 
 def columnar(ts: TrackSet) -> bool:
@@ -485,8 +486,6 @@ def _chrome_parts(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
 
 
 def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
-    from tracekit.trace import encode as E
-
     blocks: list[TraceBlock] = ts.blocks  # type: ignore[assignment]
     order = BlockOrder.of(blocks)
     pidtid = [f',"pid":{ts.tracks[k].pid},"tid":{ts.tracks[k].tid},"ts":'.encode() for k in order.keys]

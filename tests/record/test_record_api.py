@@ -15,7 +15,7 @@ from tracekit.cli import main  # noqa: E402
 from tracekit.collectors import presets  # noqa: E402
 from tracekit.collectors.hooks import RequestRecord  # noqa: E402
 from tracekit.collectors.profiler import StepWindow, parse_trace_steps  # noqa: E402
-from tracekit.collectors.session import parse_script_argv  # noqa: E402
+from tracekit.collectors.script import parse_script_argv  # noqa: E402
 from tracekit.errors import UsageError  # noqa: E402
 from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir  # noqa: E402
 

@@ -99,12 +99,12 @@ def stage():
         (Path(sys.argv[2]) / "bench.html").write_text(build_html(views, title="bench"))
 """,
 }
-# record's work after the workload (collectors/session.py Recording._write): find tracekit's
+# record's work after the workload (collectors/recording.py Recording._write): find tracekit's
 # annotations in the raw Kineto JSON (a byte search for their names), the clock sync, and write the
 # merged trace.json.gz.
 RECORD_POST = """
 from pathlib import Path
-from tracekit.collectors.session import own_annotations
+from tracekit.ingest.own import own_annotations
 from tracekit.trace import chrome
 def stage():
     raw = Path(sys.argv[1])

@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors.hooks import RequestRecord
-from tracekit.collectors.session import Recording, RecordOptions, create_run, timings
+from tracekit.collectors.options import RecordOptions
+from tracekit.collectors.recording import Recording, create_run
+from tracekit.collectors.tables import requests_table
+from tracekit.collectors.timing import timings
 from tracekit.errors import TracekitError, UsageError
 from tracekit.model import schema as _schema
 from tracekit.model.stepnames import (
@@ -447,25 +450,8 @@ class SpecRecording(Recording):
             "accepted_tokens": [s.accepted for s in done],
         }))
         reqs = self.tracer.requests
-        m = [r.metrics() for r in reqs]
         sp = speedups(reqs)
-
-        def tr(ns: int | None) -> int | None:
-            return None if ns is None else ns + offset
-
-        requests_t = _schema.from_columns("requests", {
-            "request_id": [r.request_id for r in reqs],
-            "name": [r.name for r in reqs],
-            "batch": [1] * len(reqs),
-            "input_tokens": [r.input_tokens for r in reqs],
-            "output_tokens": [r.output_tokens for r in reqs],
-            "start_ns": [tr(r.start_ns) for r in reqs],
-            "end_ns": [tr(r.end_ns) for r in reqs],
-            "ttft_ns": [x["ttft_ns"] for x in m],
-            "tpot_ns": [x["tpot_ns"] for x in m],
-            "e2e_ns": [x["e2e_ns"] for x in m],
-            "prefill_share": [x["prefill_share"] for x in m],
-            "source": ["tracekit"] * len(reqs),
+        requests_t = requests_table(reqs, offset, extra={
             "assistant": [r.assistant for r in reqs],
             "proposed_tokens": [r.proposed if r.assistant else None for r in reqs],
             "accepted_tokens": [r.accepted if r.assistant else None for r in reqs],

@@ -406,7 +406,7 @@ def _rerun_script(argv: list[str], tracker: Any) -> None:
     import runpy
 
     from tracekit.collectors.hooks import patch_generate
-    from tracekit.collectors.session import parse_script_argv
+    from tracekit.collectors.script import parse_script_argv
 
     kind, target, args = parse_script_argv(argv)
     sys.argv = [target, *args]

@@ -11,7 +11,8 @@ Two channels carry it:
   requests), never a user's script, whose own stderr stays theirs.
 
 ``summary()`` sorts what was caught: known routine lines (``ROUTINE``) are counted, everything else is
-kept as a warning. ``write_log`` keeps the full text (``third_party.log`` in the run directory).
+kept as a warning. ``write_log`` keeps the full text (``third_party.log`` in the run directory);
+``keep_third_party`` puts all of it into a run.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracekit.store.rundir import RunDir
 
 LOG_NAME = "third_party.log"
 
@@ -259,3 +263,25 @@ def _libc() -> list[Any]:
 
 
 _LIBC = _libc()
+
+
+def keep_third_party(run: RunDir, noise: ThirdPartyOutput) -> None:
+    """What ``noise`` caught, into the run: third_party.log, run.json ``third_party`` and warnings."""
+    info = noise.summary()
+    if not info["messages"]:
+        return
+    try:
+        noise.write_log(run.path / LOG_NAME)
+    except OSError as exc:  # the counts and warnings below still say what happened
+        info["log_error"] = str(exc)
+    run.update_manifest(
+        third_party={
+            "messages": info["messages"],
+            "routine": info["routine"],
+            "kept": len(info["warnings"]),
+            "by_origin": info["by_origin"],
+            "log": LOG_NAME,
+        }
+    )
+    for w in info["warnings"]:
+        run.add_warning(f"third-party: {w}")

@@ -39,8 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.hooks import RequestRecord
-from tracekit.collectors.noise import ThirdPartyOutput
-from tracekit.collectors.session import Recording, RecordOptions, create_run, keep_third_party, timings
+from tracekit.collectors.noise import ThirdPartyOutput, keep_third_party
+from tracekit.collectors.options import RecordOptions
+from tracekit.collectors.recording import Recording, create_run
+from tracekit.collectors.tables import requests_table
+from tracekit.collectors.timing import timings
 from tracekit.errors import TracekitError, UsageError, visible
 from tracekit.model import schema as _schema
 from tracekit.model.stats import percentile
@@ -508,10 +511,6 @@ def records(requests: Sequence[ServeRequest], outputs: dict[int, Any], to_host: 
     return out
 
 
-def _pct(vals: list[float], q: float) -> float | None:
-    return percentile(vals, q)
-
-
 def load_metrics(recs: Sequence[ServeRecord]) -> dict[str, Any]:
     """Under-load aggregates: throughput over the pass, p50 / p99 of TTFT, TPOT, ITL, queue and e2e (ns)."""
     done = [r for r in recs if r.complete and r.token_ns]
@@ -532,8 +531,8 @@ def load_metrics(recs: Sequence[ServeRecord]) -> dict[str, Any]:
                       ("e2e_ns", [m["e2e_ns"] for m in ms]), ("queue_ns", [m["queue_ns"] for m in ms]),
                       ("itl_ns", itl)):
         v = [float(x) for x in vals if x is not None]
-        out[f"{key}_p50"] = _pct(v, 50)
-        out[f"{key}_p99"] = _pct(v, 99)
+        out[f"{key}_p50"] = percentile(v, 50)
+        out[f"{key}_p99"] = percentile(v, 99)
         out[f"{key}_mean"] = sum(v) / len(v) if v else None
     return out
 
@@ -546,7 +545,7 @@ def trace_check(recs: Sequence[ServeRecord]) -> dict[str, Any]:
     return {
         "what": "engine token stamp minus the end of the step that sampled it (host clock): the update_batch "
                 "bookkeeping in between, never negative in a synchronous engine",
-        "first_token_ns_p50": _pct([float(x) for x in d_first], 50),
+        "first_token_ns_p50": percentile([float(x) for x in d_first], 50),
         "first_token_ns_max": max(d_first) if d_first else None,
         "first_token_ns_min": min(d_first) if d_first else None,
         "last_token_ns_max": max(d_last) if d_last else None,
@@ -570,18 +569,13 @@ class ServeRecording(Recording):
 
     def _tables(self, offset: int) -> tuple[Any, Any]:
         steps = [s for s in self.tracer.steps if s.cpu_end_ns is not None]
-        traced = self._traced_steps
-
-        def tr(ns: int | None) -> int | None:
-            return None if ns is None else ns + offset
+        al = self.alignment
 
         def start_of(s: BatchStep) -> int | None:
-            a = traced.get(s.step_id)
-            return a.ts_ns if a is not None else tr(s.cpu_start_ns)
+            return al.start_of(s.step_id, s.cpu_start_ns)
 
         def end_of(s: BatchStep) -> int | None:
-            a = traced.get(s.step_id)
-            return a.ts_ns + a.dur_ns if a is not None else tr(s.cpu_end_ns)
+            return al.end_of(s.step_id, s.cpu_end_ns)
 
         labels = [s.label for s in steps]
         steps_t = _schema.from_columns("steps", {
@@ -615,34 +609,14 @@ class ServeRecording(Recording):
                     first.setdefault(q.request_id, e)
                     last[q.request_id] = e
         reqs = self.tracer.requests
-        metrics = [r.metrics() for r in reqs]
 
-        def itl(r: RequestRecord, q: float) -> float | None:
-            gaps = [float(b - a) for a, b in zip(r.token_ns, r.token_ns[1:], strict=False)]
-            return _pct(gaps, q)
+        def since_start(r: RequestRecord, ns: int | None) -> int | None:
+            return None if ns is None else ns - (r.start_ns + offset)
 
-        def minus(a: int | None, b: int | None) -> int | None:
-            return None if a is None or b is None else a - b
-
-        requests_t = _schema.from_columns("requests", {
-            "request_id": [r.request_id for r in reqs],
-            "name": [r.name for r in reqs],
-            "batch": [r.batch for r in reqs],
-            "input_tokens": [r.input_tokens for r in reqs],
-            "output_tokens": [r.output_tokens for r in reqs],
-            "start_ns": [tr(r.start_ns) for r in reqs],
-            "end_ns": [tr(r.end_ns) for r in reqs],
-            "ttft_ns": [m["ttft_ns"] for m in metrics],
-            "tpot_ns": [m["tpot_ns"] for m in metrics],
-            "e2e_ns": [m["e2e_ns"] for m in metrics],
-            "prefill_share": [m["prefill_share"] for m in metrics],
-            "source": ["engine"] * len(reqs),
-            "itl_p50_ns": [itl(r, 50) for r in reqs],
-            "itl_p90_ns": [itl(r, 90) for r in reqs],
-            "itl_p99_ns": [itl(r, 99) for r in reqs],
-            "queue_ns": [m.get("queue_ns") for m in metrics],
-            "trace_ttft_ns": [minus(first.get(r.request_id), tr(r.start_ns)) for r in reqs],
-            "trace_e2e_ns": [minus(last.get(r.request_id), tr(r.start_ns)) for r in reqs],
+        requests_t = requests_table(reqs, offset, source="engine", itl=True, extra={
+            "queue_ns": [r.metrics().get("queue_ns") for r in reqs],
+            "trace_ttft_ns": [since_start(r, first.get(r.request_id)) for r in reqs],
+            "trace_e2e_ns": [since_start(r, last.get(r.request_id)) for r in reqs],
         })
         return steps_t, requests_t
 

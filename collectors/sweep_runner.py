@@ -112,7 +112,7 @@ def load(spec: SweepSpec) -> SweepContext:
         info["max_position_embeddings_override"] = override
     compiled = [p for p in spec.points if p.mode == "compiled" and p.group != "load"]
     max_len = max((max(p.prompt_lengths()) + p.output_tokens for p in compiled), default=0)
-    from tracekit.collectors.session import environment
+    from tracekit.collectors.environment import environment
 
     cuda = device.startswith("cuda")
     return SweepContext(
@@ -372,7 +372,7 @@ def _run_load(ctx: SweepContext, spec: SweepSpec, point: Point, run: RunDir) -> 
     from tracekit.app.analyze import analyze
     from tracekit.collectors import presets, workload
     from tracekit.collectors import serve as sv
-    from tracekit.collectors.session import RecordOptions
+    from tracekit.collectors.options import RecordOptions
 
     _set_mode(ctx, replace(point, mode="eager"))  # the engine runs its own forward; no generate compile
     cuda = ctx.device.startswith("cuda")

@@ -242,7 +242,8 @@ def _worker(spec: dict[str, Any]) -> int:
 
     from tracekit.collectors import presets
     from tracekit.collectors import workload as wl
-    from tracekit.collectors.session import Recording, RecordOptions, create_run
+    from tracekit.collectors.options import RecordOptions
+    from tracekit.collectors.recording import Recording, create_run
 
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])

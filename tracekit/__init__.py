@@ -65,9 +65,9 @@ def whatif(run: Any, **changes: Any) -> Any:
 def record(*args: Any, **kwargs: Any) -> Any:
     """Record a block of user code: ``with tracekit.record("name") as run: ...``.
 
-    See ``tracekit.collectors.session.record`` for the arguments.
+    See ``tracekit.collectors.recording.record`` for the arguments.
     """
-    from tracekit.collectors.session import record as _record
+    from tracekit.collectors.recording import record as _record
 
     return _record(*args, **kwargs)
 
@@ -75,7 +75,7 @@ def record(*args: Any, **kwargs: Any) -> Any:
 def warmup() -> Any:
     """Mark warm-up requests of the open recording: called, the next ``generate``; as a context
     (``with tracekit.warmup(): ...``), every ``generate`` inside. Does nothing outside a recording."""
-    from tracekit.collectors.session import warmup as _warmup
+    from tracekit.collectors.warmup import warmup as _warmup
 
     return _warmup()
 

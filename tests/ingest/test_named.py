@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.collectors.session import own_annotations
 from tracekit.ingest import read_raw
 from tracekit.ingest.named import read_named
+from tracekit.ingest.own import own_annotations
 from tracekit.trace import chrome as chrome_trace
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "record_gpu_smoke" / "trace.json.gz"

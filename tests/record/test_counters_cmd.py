@@ -255,7 +255,8 @@ def test_the_replay_has_the_recorded_runs_steps(tmp_path: Path) -> None:
     """The child replays warm-up, the unprofiled pass and the requests: its step ids are the run's."""
     from tracekit.collectors import presets
     from tracekit.collectors import workload as wl
-    from tracekit.collectors.session import RecordOptions, run_workload
+    from tracekit.collectors.options import RecordOptions
+    from tracekit.collectors.workload_runner import run_workload
 
     cfg = wl.WorkloadConfig(model=presets.resolve_model("tiny"), device="cpu", dtype="fp32", shape="smoke",
                             input_tokens=6, output_tokens=3, requests=2, warmup=1)

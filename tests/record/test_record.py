@@ -439,16 +439,16 @@ def test_every_table_recorded_and_analysed_is_declared(default_run: tuple[RunDir
 def test_ctrl_c_after_the_recording_finished_says_the_run_is_complete(tmp_path: Path, monkeypatch, capfd) -> None:
     # An interrupt between the recording's end and record's return leaves a complete run: the message
     # says what run.json says (it said "partial run kept (status incomplete)" whatever the status).
-    from tracekit.collectors import session
+    from tracekit.collectors import recording
 
-    orig = session.Recording.__exit__
+    orig = recording.Recording.__exit__
 
     def exit_then_interrupt(self: Any, exc_type: Any, exc: Any, tb: Any) -> None:
         orig(self, exc_type, exc, tb)
         if exc is None:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(session.Recording, "__exit__", exit_then_interrupt)
+    monkeypatch.setattr(recording.Recording, "__exit__", exit_then_interrupt)
     out = tmp_path / "r"
     assert main(["record", "-q", "--warmup", "0", "--out", str(out)]) == 130
     err = capfd.readouterr().err

@@ -13,7 +13,7 @@ from tracekit.cli import main
 from tracekit.collectors import presets
 from tracekit.collectors.hooks import RequestRecord
 from tracekit.collectors.profiler import StepWindow, parse_trace_steps
-from tracekit.collectors.session import parse_script_argv
+from tracekit.collectors.script import parse_script_argv
 from tracekit.errors import UsageError
 from tracekit.store.rundir import STATUS_COMPLETE, STATUS_INCOMPLETE, RunDir
 

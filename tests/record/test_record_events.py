@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from helpers import need_module
 
-from tracekit.collectors import session
+from tracekit.collectors import recording, timing, workload_runner
 from tracekit.collectors.hooks import GenerationTracker
+from tracekit.collectors.options import RecordOptions
 from tracekit.report.record_summary import render
 
 need_module("torch")
@@ -112,7 +113,7 @@ def test_event_timings_report_host_minus_events() -> None:
     tr = GenerationTracker(annotate=False, clock=clock, events=lambda: Slow(clock))
     for _ in range(2):
         tr.generate(_fake_generate(clock, [10_000_000] * 5, 0), FakeModel(), max_new_tokens=5)
-    ev = session.event_timings(tr.requests)
+    ev = timing.event_timings(tr.requests)
     assert ev is not None and ev["aggregate"]["requests"] == 2
     assert "CUDA events" in ev["clock"]
     # host = events / 1.1 -> host - events = -9.09% of events (rounded)
@@ -125,7 +126,7 @@ def test_no_events_no_section() -> None:
     tr = GenerationTracker(annotate=False, clock=clock)
     tr.generate(_fake_generate(clock, [1_000_000] * 3, 0), FakeModel(), max_new_tokens=3)
     assert tr.requests[0].event_view() is None
-    assert session.event_timings(tr.requests) is None
+    assert timing.event_timings(tr.requests) is None
 
 
 def test_a_failed_request_takes_no_event_times() -> None:
@@ -155,7 +156,7 @@ def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monk
     def factory(model: Any) -> Any:
         return lambda: FakeEvent(time.perf_counter_ns)
 
-    monkeypatch.setattr(session, "_event_factory", factory)
+    monkeypatch.setattr(workload_runner, "_event_factory", factory)
     rc = main(
         ["record", "--warmup", "0", "--requests", "2", "--output-tokens", "4", "--out", str(tmp_path / "r")]
     )
@@ -180,7 +181,7 @@ def test_record_stores_event_timings_of_the_unprofiled_pass(tmp_path: Path, monk
 def test_sampler_maps_the_torch_device_through_cuda_visible_devices(tmp_path: Path, monkeypatch) -> None:
     # GIVEN torch's cuda:1 is NVML's GPU 5 (CUDA_VISIBLE_DEVICES=2,5)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
-    sampler, off = session._make_sampler(session.RecordOptions(out=tmp_path, device_index=1))
+    sampler, off = recording.make_sampler(RecordOptions(out=tmp_path, device_index=1))
     # THEN the recorder samples NVML index 5, not 1
     assert off is None and sampler is not None
     assert sampler.device_index == 5 and sampler.torch_device == 1

@@ -90,7 +90,7 @@ def test_gpu_run_kv_lengths_counters_and_timings_agree() -> None:
 
 def test_gpu_trace_carries_the_tracks_record_builds_today() -> None:
     # GIVEN the fixture's own tables, WHEN record's track builder runs on them now
-    from tracekit.collectors.session import record_track_events
+    from tracekit.trace.recorded import record_track_events
 
     run = RunDir.open(FIXTURE)
     built = record_track_events(

@@ -27,8 +27,8 @@ def _annot(name: str, ts: float, dur: float = 1.0, cat: str = "user_annotation")
 
 def _track_events() -> list[dict]:
     """tracekit's record-time tracks, built by tracekit.trace.tracks from tables (as the recorder does)."""
-    from tracekit.collectors.session import record_track_events
     from tracekit.model import schema
+    from tracekit.trace.recorded import record_track_events
 
     steps = schema.from_columns(
         "steps",

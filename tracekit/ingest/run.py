@@ -245,7 +245,7 @@ def _trace_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k not in _META_DROP}
 
 
-# The recorder's tables and their time columns (collectors/session.py writes them on
+# The recorder's tables and their time columns (collectors/recording.py writes them on
 # Kineto's raw ``ts`` clock: trace ns without the trace's baseTimeNanoseconds).
 RECORDER_CLOCK = {"steps": ("cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns"),
                   "requests": ("start_ns", "end_ns"), "counters": ("ts_ns",)}

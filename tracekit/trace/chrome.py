@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from tracekit.errors import TraceFormatError
-from tracekit.ingest.framing import is_gzip, offset_ns
-from tracekit.ingest.reader import read_raw
+from tracekit.ingest.framing import is_gzip
+from tracekit.ingest.own import Annotation, find_annotations
 from tracekit.model.stepnames import REQUEST_PREFIX, STEP_PREFIX, parse_step
 from tracekit.store.rundir import atomic_path
 
@@ -76,16 +76,6 @@ def write(path: str | Path, data: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
-class Annotation:
-    """One of tracekit's CPU-side annotations as Kineto recorded it (ns on the trace's ``ts`` clock,
-    without its baseTimeNanoseconds)."""
-
-    name: str
-    ts_ns: int
-    dur_ns: int
-
-
-@dataclass(frozen=True)
 class ClockSync:
     trace_ns: int
     host_ns: int
@@ -93,45 +83,6 @@ class ClockSync:
     @property
     def offset_ns(self) -> int:
         return self.trace_ns - self.host_ns
-
-
-_OWN = ("tracekit.clock_sync ", "tracekit.step ", "tracekit.request ")
-
-
-def _chunks(fh: IO[str]) -> Iterator[str]:
-    while True:
-        block = fh.read(_CHUNK)
-        if not block:
-            return
-        yield block
-
-
-def find_annotations(path: str | Path) -> list[Annotation]:
-    """tracekit's own annotations (clock syncs, steps, requests) in a trace, read by tracekit's ingest.
-
-    Only the CPU-side ones: Kineto mirrors CPU annotations onto the GPU timeline
-    (gpu_user_annotation), and only the CPU one is opened at the host time it names. A trace that
-    cannot be read has none.
-    """
-    try:
-        res = read_raw(path)
-    except TraceFormatError:
-        return []
-    t = res.tables.get("annotations")
-    if t is None or t.num_rows == 0:
-        return []
-    base = offset_ns(res.meta)
-    found: dict[tuple[str, int], Annotation] = {}
-    names = t.column("name").to_pylist()
-    cats = t.column("cat").to_pylist()
-    ts = t.column("ts_ns").to_pylist()
-    dur = t.column("dur_ns").to_pylist()
-    for name, cat, t0, d in zip(names, cats, ts, dur, strict=True):
-        if not name or not name.startswith(_OWN) or cat == "gpu_user_annotation" or t0 is None:
-            continue
-        a = Annotation(name, int(t0) - base, int(d or 0))
-        found[(a.name, a.ts_ns)] = a
-    return sorted(found.values(), key=lambda a: a.ts_ns)
 
 
 def find_clock_syncs(path: str | Path) -> list[ClockSync]:

@@ -1,0 +1,514 @@
+"""Analyze a large run window by window, in memory set by the window, not the trace.
+
+Steps are local in time, so a run is cut into consecutive time windows at instants that no event
+spans (``cut_times``): no CPU op, runtime call, kernel (counted from its launching runtime call to its
+end) or annotation shorter than a window crosses a cut, so no step and no step's kernels are split.
+Annotations longer than a window (requests, a whole-run range) and graph-capture ops (another clock)
+go to every window they concern. Each window's raw tables are read in one pass over the files
+(tracekit.store.windows.TimeCursor) and the default passes run on them as on a whole run; then:
+
+- per-activity and per-step tables (kernel_bound, kernel_steps, steps, step_bound, step_requests) are
+  the windows' rows, in order; kernel_bound and kernel_steps are written as each window ends;
+- phases and gpu_timeline: sums of the windows' rows per (request, phase) and per device; the ratios
+  (achieved rates, % of ceiling, per token) recomputed from the sums; the time between windows, which
+  holds no event, is added to the ``outside`` row's time and host idle and to each device's idle;
+- requests: rebuilt over the whole run's steps (tracekit.analysis.requests.build), with the windows'
+  per-request sums (step time, bound split, FLOPs, bytes, energy) added up;
+- the check verdict: per check, the worst finding of any window.
+
+Exact, as the whole-run analysis: every per-activity and per-step table, and every count and
+nanosecond sum of phases and gpu_timeline. Equal up to float summation order: FLOPs, bytes and the
+rates made from them. Not the same where a statistic spans windows: a phase's ceiling dtype (that of
+its window with the most FLOPs), GPM means (time-weighted over windows), energy from counters
+interpolated across a cut. ``should_window`` keeps runs below ``WINDOW_EVENTS`` events (and recorded
+runs, CPU runs and multi-rank parts) on the whole-run path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit.analysis import advice as _advice
+from tracekit.analysis import health as _health
+from tracekit.analysis import intervals
+from tracekit.analysis import requests as _requests
+from tracekit.analysis.phases import PHASES
+from tracekit.app import analyze as _analyze
+from tracekit.model import progress
+from tracekit.store import heap
+from tracekit.store import windows as _win
+from tracekit.store.rundir import STATUS_COMPLETE, RunDir
+
+WINDOW_EVENTS = 1_000_000  # raw events per window; runs with fewer are analysed whole
+BIG = ("gpu_activity", "cpu_ops", "runtime")
+PER_ROW = ("kernel_bound", "kernel_steps")  # written as each window ends
+PER_STEP = ("steps", "step_bound", "step_requests")
+SUMS = ("steps", "steps_captured", "time_ns", "gpu_busy_ns", "compute_bound_ns", "memory_bound_ns",
+        "latency_bound_ns", "idle_ns", "idle_host_ns", "idle_wait_ns", "idle_before_window_ns", "other_ns",
+        "comm_ns", "memcpy_ns", "flops", "bytes", "energy_j", "kernels_modelled", "kernels_class_only",
+        "kernels_unmodelled", "kernels_measured")
+REQUEST_SUMS = ("steps", "step_time_ns", "gpu_time_ns", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns",
+                "other_ns", "idle_ns", "flops", "bytes", "energy_j")
+TIMELINE_SUMS = ("busy_ns", "compute_ns", "memcpy_ns", "comm_ns", "activities", "outside_steps")
+
+
+def raw_events(run: RunDir) -> int:
+    return sum(_win.rows(run, t) for t in BIG)
+
+
+def should_window(run: RunDir, window_events: int | None = None) -> bool:
+    """Whether ``run`` is analysed window by window: more raw events than one window holds, its big
+    tables time-sorted (as ingest writes them), GPU activity present, no recorder's steps."""
+    limit = window_events or WINDOW_EVENTS
+    if raw_events(run) <= limit or not _win.rows(run, "gpu_activity"):
+        return False
+    if any(run.has_table(t) for t in ("recorded_steps", "step_requests")):
+        return False
+    if "analysis" not in run.read_manifest() and run.has_table("steps"):
+        return False  # a recorded run's own steps, not yet copied aside: the whole-run path does that
+    return all(_win.is_time_sorted(run, t) for t in BIG)
+
+
+# --- where to cut -------------------------------------------------------------------
+
+
+def _spans(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Intervals [ts, end) sorted by start, strictly overlapping ones merged (touching ones kept apart)."""
+    if not len(ts):
+        return np.empty((0, 2), dtype=np.int64)
+    order = np.argsort(ts, kind="stable")
+    s, e = ts[order], np.maximum(end[order], ts[order])
+    run_end = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] >= run_end[:-1]]
+    idx = np.flatnonzero(new)
+    return np.stack([s[idx], run_end[np.r_[idx[1:] - 1, len(s) - 1]]], axis=1)
+
+
+def _ts_end(b: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    ts = pc.fill_null(b.column("ts_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    dur = (pc.fill_null(b.column("dur_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+           if "dur_ns" in b.column_names else np.zeros(len(ts), dtype=np.int64))
+    valid = pc.is_valid(b.column("ts_ns")).to_numpy(zero_copy_only=False)
+    return ts[valid], (ts + np.maximum(dur, 0))[valid]
+
+
+@dataclass(frozen=True)
+class Cuts:
+    lo: int  # first event
+    hi: int  # last event end
+    cuts: tuple[int, ...]  # instants no event spans, increasing, inside (lo, hi)
+    long_ns: int  # annotations and ops longer than this go to every window they overlap
+
+
+def cut_times(run: RunDir, window_events: int) -> Cuts:
+    """Where to cut ``run`` into windows of about ``window_events`` raw events (see the module doc).
+    Reads ts/dur (and the launches' correlation) batch by batch; holds one interval per busy block."""
+    n = raw_events(run)
+    lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for t in (*BIG, "annotations"):
+        for b in _win.chunks(run, t, ["ts_ns", "dur_ns", "captured"]):
+            if "captured" in b.schema.names:
+                b = b.filter(pc.invert(pc.fill_null(b.column("captured"), False)))
+            ts, end = _ts_end(b)
+            if len(ts):
+                lo, hi = min(lo, int(ts.min())), max(hi, int(end.max()))
+    if lo > hi:
+        return Cuts(0, 0, (), 0)
+    k = max(1, -(-n // window_events))
+    long_ns = max(1, (hi - lo) // k)
+    # the launch of each kernel: its runtime call's start, by correlation
+    rt = pa.concat_tables([pa.Table.from_batches([b]) for b in _win.chunks(run, "runtime", ["correlation", "ts_ns"])]) \
+        if _win.rows(run, "runtime") else None
+    if rt is not None and rt.num_rows:
+        rt = rt.filter(pc.and_(pc.is_valid(rt.column("correlation")), pc.is_valid(rt.column("ts_ns"))))
+        corr = rt.column("correlation").to_numpy(zero_copy_only=False).astype(np.int64)
+        order = np.argsort(corr, kind="stable")
+        corr, launch = corr[order], rt.column("ts_ns").to_numpy(zero_copy_only=False).astype(np.int64)[order]
+    else:
+        corr = launch = np.empty(0, dtype=np.int64)
+    del rt
+    blocks: list[np.ndarray] = []
+    hist = np.zeros(4096, dtype=np.int64)
+    width = max(1, -(-(hi - lo + 1) // len(hist)))
+    for t in (*BIG, "annotations"):
+        for b in _win.chunks(run, t, ["ts_ns", "dur_ns", "captured", "correlation"]):
+            if "captured" in b.schema.names:
+                b = b.filter(pc.invert(pc.fill_null(b.column("captured"), False)))
+            ts, end = _ts_end(b)
+            if t in BIG:
+                np.add.at(hist, np.clip((ts - lo) // width, 0, len(hist) - 1), 1)
+            if t == "gpu_activity" and len(corr) and "correlation" in b.schema.names:
+                valid = pc.is_valid(b.column("ts_ns")).to_numpy(zero_copy_only=False)
+                c = pc.fill_null(b.column("correlation"), -1).to_numpy(zero_copy_only=False).astype(np.int64)[valid]
+                at = np.clip(np.searchsorted(corr, c), 0, len(corr) - 1)
+                hit = corr[at] == c
+                ts = np.where(hit, np.minimum(ts, launch[at]), ts)
+            short = end - ts <= long_ns
+            blocks.append(_spans(ts[short], end[short]))
+    busy = _spans(*np.concatenate(blocks).T) if blocks else np.empty((0, 2), dtype=np.int64)
+    del blocks
+    candidates = busy[1:, 0]  # each block's start: no interval spans it
+    cdf = np.cumsum(hist)
+    cuts: list[int] = []
+    for j in range(1, k):
+        b = int(np.searchsorted(cdf, j * n / k))
+        at = int(np.searchsorted(candidates, lo + b * width))
+        if at < len(candidates):
+            c = int(candidates[at])
+            if lo < c < hi and (not cuts or c > cuts[-1]):
+                cuts.append(c)
+    return Cuts(lo, hi, tuple(cuts), long_ns)
+
+
+# --- the windows --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    lo: int | None  # None: from the start
+    hi: int | None  # None: to the end
+    tables: dict[str, Any]
+    gpu_rows: np.ndarray  # gpu_activity's table positions of the window's rows
+
+
+def _between(t: pa.Table, lo: int | None, hi: int | None, long_ns: int) -> pa.Table:
+    """Rows starting in [lo, hi), and rows longer than ``long_ns`` overlapping it."""
+    if not t.num_rows:
+        return t
+    ts = pc.fill_null(t.column("ts_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    dur = (pc.fill_null(t.column("dur_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+           if "dur_ns" in t.column_names else np.zeros(len(ts), dtype=np.int64))
+    a = -(2**63) if lo is None else lo
+    b = 2**63 - 1 if hi is None else hi
+    inside = (ts >= a) & (ts < b)
+    long = (dur > long_ns) & (ts < b) & (ts + dur > a)
+    return t.filter(pa.array(inside | long))
+
+
+def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
+    """Each window's raw tables (tracekit.app.analyze.RAW), read in one pass over the big tables."""
+    cursors = {t: _win.TimeCursor(run, t, drop="captured" if t == "cpu_ops" else None) for t in BIG}
+    captured = run.read_table("cpu_ops").slice(0, 0)
+    if "captured" in captured.column_names:
+        parts = [b.filter(pc.fill_null(b.column("captured"), False)) for b in _win.chunks(
+            run, "cpu_ops", captured.column_names)]
+        captured = pa.Table.from_batches(parts, schema=captured.schema) if parts else captured
+    small = {t: run.read_table(t) for t in ("annotations", "counters", "ncu_counters")}
+    other = run.read_columns("other_events", _analyze.RAW_COLUMNS["other_events"])
+    bounds = [None, *cuts.cuts, None]
+    for i in range(len(bounds) - 1):
+        lo, hi = bounds[i], bounds[i + 1]
+        tables: dict[str, Any] = {}
+        gpu_rows = np.empty(0, dtype=np.int64)
+        for t, cur in cursors.items():
+            rows, pos = cur.take(hi)
+            if t == "cpu_ops" and captured.num_rows:
+                rows = pa.concat_tables([rows, captured.cast(rows.schema)])
+            if t == "gpu_activity":
+                gpu_rows = pos
+            tables[t] = rows
+        for t, full in small.items():
+            tables[t] = _between(full, lo, hi, 0 if t == "counters" else cuts.long_ns) \
+                if t != "ncu_counters" else full
+        tables["other_events"] = _between(other, lo, hi, cuts.long_ns)
+        yield Window(lo, hi, tables, gpu_rows)
+
+
+# --- combining the windows' tables --------------------------------------------------
+
+
+def _num(s: pd.Series) -> pd.Series:
+    return pd.to_numeric(s, errors="coerce").astype(float)
+
+
+def outside_ns(steps: pd.DataFrame | None, span: tuple[int, int]) -> int:
+    """The run's time outside every captured step's window (the phases pass's ``outside`` time)."""
+    if steps is None or not len(steps):
+        return span[1] - span[0]
+    cap = steps[steps["captured"].astype(bool)] if "captured" in steps else steps
+    inside = intervals.window_union(intervals.step_windows(cap)) if len(cap) else intervals.EMPTY
+    return max(span[1] - span[0] - intervals.length(intervals.clip(inside, *span)), 0)
+
+
+def _order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows as the phases pass orders them: per request (by id), then the run's; phases in PHASES order, outside last."""
+    rid = _num(df["request_id"])
+    rank = {p: i for i, p in enumerate(PHASES)}
+    key = pd.DataFrame({"run": rid.isna(), "rid": rid.fillna(0),
+                        "phase": [rank.get(str(p), len(rank)) for p in df["phase"]]})
+    return df.loc[key.sort_values(["run", "rid", "phase"], kind="stable").index].reset_index(drop=True)
+
+
+def combine_phases(parts: list[pd.DataFrame], out_ns: int, n_dev: int) -> pd.DataFrame:
+    """The windows' phases rows summed per (request_id, phase) (see the module doc); ``out_ns``: the
+    outside row's time (outside_ns)."""
+    df = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else parts[0]
+    if not len(df):
+        return df
+    key = pd.Series(list(zip(_num(df["request_id"]).fillna(-1).tolist(), df["phase"].astype(str).tolist(),
+                             strict=True)), index=df.index)
+    rows = []
+    for _, g in df.groupby(key, sort=False):
+        first = g.iloc[0].to_dict()
+        row = dict(first)
+        for c in SUMS:
+            if c in g:
+                vals = _num(g[c])
+                row[c] = vals.sum() if vals.notna().any() else first[c]
+        if "idle_profiler_ns" in g:
+            vals = _num(g["idle_profiler_ns"])
+            row["idle_profiler_ns"] = vals.sum() if vals.notna().all() else None
+        if "flops" in g and _num(g["flops"]).notna().any():
+            best = g.loc[_num(g["flops"]).fillna(-1).idxmax()]
+            for c in ("ceiling", "ceiling_dtype"):
+                if c in g:
+                    row[c] = best[c]
+            _rates(row, best)
+        if "energy_j_per_token" in g:
+            tok = (_num(g["energy_j"]) / _num(g["energy_j_per_token"])).sum()
+            row["energy_j_per_token"] = row["energy_j"] / tok if tok and row.get("energy_j") == row.get("energy_j") \
+                else first["energy_j_per_token"]
+        for c in ("gpm_dram_bw_util_pct", "gpm_dram_tbps"):
+            if c in g and _num(g[c]).notna().any():
+                w, v = _num(g["time_ns"]), _num(g[c])
+                ok = v.notna()
+                row[c] = float((v[ok] * w[ok]).sum() / w[ok].sum()) if w[ok].sum() else float(v[ok].mean())
+        if str(row["phase"]) == "outside":  # each window saw its own span: the run's is known only here
+            row["time_ns"] = out_ns
+            if n_dev and _fin(row.get("gpu_busy_ns")):
+                row["idle_ns"] = max(out_ns * n_dev - row["gpu_busy_ns"], 0)
+                if "idle_host_ns" in row:
+                    known = sum(row[c] for c in ("idle_wait_ns", "idle_before_window_ns", "idle_profiler_ns")
+                                if _fin(row.get(c)))
+                    row["idle_host_ns"] = max(row["idle_ns"] - known, 0)
+        rows.append(row)
+    out = _order(pd.DataFrame(rows, columns=df.columns))
+    for c in out.columns:
+        if c in df and df[c].dtype != object:
+            try:
+                out[c] = out[c].astype(df[c].dtype)
+            except (TypeError, ValueError):
+                pass
+    if "advice" in out:
+        out["advice"] = [_advice.advice(r) if str(r.get("phase")) != "outside" else None for r in out.to_dict("records")]
+    return out
+
+
+def _fin(v: Any) -> bool:
+    return v is not None and v is not pd.NA and v == v
+
+
+def _rates(row: dict[str, Any], best: pd.Series) -> None:
+    """achieved_* and pct_peak_* of ``row`` from its sums, against the peaks ``best``'s values imply."""
+    busy = row.get("gpu_busy_ns")
+    wall = row.get("time_ns")
+    flops, nbytes = row.get("flops"), row.get("bytes")
+    if _fin(busy) and busy > 0:
+        if "achieved_tflops" in row and _fin(flops):
+            peak_f = (100.0 * best["achieved_tflops"] / best["pct_peak_flops"]
+                      if _fin(best.get("pct_peak_flops")) and best["pct_peak_flops"] else None)
+            row["achieved_tflops"] = flops / busy / 1e3
+            if peak_f:
+                row["pct_peak_flops"] = 100.0 * row["achieved_tflops"] / peak_f
+        if "achieved_tbps" in row and _fin(nbytes):
+            peak_b = (100.0 * best["achieved_tbps"] / best["pct_peak_bandwidth"]
+                      if _fin(best.get("pct_peak_bandwidth")) and best["pct_peak_bandwidth"] else None)
+            row["achieved_tbps"] = nbytes / busy / 1e3
+            if peak_b:
+                row["pct_peak_bandwidth"] = 100.0 * row["achieved_tbps"] / peak_b
+    if _fin(wall) and wall > 0:
+        if "achieved_tflops_wall" in row and _fin(flops):
+            row["achieved_tflops_wall"] = flops / wall / 1e3
+        if "achieved_tbps_wall" in row and _fin(nbytes):
+            row["achieved_tbps_wall"] = nbytes / wall / 1e3
+
+
+def combine_timeline(parts: list[pd.DataFrame], span: tuple[int, int]) -> pd.DataFrame:
+    """Per device: the windows' sums, span and idle over the whole run."""
+    df = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else parts[0]
+    if not len(df):
+        return df
+    out = df.groupby("device", dropna=False, sort=True)[list(TIMELINE_SUMS)].sum().reset_index()
+    out["span_ns"] = span[1] - span[0]
+    out["idle_ns"] = (out["span_ns"] - out["busy_ns"]).clip(lower=0)
+    return out[list(df.columns)].astype({c: df[c].dtype for c in df.columns if c in out})
+
+
+def combine_requests(parts: list[pd.DataFrame], built: pd.DataFrame) -> pd.DataFrame:
+    """``built`` (requests.build over the whole run's steps) with the windows' per-request sums."""
+    df = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else parts[0]
+    if not len(df) or not len(built):
+        return built if len(built) else df
+    rid = _num(df["request_id"])
+    extra = [c for c in df.columns if c not in built.columns]
+    firsts = df.groupby(rid, sort=True)[extra].first() if extra else None
+    out = built.copy()
+    key = _num(out["request_id"])
+    if firsts is not None:
+        for c in extra:
+            out[c] = key.map(firsts[c]).to_numpy()
+    for c in REQUEST_SUMS:
+        if c in df:
+            sums = _num(df[c]).groupby(rid).sum(min_count=1)
+            out[c] = key.map(sums).to_numpy()
+    if "mean_step_share" in df and "steps" in df:
+        w = _num(df["steps"])
+        tot = (_num(df["mean_step_share"]) * w).groupby(rid).sum(min_count=1) / w.groupby(rid).sum()
+        out["mean_step_share"] = key.map(tot).to_numpy()
+    return out[[c for c in df.columns if c in out.columns]]
+
+
+_RANK = {"ok": 0, "caveat": 1, "wrong": 2}
+
+
+def combine_checks(verdicts: list[Any]) -> Any:
+    """Per check code, the worst finding of any window (the first window's where they tie)."""
+    best: dict[str, Any] = {}
+    for v in verdicts:
+        if v is None:
+            continue
+        for f in v.findings:
+            if f.code not in best or _RANK.get(f.severity, 0) > _RANK.get(best[f.code].severity, 0):
+                best[f.code] = f
+    return _health.Verdict(tuple(best.values())) if best else None
+
+
+# --- the driver ---------------------------------------------------------------------
+
+
+def analyse_windowed(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None,
+                     window_events: int | None = None) -> dict[str, Any]:
+    """``tracekit.app.analyze.analyse_run``'s contract, window by window (see the module doc)."""
+    with run.rewrite() as work:
+        return _analyse(work, warmup_requests, ceiling_override, window_events or WINDOW_EVENTS)
+
+
+def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | None,
+             window_events: int) -> dict[str, Any]:
+    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes, trace_span
+
+    run.check_ingested()
+    manifest = run.read_manifest()
+    ceiling, why = _analyze.resolve_ceiling(manifest, ceiling_override)
+    cuts = cut_times(run, window_events)
+    rank = _analyze.run_rank({t: run.read_columns(t, ["rank"]).slice(0, 1) for t in BIG})
+    _analyze.mark_running(run, "analysis", {"windows": len(cuts.cuts) + 1})
+    kept: dict[str, list[Any]] = {k: [] for k in (*PER_STEP, "phases", "gpu_timeline", "requests")}
+    warnings: list[str] = []
+    checks: list[Any] = []
+    workload: Any = None
+    warmup: Any = None
+    spans: list[tuple[int, int]] = []
+    n_dev: set[Any] = set()
+    writers = {name: _win.ChunkWriter(run, name) for name in PER_ROW}
+    total = len(cuts.cuts) + 1
+    annotations = run.read_table("annotations")
+    try:
+        for i, w in enumerate(windows(run, cuts)):
+            progress.report("analyzing: windows", i, total)
+            tables = _analyze.as_frames(w.tables)
+            tables["manifest"] = manifest
+            if warmup_requests is not None:
+                tables["warmup_first"] = warmup_requests
+            if ceiling is not None:
+                tables["ceiling"] = ceiling
+            _analyze.check_span(tables)
+            span = trace_span(tables)
+            if span is not None:
+                spans.append(span)
+            res = run_passes(tables, DEFAULT_PASSES)
+            gpu = tables["gpu_activity"]
+            del tables
+            ks = res["kernel_steps"]
+            if len(ks):
+                ks = ks.copy()
+                ks["row"] = w.gpu_rows[ks["row"].to_numpy(dtype=np.int64)]
+                n_dev.update(ks["device"].dropna().unique().tolist())
+            for name, df in (("kernel_bound", res.get("kernel_bound")), ("kernel_steps", ks)):
+                if df is not None:
+                    writers[name].write(_analyze.output_table(name, df, rank, gpu))
+            for name in kept:
+                if res.get(name) is not None:
+                    kept[name].append(res[name])
+            warnings += [x for x in res["warnings"] if x not in warnings]
+            checks.append(res.get("check"))
+            workload = workload or res.get("workload")
+            if res.get("warmup") and (res["warmup"].get("requests") or warmup is None):
+                warmup = res["warmup"]
+            del res, gpu, ks
+            heap.trim()
+        rows = _finish(run, writers, kept, spans, len(n_dev), annotations, manifest, workload, rank)
+    except BaseException:
+        for wr in writers.values():
+            wr.__exit__(RuntimeError, RuntimeError("analysis failed"), None)
+        raise
+    result: dict[str, Any] = {name: kept[name] for name in kept}
+    result.update(rows["frames"])
+    result.update({"warnings": warnings, "ceiling": ceiling, "workload": workload, "warmup": warmup,
+                   "check": combine_checks(checks)})
+    if ceiling is None:
+        warnings.append(f"no ceiling: {why}")
+    elif why:
+        warnings.append(why)
+    steps = result["steps"]
+    kb_over = rows.get("kernels_over_peak", 0)
+    info = {
+        "passes": [p.name for p in DEFAULT_PASSES],
+        "steps": len(steps),
+        "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
+        "requests": len(result["requests"]),
+        "workload": workload,
+        "ceiling": ceiling.to_dict() if ceiling is not None else None,
+        "kernels_over_peak": kb_over,
+        "warmup_requests": list((warmup or {}).get("requests") or []),
+        "windows": len(cuts.cuts) + 1,
+    }
+    if result["check"] is not None:
+        info["check"] = result["check"].to_dict()
+    for x in warnings:
+        run.add_warning(f"analyze: {x}")
+    run.update_manifest(analysis={**info, "status": STATUS_COMPLETE,
+                                  "rows": {k: rows["rows"][k] for k in _analyze.OUTPUTS if k in rows["rows"]}})
+    return result
+
+
+def _finish(run: RunDir, writers: dict[str, Any], kept: dict[str, list[Any]], spans: list[tuple[int, int]],
+            n_dev: int, annotations: pa.Table, manifest: Mapping[str, Any], workload: Any, rank: int) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    over = 0
+    for name, wr in writers.items():
+        wr.__exit__(None, None, None)
+        counts[name] = wr.rows
+    kb = run.read_columns("kernel_bound", ["over_peak"])
+    if "over_peak" in kb.column_names:
+        over = int(pc.sum(pc.fill_null(kb.column("over_peak"), False)).as_py() or 0)
+    frames: dict[str, pd.DataFrame] = {}
+    for name in PER_STEP:
+        parts = [p for p in kept[name] if p is not None]
+        frames[name] = pd.concat(parts, ignore_index=True) if parts else None  # type: ignore[assignment]
+    span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else (0, 0)
+    out_ns = outside_ns(frames["steps"], span)
+    frames["phases"] = combine_phases(kept["phases"], out_ns, n_dev) if kept["phases"] else None  # type: ignore[assignment]
+    frames["gpu_timeline"] = combine_timeline(kept["gpu_timeline"], span) if kept["gpu_timeline"] else None  # type: ignore[assignment]
+    steps = frames["steps"]
+    built = None
+    if steps is not None and len(steps):
+        empty = pd.DataFrame(columns=["ts_ns", "dur_ns", "name"])
+        built, _, _, _ = _requests.build(steps, pd.DataFrame(), annotations, empty, dict(manifest), workload=workload)
+    frames["requests"] = (combine_requests(kept["requests"], built) if built is not None and kept["requests"]
+                          else (kept["requests"][0] if kept["requests"] else None))  # type: ignore[assignment]
+    for name in ("steps", "step_bound", "step_requests", "phases", "gpu_timeline", "requests"):
+        df = frames.get(name)
+        if df is None:
+            continue
+        table = _analyze.output_table(name, df, rank, None)
+        run.write_table(name, table)
+        counts[name] = table.num_rows
+    return {"frames": frames, "rows": counts, "kernels_over_peak": over}

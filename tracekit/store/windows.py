@@ -1,0 +1,160 @@
+"""Reading a run's time-sorted tables window by window, and writing a table chunk by chunk.
+
+Ingest writes gpu_activity, cpu_ops and runtime sorted by ``ts_ns``. ``TimeCursor`` reads such a table
+once, front to back, in Parquet record batches, and hands out the rows of consecutive time windows
+``[lo, hi)``: memory is one batch plus one window, never the table. ``chunks`` reads a few columns
+batch by batch. ``ChunkWriter`` writes a declared table one Arrow chunk at a time (one Parquet row group
+each), atomically: the file appears whole when the writer closes, or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tracekit.model import schema as _schema
+from tracekit.store.fsops import atomic_path
+from tracekit.store.rundir import RunDir
+
+BATCH_ROWS = 65_536
+
+
+def rows(run: RunDir, name: str) -> int:
+    """The stored row count of table ``name`` (0 where absent), from the Parquet footer."""
+    path = run.table_path(name)
+    return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
+
+
+def chunks(run: RunDir, name: str, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``columns`` (those the table has) of table ``name``, in stored order."""
+    path = run.table_path(name)
+    if not path.is_file():
+        return
+    pf = pq.ParquetFile(path)
+    cols = [c for c in columns if c in pf.schema_arrow.names]
+    yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
+
+
+def is_time_sorted(run: RunDir, name: str) -> bool:
+    """Whether table ``name``'s non-null ``ts_ns`` never decreases (read a column at a time, batch by batch)."""
+    last = None
+    for b in chunks(run, name, ["ts_ns"]):
+        ts = pc.drop_null(b.column(0)).to_numpy(zero_copy_only=False)
+        if not len(ts):
+            continue
+        if (last is not None and ts[0] < last) or bool((np.diff(ts) < 0).any()):
+            return False
+        last = ts[-1]
+    return True
+
+
+class TimeCursor:
+    """The rows of a ``ts_ns``-sorted table, window after window, in one pass over the file.
+
+    ``take(hi)`` returns the rows not handed out yet whose ``ts_ns`` is below ``hi`` (rows with a null
+    ``ts_ns`` go to the last window, ``take(None)``); ``first_row`` is the table position of the first
+    row it returned. ``drop``: a boolean column whose true rows are left out (they belong to no window)."""
+
+    def __init__(self, run: RunDir, name: str, columns: Sequence[str] | None = None, drop: str | None = None) -> None:
+        self.name = name
+        self._drop = drop
+        path = run.table_path(name)
+        self._schema = _schema.schema(name) if name in _schema.SCHEMAS else None
+        if path.is_file():
+            pf = pq.ParquetFile(path)
+            cols = [c for c in columns if c in pf.schema_arrow.names] if columns is not None else None
+            self._batches: Iterator[pa.RecordBatch] = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
+            self._empty = pf.schema_arrow.empty_table() if cols is None else pf.schema_arrow.empty_table().select(cols)
+        else:
+            self._batches = iter(())
+            self._empty = _schema.empty(name)
+        self._held: list[pa.Table] = []  # rows read and not yet handed out, in order
+        self._nulls: list[pa.Table] = []
+        self._pos = 0  # table position of the first held row
+        self._done = False
+        self.first_row = 0
+
+    def _pull(self) -> bool:
+        b = next(self._batches, None)
+        if b is None:
+            self._done = True
+            return False
+        self._held.append(pa.Table.from_batches([b]))
+        return True
+
+    def _held_max(self) -> int | None:
+        if not self._held:
+            return None
+        ts = pc.max(self._held[-1].column("ts_ns")).as_py()
+        return None if ts is None else int(ts)
+
+    def take(self, hi: int | None) -> tuple[pa.Table, np.ndarray]:
+        """(the window's rows, their positions in the table)."""
+        while not self._done:
+            m = self._held_max()
+            if hi is not None and m is not None and m >= hi:
+                break
+            self._pull()
+        held = pa.concat_tables(self._held) if self._held else self._empty
+        pos = np.arange(self._pos, self._pos + held.num_rows, dtype=np.int64)
+        ts = held.column("ts_ns")
+        if hi is None:
+            cut = held.num_rows
+        else:
+            below = pc.fill_null(pc.less(ts, hi), False).to_numpy(zero_copy_only=False)
+            # sorted: the window is a prefix of the non-null rows
+            cut = int(np.flatnonzero(~below & pc.is_valid(ts).to_numpy(zero_copy_only=False))[0]) \
+                if (~below & pc.is_valid(ts).to_numpy(zero_copy_only=False)).any() else held.num_rows
+        out, rest = held.slice(0, cut), held.slice(cut)
+        out_pos = pos[:cut]
+        self._held = [rest] if rest.num_rows else []
+        self._pos += cut
+        valid = pc.is_valid(out.column("ts_ns"))
+        if out.num_rows and not pc.all(valid).as_py():
+            keep = valid.to_numpy(zero_copy_only=False)
+            self._nulls.append(out.filter(pc.invert(valid)))
+            out, out_pos = out.filter(valid), out_pos[keep]
+        if hi is None and self._nulls:
+            out = pa.concat_tables([out, *self._nulls])
+            out_pos = np.r_[out_pos, np.full(sum(t.num_rows for t in self._nulls), -1, dtype=np.int64)]
+        if self._drop and self._drop in out.column_names and out.num_rows:
+            keep_mask = pc.invert(pc.fill_null(out.column(self._drop), False))
+            out, out_pos = out.filter(keep_mask), out_pos[keep_mask.to_numpy(zero_copy_only=False)]
+        out = out.combine_chunks()
+        self.first_row = int(out_pos[0]) if len(out_pos) else self._pos
+        return out, out_pos
+
+
+class ChunkWriter(contextlib.AbstractContextManager["ChunkWriter"]):
+    """Write the declared table ``name`` of ``run`` one chunk at a time (schema-checked as
+    RunDir.write_table checks a whole table); the file is renamed into place on a clean exit."""
+
+    def __init__(self, run: RunDir, name: str) -> None:
+        self.name = name
+        self.rows = 0
+        self._ctx = atomic_path(run.table_path(name))
+        self._tmp: Path = self._ctx.__enter__()
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        table = _schema.check(self.name, table)
+        if self._writer is None:
+            dictionary = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+            self._writer = pq.ParquetWriter(self._tmp, table.schema, compression="zstd",
+                                            use_dictionary=dictionary or False)
+        self._writer.write_table(table.cast(self._writer.schema))
+        self.rows += table.num_rows
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> bool | None:
+        if self._writer is None and et is None:
+            self.write(_schema.empty(self.name))
+        if self._writer is not None:
+            self._writer.close()
+        return self._ctx.__exit__(et, ev, tb)

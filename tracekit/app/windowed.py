@@ -56,7 +56,33 @@ SUMS = ("steps", "steps_captured", "time_ns", "gpu_busy_ns", "compute_bound_ns",
         "kernels_unmodelled", "kernels_measured")
 REQUEST_SUMS = ("steps", "step_time_ns", "gpu_time_ns", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns",
                 "other_ns", "idle_ns", "flops", "bytes", "energy_j")
+ENGINE_SOURCES = {"vllm", "sglang", "atom"}  # engine step annotations: local, numbered in time order
 TIMELINE_SUMS = ("busy_ns", "compute_ns", "memcpy_ns", "comm_ns", "activities", "outside_steps")
+
+
+class NotLocal(Exception):
+    """The run's steps are not local to a window (found from model ops or graph launches, whose ids
+    and KV lengths run across the whole run): it is analysed whole."""
+
+
+def _local_steps(steps: pd.DataFrame, before: int) -> int:
+    """The step id offset of a window whose steps are ``steps`` (``before`` steps in earlier windows):
+    0 for tracekit's steps (ids from their annotations), ``before`` for engine steps (numbered in time
+    order); NotLocal for any other source."""
+    srcs = set(steps["source"].astype(str)) if len(steps) else set()
+    if srcs <= {"tracekit"}:
+        return 0
+    if srcs <= ENGINE_SOURCES:
+        return before
+    raise NotLocal(f"steps from {sorted(srcs)}")
+
+
+def _offset(df: Any, by: int) -> Any:
+    if df is None or not by or "step_id" not in getattr(df, "columns", ()):
+        return df
+    df = df.copy()
+    df["step_id"] = df["step_id"] + by
+    return df
 
 
 def raw_events(run: RunDir) -> int:
@@ -97,6 +123,26 @@ def _ts_end(b: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
            if "dur_ns" in b.column_names else np.zeros(len(ts), dtype=np.int64))
     valid = pc.is_valid(b.column("ts_ns")).to_numpy(zero_copy_only=False)
     return ts[valid], (ts + np.maximum(dur, 0))[valid]
+
+
+def _holds_others(ts: np.ndarray, end: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """For the intervals ``which`` selects: whether each holds two disjoint intervals of the set (a
+    request's or a run's range holds several steps; a step annotation at most another form of itself)."""
+    out = np.zeros(len(ts), dtype=bool)
+    for i in np.flatnonzero(which).tolist():
+        inside = (ts >= ts[i]) & (end <= end[i])
+        inside[i] = False
+        out[i] = bool(inside.any()) and int(end[inside].min()) <= int(ts[inside].max())
+    return out
+
+
+def _check_local(steps: pd.DataFrame, lo: int | None, hi: int | None) -> None:
+    """NotLocal where a window's step reaches past the window."""
+    if not len(steps):
+        return
+    w = intervals.step_windows(steps)
+    if (lo is not None and (w["start_ns"] < lo).any()) or (hi is not None and (w["end_ns"] > hi).any()):
+        raise NotLocal("a step crosses a window edge")
 
 
 @dataclass(frozen=True)
@@ -151,10 +197,19 @@ def cut_times(run: RunDir, window_events: int) -> Cuts:
                 hit = corr[at] == c
                 ts = np.where(hit, np.minimum(ts, launch[at]), ts)
             short = end - ts <= long_ns
+            if t == "annotations":  # a long annotation blocks a cut unless it holds others (a request, a run)
+                short |= ~_holds_others(ts, end, ~short)
             blocks.append(_spans(ts[short], end[short]))
     busy = _spans(*np.concatenate(blocks).T) if blocks else np.empty((0, 2), dtype=np.int64)
     del blocks
     candidates = busy[1:, 0]  # each block's start: no interval spans it
+    # Where they can be, cuts are at annotation starts (a step's): what follows a step's end (its
+    # token's copy to the host) stays in the step's window.
+    ann = run.read_columns("annotations", ["ts_ns", "dur_ns"])
+    starts = np.unique(_ts_end(ann)[0]) if ann.num_rows else np.empty(0, dtype=np.int64)
+    at_ann = candidates[np.isin(candidates, starts)]
+    if len(at_ann):
+        candidates = at_ann
     cdf = np.cumsum(hist)
     cuts: list[int] = []
     for j in range(1, k):
@@ -178,8 +233,18 @@ class Window:
     gpu_rows: np.ndarray  # gpu_activity's table positions of the window's rows
 
 
-def _between(t: pa.Table, lo: int | None, hi: int | None, long_ns: int) -> pa.Table:
-    """Rows starting in [lo, hi), and rows longer than ``long_ns`` overlapping it."""
+def spanning(t: pa.Table, long_ns: int, annotations: bool) -> np.ndarray:
+    """Rows that go to every window they overlap: longer than ``long_ns`` and, for annotations, holding
+    another annotation (a request, a run; a long step annotation holds none and is cut around)."""
+    ts, end = _ts_end(t) if t.num_rows else (np.empty(0, dtype=np.int64),) * 2
+    if len(ts) != t.num_rows:  # null starts: never spanning
+        return np.zeros(t.num_rows, dtype=bool)
+    long = end - ts > long_ns
+    return long & _holds_others(ts, end, long) if annotations else long
+
+
+def _between(t: pa.Table, lo: int | None, hi: int | None, span: np.ndarray) -> pa.Table:
+    """Rows starting in [lo, hi), and the ``span`` rows overlapping it."""
     if not t.num_rows:
         return t
     ts = pc.fill_null(t.column("ts_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -188,8 +253,8 @@ def _between(t: pa.Table, lo: int | None, hi: int | None, long_ns: int) -> pa.Ta
     a = -(2**63) if lo is None else lo
     b = 2**63 - 1 if hi is None else hi
     inside = (ts >= a) & (ts < b)
-    long = (dur > long_ns) & (ts < b) & (ts + dur > a)
-    return t.filter(pa.array(inside | long))
+    over = span & (ts < b) & (ts + np.maximum(dur, 0) > a)
+    return t.filter(pa.array(inside | over))
 
 
 def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
@@ -202,6 +267,9 @@ def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
         captured = pa.Table.from_batches(parts, schema=captured.schema) if parts else captured
     small = {t: run.read_table(t) for t in ("annotations", "counters", "ncu_counters")}
     other = run.read_columns("other_events", _analyze.RAW_COLUMNS["other_events"])
+    spans = {"annotations": spanning(small["annotations"], cuts.long_ns, True),
+             "counters": np.zeros(small["counters"].num_rows, dtype=bool),
+             "other_events": spanning(other, cuts.long_ns, False)}
     bounds = [None, *cuts.cuts, None]
     for i in range(len(bounds) - 1):
         lo, hi = bounds[i], bounds[i + 1]
@@ -215,9 +283,8 @@ def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
                 gpu_rows = pos
             tables[t] = rows
         for t, full in small.items():
-            tables[t] = _between(full, lo, hi, 0 if t == "counters" else cuts.long_ns) \
-                if t != "ncu_counters" else full
-        tables["other_events"] = _between(other, lo, hi, cuts.long_ns)
+            tables[t] = _between(full, lo, hi, spans[t]) if t != "ncu_counters" else full
+        tables["other_events"] = _between(other, lo, hi, spans["other_events"])
         yield Window(lo, hi, tables, gpu_rows)
 
 
@@ -406,6 +473,7 @@ def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | N
     workload: Any = None
     warmup: Any = None
     spans: list[tuple[int, int]] = []
+    n_steps = 0
     n_dev: set[Any] = set()
     writers = {name: _win.ChunkWriter(run, name) for name in PER_ROW}
     total = len(cuts.cuts) + 1
@@ -424,6 +492,11 @@ def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | N
             if span is not None:
                 spans.append(span)
             res = run_passes(tables, DEFAULT_PASSES)
+            _check_local(res["steps"], w.lo, w.hi)
+            off = _local_steps(res["steps"], n_steps)
+            n_steps += len(res["steps"])
+            for name in (*PER_STEP, "kernel_bound", "kernel_steps"):
+                res[name] = _offset(res.get(name), off)
             gpu = tables["gpu_activity"]
             del tables
             ks = res["kernel_steps"]

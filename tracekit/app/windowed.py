@@ -46,7 +46,7 @@ from tracekit.store import heap
 from tracekit.store import windows as _win
 from tracekit.store.rundir import STATUS_COMPLETE, RunDir
 
-WINDOW_EVENTS = 1_000_000  # raw events per window; runs with fewer are analysed whole
+WINDOW_EVENTS = 250_000  # raw events per window; runs with fewer are analysed whole
 BIG = ("gpu_activity", "cpu_ops", "runtime")
 PER_ROW = ("kernel_bound", "kernel_steps")  # written as each window ends
 PER_STEP = ("steps", "step_bound", "step_requests")
@@ -65,7 +65,7 @@ class NotLocal(Exception):
     and KV lengths run across the whole run): it is analysed whole."""
 
 
-def _local_steps(steps: pd.DataFrame, before: int) -> int:
+def local_offset(steps: pd.DataFrame, before: int) -> int:
     """The step id offset of a window whose steps are ``steps`` (``before`` steps in earlier windows):
     0 for tracekit's steps (ids from their annotations), ``before`` for engine steps (numbered in time
     order); NotLocal for any other source."""
@@ -260,8 +260,8 @@ def _between(t: pa.Table, lo: int | None, hi: int | None, span: np.ndarray) -> p
 def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
     """Each window's raw tables (tracekit.app.analyze.RAW), read in one pass over the big tables."""
     cursors = {t: _win.TimeCursor(run, t, drop="captured" if t == "cpu_ops" else None) for t in BIG}
-    captured = run.read_table("cpu_ops").slice(0, 0)
-    if "captured" in captured.column_names:
+    captured = _win.empty_like(run, "cpu_ops")
+    if "captured" in captured.column_names:  # graph-capture ops: another clock, every window's
         parts = [b.filter(pc.fill_null(b.column("captured"), False)) for b in _win.chunks(
             run, "cpu_ops", captured.column_names)]
         captured = pa.Table.from_batches(parts, schema=captured.schema) if parts else captured
@@ -493,7 +493,7 @@ def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | N
                 spans.append(span)
             res = run_passes(tables, DEFAULT_PASSES)
             _check_local(res["steps"], w.lo, w.hi)
-            off = _local_steps(res["steps"], n_steps)
+            off = local_offset(res["steps"], n_steps)
             n_steps += len(res["steps"])
             for name in (*PER_STEP, "kernel_bound", "kernel_steps"):
                 res[name] = _offset(res.get(name), off)

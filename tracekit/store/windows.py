@@ -32,6 +32,12 @@ def rows(run: RunDir, name: str) -> int:
     return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
 
 
+def empty_like(run: RunDir, name: str) -> pa.Table:
+    """Table ``name`` with no rows: its stored schema (its declared one where absent)."""
+    path = run.table_path(name)
+    return pq.ParquetFile(path).schema_arrow.empty_table() if path.is_file() else _schema.empty(name)
+
+
 def chunks(run: RunDir, name: str, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """Record batches of ``columns`` (those the table has) of table ``name``, in stored order."""
     path = run.table_path(name)

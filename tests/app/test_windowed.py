@@ -1,0 +1,65 @@
+"""Windowed analysis (tracekit.app.windowed) against the whole-run analysis of the same trace."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import FIXTURES
+
+from tracekit.app import analyze, windowed
+from tracekit.ingest import ingest
+from tracekit.store.rundir import RunDir
+
+TRACE = FIXTURES / "gpu" / "foreign" / "engine_format.json.gz"  # 5 SGLang/vLLM-annotated steps, one request
+# The starts of steps 1-4 (their outermost annotations, execute_3_context_0...), read from the trace.
+STEP_STARTS = (1796610860939141702, 1796610861504210940, 1796610861626145614, 1796610861749683040)
+
+
+def _same(x: pd.DataFrame, y: pd.DataFrame) -> None:
+    assert list(x.columns) == list(y.columns) and len(x) == len(y)
+    for c in x.columns:
+        u, v = x[c], y[c]
+        if u.dtype.kind in "fc":  # sums of floats: equal up to summation order
+            np.testing.assert_allclose(v.to_numpy(float), u.to_numpy(float), rtol=1e-12, err_msg=c)
+        else:
+            assert u.astype(str).tolist() == v.astype(str).tolist(), c
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, RunDir, windowed.Cuts]:
+    root = tmp_path_factory.mktemp("windowed")
+    whole = ingest([TRACE], root / "whole")
+    shutil.copytree(whole.path, root / "win")
+    win = RunDir.open(root / "win")
+    analyze.analyse_run(whole)
+    cuts = windowed.cut_times(win, 500)  # ~20 windows asked for: more than the trace has steps
+    windowed.analyse_windowed(win, window_events=500)
+    return whole, win, cuts
+
+
+def test_cuts_move_to_step_starts(runs: tuple[RunDir, RunDir, windowed.Cuts]) -> None:
+    # GIVEN windows far shorter than a step, WHEN the run is cut, THEN every cut that falls inside a
+    # step moves to the next step's start: one window per step, no step split
+    _, _, cuts = runs
+    assert cuts.cuts == STEP_STARTS
+
+
+def test_windowed_tables_equal_the_whole_runs(runs: tuple[RunDir, RunDir, windowed.Cuts]) -> None:
+    whole, win, _ = runs
+    assert win.read_manifest()["analysis"]["windows"] == 5
+    for name in analyze.OUTPUTS:
+        if whole.has_table(name):
+            _same(whole.read_df(name), win.read_df(name))
+    assert win.read_df("steps")["step_id"].tolist() == [0, 1, 2, 3, 4]  # engine steps numbered across windows
+
+
+def test_step_sources_that_are_not_local_are_refused() -> None:
+    steps = pd.DataFrame({"source": ["model_ops", "model_ops"]})
+    with pytest.raises(windowed.NotLocal):
+        windowed.local_offset(steps, 3)
+    assert windowed.local_offset(pd.DataFrame({"source": ["sglang"]}), 3) == 3  # numbered in time order
+    assert windowed.local_offset(pd.DataFrame({"source": ["tracekit"]}), 3) == 0  # ids from the annotations

@@ -13,10 +13,15 @@ from tracekit.errors import TracekitError, UsageError
 from tracekit.store.rundir import RunDir
 
 TABLES = ("phases", "steps", "gpu_activity")
+# The columns of the activity-long tables the diff reads (tracekit.analysis.diff.kernel_time, bound_time):
+# only these are read, so a diff's memory is a few columns of the kernels, not the trace.
+GPU_COLUMNS = ("ts_ns", "dur_ns", "name", "kind")
 
 
 def load(run: RunDir) -> dict[str, pd.DataFrame]:
-    tables = {t: run.read_df(t) for t in TABLES if run.has_table(t)}
+    tables = {t: run.read_df(t) for t in TABLES if run.has_table(t) and t != "gpu_activity"}
+    if run.has_table("gpu_activity"):
+        tables["gpu_activity"] = run.read_columns("gpu_activity", GPU_COLUMNS).to_pandas()
     if run.has_table("op_class_split"):  # a CPU run: host time by operator class
         tables["op_class_split"] = run.read_df("op_class_split")
     if run.has_table("kernel_bound"):  # the bound class of each kernel (analyze): only what the diff reads

@@ -26,6 +26,7 @@ runs, CPU runs and multi-rank parts) on the whole-run path.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -359,10 +360,8 @@ def combine_phases(parts: list[pd.DataFrame], out_ns: int, n_dev: int) -> pd.Dat
     out = _order(pd.DataFrame(rows, columns=df.columns))
     for c in out.columns:
         if c in df and df[c].dtype != object:
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 out[c] = out[c].astype(df[c].dtype)
-            except (TypeError, ValueError):
-                pass
     if "advice" in out:
         out["advice"] = [_advice.advice(r) if str(r.get("phase")) != "outside" else None for r in out.to_dict("records")]
     return out

@@ -9,7 +9,8 @@ next run (--clean deletes each trace and run directory once measured). Each stag
 child process (benchmarks/pipeline.py's child: the stage call timed alone, peak RSS of the process):
 ingest (trace -> run directory), analyze (tracekit.app.analyze.analyse_run: window by window above
 tracekit.app.windowed.WINDOW_EVENTS raw events), diff (the run against itself, tracekit.app.diff),
-export (Perfetto protobuf of the whole run; only up to --export-max-mb). Prints per size and stage: wall
+export (Perfetto protobuf of the whole run; only up to --export-max-mb); ``whole``: analyze with
+every run on the whole-run path (the baseline; run it after analyze, it rewrites the same tables). Prints per size and stage: wall
 seconds, CPU seconds (user + system: what a shared machine's load does not inflate) and CPU µs per
 event, peak RSS MB, and the machine's 1-minute load average before each size.
 """
@@ -36,7 +37,17 @@ from tracekit.app.diff import diff
 def stage():
     diff(Path(sys.argv[2]), Path(sys.argv[2]))
 """
-CODE = {"ingest": STAGES["ingest"], "analyze": STAGES["analyze"], "diff": DIFF, "export": STAGES["export proto"]}
+WHOLE = """
+from pathlib import Path
+from tracekit.app import windowed
+from tracekit.app.analyze import analyse_run
+from tracekit.store.rundir import RunDir
+windowed.WINDOW_EVENTS = 2**62  # every run on the whole-run path: the baseline
+def stage():
+    analyse_run(RunDir.open(Path(sys.argv[2])))
+"""
+CODE = {"ingest": STAGES["ingest"], "analyze": STAGES["analyze"], "diff": DIFF, "export": STAGES["export proto"],
+        "whole": WHOLE}
 
 
 # The stage call alone: wall s, CPU s (user + system), peak RSS KiB of the process (imports included).

@@ -324,7 +324,7 @@ def combine_phases(parts: list[pd.DataFrame], out_ns: int, n_dev: int) -> pd.Dat
                              strict=True)), index=df.index)
     rows = []
     for _, g in df.groupby(key, sort=False):
-        first = g.iloc[0].to_dict()
+        first: dict[str, Any] = {str(k): v for k, v in g.iloc[0].to_dict().items()}
         row = dict(first)
         for c in SUMS:
             if c in g:
@@ -334,7 +334,7 @@ def combine_phases(parts: list[pd.DataFrame], out_ns: int, n_dev: int) -> pd.Dat
             vals = _num(g["idle_profiler_ns"])
             row["idle_profiler_ns"] = vals.sum() if vals.notna().all() else None
         if "flops" in g and _num(g["flops"]).notna().any():
-            best = g.loc[_num(g["flops"]).fillna(-1).idxmax()]
+            best = g.iloc[int(np.argmax(_num(g["flops"]).fillna(-1).to_numpy()))]
             for c in ("ceiling", "ceiling_dtype"):
                 if c in g:
                     row[c] = best[c]
@@ -363,7 +363,8 @@ def combine_phases(parts: list[pd.DataFrame], out_ns: int, n_dev: int) -> pd.Dat
             with contextlib.suppress(TypeError, ValueError):
                 out[c] = out[c].astype(df[c].dtype)
     if "advice" in out:
-        out["advice"] = [_advice.advice(r) if str(r.get("phase")) != "outside" else None for r in out.to_dict("records")]
+        out["advice"] = [_advice.advice({str(k): v for k, v in r.items()}) if str(r.get("phase")) != "outside" else None
+                         for r in out.to_dict("records")]
     return out
 
 
@@ -373,9 +374,10 @@ def _fin(v: Any) -> bool:
 
 def _rates(row: dict[str, Any], best: pd.Series) -> None:
     """achieved_* and pct_peak_* of ``row`` from its sums, against the peaks ``best``'s values imply."""
-    busy = row.get("gpu_busy_ns")
-    wall = row.get("time_ns")
-    flops, nbytes = row.get("flops"), row.get("bytes")
+    busy: Any = row.get("gpu_busy_ns")
+    wall: Any = row.get("time_ns")
+    flops: Any = row.get("flops")
+    nbytes: Any = row.get("bytes")
     if _fin(busy) and busy > 0:
         if "achieved_tflops" in row and _fin(flops):
             peak_f = (100.0 * best["achieved_tflops"] / best["pct_peak_flops"]

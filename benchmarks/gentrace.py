@@ -1,6 +1,6 @@
 """A generation trace of any size, built from the committed H200 recording by repeating decode steps.
 
-    python benchmarks/gentrace.py OUT.json.gz MEGABYTES
+    python benchmarks/gentrace.py OUT.json.gz MEGABYTES [JOBS]
 
 The source is tests/fixtures/record_gpu_smoke/trace.json.gz: a real `tracekit record` of
 tinyllama-1.1b (fp16, eager, record_shapes on) on an H200, trimmed to its first request's
@@ -22,6 +22,7 @@ kernels and durations of the step it copies.
 from __future__ import annotations
 
 import gzip
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -96,9 +97,9 @@ def _shift(e: dict[str, Any], dt: int, dcorr: int, dext: int, k: int) -> dict[st
     return out
 
 
-def generate(dst: Path, target_mb: float, source: Path = SOURCE) -> dict[str, Any]:
-    """Write a generation trace of about ``target_mb`` MB of JSON to ``dst`` (gzip level 1); returns
-    {"steps", "events", "mb"}."""
+def generate(dst: Path, target_mb: float, source: Path = SOURCE, jobs: int = 1) -> dict[str, Any]:
+    """Write a generation trace of about ``target_mb`` MB of JSON to ``dst`` (gzip level 1; ``jobs``
+    processes write its steps, each a gzip member); returns {"steps", "events", "mb"}."""
     with gzip.open(source) as fh:
         doc = orjson.loads(fh.read())
     events = doc.pop("traceEvents")
@@ -119,20 +120,38 @@ def generate(dst: Path, target_mb: float, source: Path = SOURCE) -> dict[str, An
             new_end = max(end, s_last + reps * period)
             e["dur"] = (new_end - _ns(e["ts"])) / 1000
             e["name"] = re.sub(r"output_tokens=\d+", f"output_tokens={n_steps}", name)
-    n = 0
-    with gzip.open(dst, "wb", compresslevel=1) as out:
-        out.write(b'{"traceEvents":[\n')
-        body = orjson.dumps(once, option=orjson.OPT_APPEND_NEWLINE)[1:-2]
-        out.write(body)
-        n += len(once)
-        for k in range(reps):
-            shifted = [_shift(e, k * period, k * dcorr, k * dext, k) for e in tpl]
-            out.write(b",\n" + orjson.dumps(shifted)[1:-1])
-            n += len(shifted)
-        out.write(b"\n],\n" + orjson.dumps({k: v for k, v in doc.items() if k != "tracekitTrim"})[1:])
+    n = len(once) + reps * len(tpl)
+    head = b'{"traceEvents":[\n' + orjson.dumps(once, option=orjson.OPT_APPEND_NEWLINE)[1:-2]
+    tail = b"\n],\n" + orjson.dumps({k: v for k, v in doc.items() if k != "tracekitTrim"})[1:]
+    jobs = max(1, min(jobs, reps))
+    with open(dst, "wb") as out:  # gzip members, one per range of steps: one gzip stream to a reader
+        out.write(gzip.compress(head, compresslevel=1))
+        if jobs == 1:
+            out.write(_steps_member(tpl, period, dcorr, dext, 0, reps))
+        else:
+            from concurrent.futures import ProcessPoolExecutor
+
+            bounds = [reps * j // jobs for j in range(jobs + 1)]
+            with ProcessPoolExecutor(jobs) as pool:
+                for member in pool.map(_steps_member, *zip(*[(tpl, period, dcorr, dext, a, b)
+                                                             for a, b in itertools.pairwise(bounds)],
+                                                           strict=True)):
+                    out.write(member)
+        out.write(gzip.compress(tail, compresslevel=1))
     return {"steps": n_steps, "events": n, "mb": (once_bytes + reps * tpl_bytes) / 1e6}
 
 
+def _steps_member(tpl: list[dict[str, Any]], period: int, dcorr: int, dext: int, first: int, last: int) -> bytes:
+    """Copies ``first`` .. ``last`` - 1 of the template step, as one gzip member."""
+    import io
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=1) as out:
+        for k in range(first, last):
+            out.write(b",\n" + orjson.dumps([_shift(e, k * period, k * dcorr, k * dext, k) for e in tpl])[1:-1])
+    return buf.getvalue()
+
+
 if __name__ == "__main__":
-    info = generate(Path(sys.argv[1]), float(sys.argv[2]))
+    info = generate(Path(sys.argv[1]), float(sys.argv[2]), jobs=int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     print(f"{sys.argv[1]}: {info['steps']} steps, {info['events']} events, ~{info['mb']:.0f} MB of JSON")

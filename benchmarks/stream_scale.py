@@ -71,7 +71,8 @@ def trace(mb: int) -> Path:
     path = CACHE / f"generation_{mb}mb.json.gz"
     if not path.exists():
         tmp = path.with_name(path.name + ".tmp")
-        subprocess.run([sys.executable, str(HERE / "gentrace.py"), str(tmp), str(mb)], check=True)
+        subprocess.run([sys.executable, str(HERE / "gentrace.py"), str(tmp), str(mb), str(os.cpu_count() or 1)],
+                       check=True)
         tmp.rename(path)
     return path
 

@@ -36,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, RunDir, wind
     win = RunDir.open(root / "win")
     analyze.analyse_run(whole)
     cuts = windowed.cut_times(win, 500)  # ~20 windows asked for: more than the trace has steps
-    windowed.analyse_windowed(win, window_events=500)
+    windowed.analyse_windowed(win, analyze, window_events=500)
     return whole, win, cuts
 
 

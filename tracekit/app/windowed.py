@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,6 @@ from tracekit.analysis import health as _health
 from tracekit.analysis import intervals
 from tracekit.analysis import requests as _requests
 from tracekit.analysis.phases import PHASES
-from tracekit.app import analyze as _analyze
 from tracekit.model import progress
 from tracekit.store import heap
 from tracekit.store import windows as _win
@@ -258,8 +258,9 @@ def _between(t: pa.Table, lo: int | None, hi: int | None, span: np.ndarray) -> p
     return t.filter(pa.array(inside | over))
 
 
-def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
-    """Each window's raw tables (tracekit.app.analyze.RAW), read in one pass over the big tables."""
+def windows(run: RunDir, cuts: Cuts, other_columns: tuple[str, ...]) -> Iterator[Window]:
+    """Each window's raw tables (tracekit.app.analyze.RAW; other_events' ``other_columns``), read in one
+    pass over the big tables."""
     cursors = {t: _win.TimeCursor(run, t, drop="captured" if t == "cpu_ops" else None) for t in BIG}
     captured = _win.empty_like(run, "cpu_ops")
     if "captured" in captured.column_names:  # graph-capture ops: another clock, every window's
@@ -267,7 +268,7 @@ def windows(run: RunDir, cuts: Cuts) -> Iterator[Window]:
             run, "cpu_ops", captured.column_names)]
         captured = pa.Table.from_batches(parts, schema=captured.schema) if parts else captured
     small = {t: run.read_table(t) for t in ("annotations", "counters", "ncu_counters")}
-    other = run.read_columns("other_events", _analyze.RAW_COLUMNS["other_events"])
+    other = run.read_columns("other_events", other_columns)
     spans = {"annotations": spanning(small["annotations"], cuts.long_ns, True),
              "counters": np.zeros(small["counters"].num_rows, dtype=bool),
              "other_events": spanning(other, cuts.long_ns, False)}
@@ -451,14 +452,16 @@ def combine_checks(verdicts: list[Any]) -> Any:
 # --- the driver ---------------------------------------------------------------------
 
 
-def analyse_windowed(run: RunDir, warmup_requests: int | None = None, ceiling_override: str | None = None,
-                     window_events: int | None = None) -> dict[str, Any]:
-    """``tracekit.app.analyze.analyse_run``'s contract, window by window (see the module doc)."""
+def analyse_windowed(run: RunDir, analyze: ModuleType, warmup_requests: int | None = None,
+                     ceiling_override: str | None = None, window_events: int | None = None) -> dict[str, Any]:
+    """``tracekit.app.analyze.analyse_run``'s contract, window by window (see the module doc).
+    ``analyze``: tracekit.app.analyze, which calls this (its ceiling, rank, frame and output helpers;
+    handed in, not imported, so that the two modules do not import each other)."""
     with run.rewrite() as work:
-        return _analyse(work, warmup_requests, ceiling_override, window_events or WINDOW_EVENTS)
+        return _analyse(work, analyze, warmup_requests, ceiling_override, window_events or WINDOW_EVENTS)
 
 
-def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | None,
+def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, ceiling_override: str | None,
              window_events: int) -> dict[str, Any]:
     from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes, trace_span
 
@@ -480,7 +483,7 @@ def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | N
     total = len(cuts.cuts) + 1
     annotations = run.read_table("annotations")
     try:
-        for i, w in enumerate(windows(run, cuts)):
+        for i, w in enumerate(windows(run, cuts, _analyze.RAW_COLUMNS["other_events"])):
             progress.report("analyzing: windows", i, total)
             tables = _analyze.as_frames(w.tables)
             tables["manifest"] = manifest
@@ -518,7 +521,8 @@ def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | N
                 warmup = res["warmup"]
             del res, gpu, ks
             heap.trim()
-        rows = _finish(run, writers, kept, spans, len(n_dev), annotations, manifest, workload, rank)
+        rows = _finish(run, writers, kept, spans, len(n_dev), annotations, manifest, workload, rank,
+                       _analyze.output_table)
     except BaseException:
         for wr in writers.values():
             wr.__exit__(RuntimeError, RuntimeError("analysis failed"), None)
@@ -554,7 +558,8 @@ def _analyse(run: RunDir, warmup_requests: int | None, ceiling_override: str | N
 
 
 def _finish(run: RunDir, writers: dict[str, Any], kept: dict[str, list[Any]], spans: list[tuple[int, int]],
-            n_dev: int, annotations: pa.Table, manifest: Mapping[str, Any], workload: Any, rank: int) -> dict[str, Any]:
+            n_dev: int, annotations: pa.Table, manifest: Mapping[str, Any], workload: Any, rank: int,
+            output_table: Any) -> dict[str, Any]:
     counts: dict[str, int] = {}
     over = 0
     for name, wr in writers.items():
@@ -582,7 +587,7 @@ def _finish(run: RunDir, writers: dict[str, Any], kept: dict[str, list[Any]], sp
         df = frames.get(name)
         if df is None:
             continue
-        table = _analyze.output_table(name, df, rank, None)
+        table = output_table(name, df, rank, None)
         run.write_table(name, table)
         counts[name] = table.num_rows
     return {"frames": frames, "rows": counts, "kernels_over_peak": over}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -140,6 +141,13 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     """
     from tracekit.analysis.pipeline import run_passes  # the passes (and what they run on) load when they run
 
+    from tracekit.app import windowed
+
+    if windowed.should_window(run):  # a large run: window by window, in bounded memory
+        try:
+            return windowed.analyse_windowed(run, sys.modules[__name__], warmup_requests, ceiling_override)
+        except windowed.NotLocal:
+            pass  # steps that span windows (found from model ops): analysed whole
     with run.rewrite() as work:
         inp = load_input(work, warmup_requests, ceiling_override)
         check_span(inp.tables)

@@ -41,7 +41,10 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import health as _health
 from tracekit.analysis import intervals
 from tracekit.analysis import requests as _requests
+from tracekit.analysis.inputs import AnalysisInput, AnalysisOutput
 from tracekit.analysis.phases import PHASES
+from tracekit.analysis.pipeline import run_passes, trace_span
+from tracekit.app.ceiling import decide
 from tracekit.model import progress
 from tracekit.store import heap
 from tracekit.store import windows as _win
@@ -453,7 +456,7 @@ def combine_checks(verdicts: list[Any]) -> Any:
 
 
 def analyse_windowed(run: RunDir, analyze: ModuleType, warmup_requests: int | None = None,
-                     ceiling_override: str | None = None, window_events: int | None = None) -> dict[str, Any]:
+                     ceiling_override: str | None = None, window_events: int | None = None) -> AnalysisOutput:
     """``tracekit.app.analyze.analyse_run``'s contract, window by window (see the module doc).
     ``analyze``: tracekit.app.analyze, which calls this (its ceiling, rank, frame and output helpers;
     handed in, not imported, so that the two modules do not import each other)."""
@@ -462,12 +465,10 @@ def analyse_windowed(run: RunDir, analyze: ModuleType, warmup_requests: int | No
 
 
 def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, ceiling_override: str | None,
-             window_events: int) -> dict[str, Any]:
-    from tracekit.analysis.pipeline import DEFAULT_PASSES, run_passes, trace_span
-
+             window_events: int) -> AnalysisOutput:
     run.check_ingested()
     manifest = run.read_manifest()
-    ceiling, why = _analyze.resolve_ceiling(manifest, ceiling_override)
+    ceilings = decide(manifest, ceiling_override)
     cuts = cut_times(run, window_events)
     rank = _analyze.run_rank({t: run.read_columns(t, ["rank"]).slice(0, 1) for t in BIG})
     _analyze.mark_running(run, "analysis", {"windows": len(cuts.cuts) + 1})
@@ -485,24 +486,20 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
     try:
         for i, w in enumerate(windows(run, cuts, _analyze.RAW_COLUMNS["other_events"])):
             progress.report("analyzing: windows", i, total)
-            tables = _analyze.as_frames(w.tables)
-            tables["manifest"] = manifest
-            if warmup_requests is not None:
-                tables["warmup_first"] = warmup_requests
-            if ceiling is not None:
-                tables["ceiling"] = ceiling
-            _analyze.check_span(tables)
-            span = trace_span(tables)
+            inp = AnalysisInput(tables=w.tables, manifest=manifest, ceilings=ceilings, warmup_first=warmup_requests)
+            _analyze.check_span(inp.tables)
+            span = trace_span(inp.tables)
             if span is not None:
                 spans.append(span)
-            res = run_passes(tables, DEFAULT_PASSES)
+            out = run_passes(inp)
+            gpu = inp.table("gpu_activity")
+            del inp
+            res = dict(out.tables)
             _check_local(res["steps"], w.lo, w.hi)
             off = local_offset(res["steps"], n_steps)
             n_steps += len(res["steps"])
             for name in (*PER_STEP, "kernel_bound", "kernel_steps"):
                 res[name] = _offset(res.get(name), off)
-            gpu = tables["gpu_activity"]
-            del tables
             ks = res["kernel_steps"]
             if len(ks):
                 ks = ks.copy()
@@ -514,12 +511,12 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
             for name in kept:
                 if res.get(name) is not None:
                     kept[name].append(res[name])
-            warnings += [x for x in res["warnings"] if x not in warnings]
-            checks.append(res.get("check"))
-            workload = workload or res.get("workload")
-            if res.get("warmup") and (res["warmup"].get("requests") or warmup is None):
-                warmup = res["warmup"]
-            del res, gpu, ks
+            warnings += [x for x in out.warnings if x not in warnings]
+            checks.append(out.check)
+            workload = workload or out.workload
+            if out.warmup and (out.warmup.get("requests") or warmup is None):
+                warmup = out.warmup
+            del res, gpu, ks, out
             heap.trim()
         rows = _finish(run, writers, kept, spans, len(n_dev), annotations, manifest, workload, rank,
                        _analyze.output_table)
@@ -527,29 +524,11 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
         for wr in writers.values():
             wr.__exit__(RuntimeError, RuntimeError("analysis failed"), None)
         raise
-    result: dict[str, Any] = {name: kept[name] for name in kept}
-    result.update(rows["frames"])
-    result.update({"warnings": warnings, "ceiling": ceiling, "workload": workload, "warmup": warmup,
-                   "check": combine_checks(checks)})
-    if ceiling is None:
-        warnings.append(f"no ceiling: {why}")
-    elif why:
-        warnings.append(why)
-    steps = result["steps"]
-    kb_over = rows.get("kernels_over_peak", 0)
-    info = {
-        "passes": [p.name for p in DEFAULT_PASSES],
-        "steps": len(steps),
-        "steps_captured": int(steps["captured"].sum()) if "captured" in steps else len(steps),
-        "requests": len(result["requests"]),
-        "workload": workload,
-        "ceiling": ceiling.to_dict() if ceiling is not None else None,
-        "kernels_over_peak": kb_over,
-        "warmup_requests": list((warmup or {}).get("requests") or []),
-        "windows": len(cuts.cuts) + 1,
-    }
-    if result["check"] is not None:
-        info["check"] = result["check"].to_dict()
+    result = AnalysisOutput(tables={k: v for k, v in rows["frames"].items() if v is not None},
+                            warnings=tuple(warnings), workload=workload, warmup=warmup,
+                            check=combine_checks(checks), ceiling=ceilings.ceiling, manifest=manifest)
+    info = {**_analyze.analysis_info(result), "kernels_over_peak": rows.get("kernels_over_peak", 0),
+            "windows": len(cuts.cuts) + 1}
     for x in warnings:
         run.add_warning(f"analyze: {x}")
     run.update_manifest(analysis={**info, "status": STATUS_COMPLETE,

@@ -16,11 +16,16 @@ go to every window they concern. Each window's raw tables are read in one pass o
   per-request sums (step time, bound split, FLOPs, bytes, energy) added up;
 - the check verdict: per check, the worst finding of any window.
 
+The result handed back holds every table but the per-activity ones, of which it holds one column
+each (kernel_bound.over_peak, kernel_steps.step_id): the run's files have them whole.
+
 Exact, as the whole-run analysis: every per-activity and per-step table, and every count and
 nanosecond sum of phases and gpu_timeline. Equal up to float summation order: FLOPs, bytes and the
 rates made from them. Not the same where a statistic spans windows: a phase's ceiling dtype (that of
 its window with the most FLOPs), GPM means (time-weighted over windows), energy from counters
-interpolated across a cut. ``should_window`` keeps runs below ``WINDOW_EVENTS`` events (and recorded
+interpolated across a cut, the check verdict (each check's worst window: a ratio such as the profiler's
+overhead can cross its threshold in one window and not over the run) and warnings that count
+(each window's, deduplicated). ``should_window`` keeps runs below ``WINDOW_EVENTS`` events (and recorded
 runs, CPU runs and multi-rank parts) on the whole-run path.
 """
 
@@ -138,6 +143,11 @@ def _holds_others(ts: np.ndarray, end: np.ndarray, which: np.ndarray) -> np.ndar
         inside[i] = False
         out[i] = bool(inside.any()) and int(end[inside].min()) <= int(ts[inside].max())
     return out
+
+
+def _request_warning(text: str) -> bool:
+    """A warning of tracekit.analysis.requests.build's (about one window's part of the requests)."""
+    return text.startswith("request ") or text.endswith("fall outside every request window")
 
 
 def _check_local(steps: pd.DataFrame, lo: int | None, hi: int | None) -> None:
@@ -511,7 +521,9 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
             for name in kept:
                 if res.get(name) is not None:
                     kept[name].append(res[name])
-            warnings += [x for x in out.warnings if x not in warnings]
+            # the requests pass's warnings are of the window's part of a request: the run's come from
+            # the requests rebuilt over every step (_finish)
+            warnings += [x for x in out.warnings if x not in warnings and not _request_warning(x)]
             checks.append(out.check)
             workload = workload or out.workload
             if out.warmup and (out.warmup.get("requests") or warmup is None):
@@ -524,6 +536,7 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
         for wr in writers.values():
             wr.__exit__(RuntimeError, RuntimeError("analysis failed"), None)
         raise
+    warnings += [x for x in rows["warnings"] if x not in warnings]
     result = AnalysisOutput(tables={k: v for k, v in rows["frames"].items() if v is not None},
                             warnings=tuple(warnings), workload=workload, warmup=warmup,
                             check=combine_checks(checks), ceiling=ceilings.ceiling, manifest=manifest)
@@ -547,7 +560,11 @@ def _finish(run: RunDir, writers: dict[str, Any], kept: dict[str, list[Any]], sp
     kb = run.read_columns("kernel_bound", ["over_peak"])
     if "over_peak" in kb.column_names:
         over = int(pc.sum(pc.fill_null(kb.column("over_peak"), False)).as_py() or 0)
-    frames: dict[str, pd.DataFrame] = {}
+    frames: dict[str, pd.DataFrame] = {
+        # the per-activity tables are on disk; the result holds one column of each (a summary's)
+        "kernel_bound": kb.to_pandas(),
+        "kernel_steps": run.read_columns("kernel_steps", ["step_id"]).to_pandas(),
+    }
     for name in PER_STEP:
         parts = [p for p in kept[name] if p is not None]
         frames[name] = pd.concat(parts, ignore_index=True) if parts else None  # type: ignore[assignment]
@@ -557,9 +574,11 @@ def _finish(run: RunDir, writers: dict[str, Any], kept: dict[str, list[Any]], sp
     frames["gpu_timeline"] = combine_timeline(kept["gpu_timeline"], span) if kept["gpu_timeline"] else None  # type: ignore[assignment]
     steps = frames["steps"]
     built = None
+    built_warnings: list[str] = []
     if steps is not None and len(steps):
         empty = pd.DataFrame(columns=["ts_ns", "dur_ns", "name"])
-        built, _, _, _ = _requests.build(steps, pd.DataFrame(), annotations, empty, dict(manifest), workload=workload)
+        built, _, _, built_warnings = _requests.build(steps, pd.DataFrame(), annotations, empty, dict(manifest),
+                                                      workload=workload)
     frames["requests"] = (combine_requests(kept["requests"], built) if built is not None and kept["requests"]
                           else (kept["requests"][0] if kept["requests"] else None))  # type: ignore[assignment]
     for name in ("steps", "step_bound", "step_requests", "phases", "gpu_timeline", "requests"):
@@ -569,4 +588,4 @@ def _finish(run: RunDir, writers: dict[str, Any], kept: dict[str, list[Any]], sp
         table = output_table(name, df, rank, None)
         run.write_table(name, table)
         counts[name] = table.num_rows
-    return {"frames": frames, "rows": counts, "kernels_over_peak": over}
+    return {"frames": frames, "rows": counts, "kernels_over_peak": over, "warnings": built_warnings}

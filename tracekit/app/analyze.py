@@ -140,7 +140,6 @@ def analyse_run(run: RunDir, warmup_requests: int | None = None, ceiling_overrid
     finished one (RunDir.unfinished).
     """
     from tracekit.analysis.pipeline import run_passes  # the passes (and what they run on) load when they run
-
     from tracekit.app import windowed
 
     if windowed.should_window(run):  # a large run: window by window, in bounded memory

@@ -46,6 +46,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import health as _health
 from tracekit.analysis import intervals
 from tracekit.analysis import requests as _requests
+from tracekit.analysis.frames import output_table
 from tracekit.analysis.inputs import AnalysisInput, AnalysisOutput
 from tracekit.analysis.phases import PHASES
 from tracekit.analysis.pipeline import run_passes, trace_span
@@ -517,7 +518,7 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
                 n_dev.update(ks["device"].dropna().unique().tolist())
             for name, df in (("kernel_bound", res.get("kernel_bound")), ("kernel_steps", ks)):
                 if df is not None:
-                    writers[name].write(_analyze.output_table(name, df, rank, gpu))
+                    writers[name].write(output_table(name, df, rank, gpu))
             for name in kept:
                 if res.get(name) is not None:
                     kept[name].append(res[name])
@@ -531,7 +532,7 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
             del res, gpu, ks, out
             heap.trim()
         rows = _finish(run, writers, kept, spans, len(n_dev), annotations, manifest, workload, rank,
-                       _analyze.output_table)
+                       output_table)
     except BaseException:
         for wr in writers.values():
             wr.__exit__(RuntimeError, RuntimeError("analysis failed"), None)

@@ -7,6 +7,7 @@ out of every verb that does not record.
 
 from __future__ import annotations
 
+import _thread
 import codecs
 import importlib
 import importlib.util
@@ -206,10 +207,25 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+def redeliver_interrupt(unraisable: Any, fallback: Any = None) -> None:
+    """An ``sys.unraisablehook``: a Ctrl-C (or Terminated) raised where Python can only ignore it (a
+    weakref or import-lock callback) is delivered again at the next safe point in the main thread, so
+    it interrupts the verb instead of printing "Exception ignored" and letting it finish; anything else
+    goes to ``fallback`` (the hook there was)."""
+    exc = getattr(unraisable, "exc_value", None)
+    if isinstance(exc, KeyboardInterrupt):
+        _thread.interrupt_main(signal.Signals(exc.signum) if isinstance(exc, Terminated) else signal.SIGINT)
+        return
+    (fallback or sys.__unraisablehook__)(unraisable)
+
+
 @contextmanager
 def _signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP interrupt the work like Ctrl-C (staging folders and temp files removed, a run
-    left as it was) while main runs; a handler someone else installed is kept."""
+    left as it was) while main runs; a handler someone else installed is kept; an interrupt that lands
+    where Python ignores exceptions is delivered again (``redeliver_interrupt``)."""
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: redeliver_interrupt(u, previous_hook)
     installed: list[tuple[int, Any]] = []
     if threading.current_thread() is threading.main_thread():
         for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
@@ -218,6 +234,7 @@ def _signals_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for sig, old in installed:
             signal.signal(sig, old)
 

@@ -179,8 +179,8 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
 
 
 # A launch that found the device idle and still started this much later than its runtime call
-# returned waited on work the trace does not show: far beyond the launch latency (on the H200 the
-# slowest of ~41,000 such launches in tests/fixtures/gpu started 7.4 us after its call returned).
+# returned waited on work the trace does not show: far beyond the launch latency (what such launches
+# measure on the committed GPU fixtures: docs/measurements/2026-12-07-docstring-figures.md).
 UNSEEN_LAG_NS = 100_000
 
 

@@ -77,9 +77,8 @@ def _after_profiler_stall(windows: list[tuple[int, int, str, str, Any]], cpu_ops
     Kineto's ``overhead`` events (``Activity Buffer Request``: the profiler allocating
     its buffers) stall the thread; one that starts inside a request window before the
     window's first host op or runtime call is the profiler's time, not the request's
-    (1.79 ms at the head of the 33 ms TTFT of the compiled H200 fixture, 2.2 ms in
-    a_batch2: in both the stall ends the caller's own synchronise, before its timer
-    starts). The first CPU op is the witness: runtime calls before it (the caller's
+    (the stall ends the caller's own synchronise, before its timer starts; sizes measured
+    on the fixtures: docs/measurements/2026-12-07-docstring-figures.md). The first CPU op is the witness: runtime calls before it (the caller's
     synchronise, event record) may follow the stall. Overhead later in a window is
     kept: the caller's timer sees that too.
     """

@@ -733,8 +733,8 @@ def token_times(steps: pd.DataFrame, gpu: pd.DataFrame, rt: pd.DataFrame, cpu: p
 
     The copy is looked for inside the step's window, which for tracekit's own and
     shape-detected steps runs to the next pass. It also holds the host's preparation
-    of that pass (input copies, cache position updates: ~1.6 ms per step on the compiled
-    H200 trace); ending the step's token there would put every token late by that
+    of that pass (input copies, cache position updates; docs/measurements/2026-12-07-docstring-figures.md
+    gives its size on the compiled H200 fixture); ending the step's token there would put every token late by that
     much: the token's own copy (generate's ``.cpu()``/``.item()`` on the sampled ids)
     is the moment the caller has it. An engine's step annotation wraps the forward only
     (vLLM execute_model, SGLang's step span): sampling and the token's copy follow it,

@@ -109,27 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc.__context__, EOFError):  # click turns any EOFError into Abort: a cut input, not Ctrl-C
             click.echo(f"tracekit: error: unexpected end of input ({_one_line(exc.__context__)})", err=True)
             return EXIT_FAILURE
-        if isinstance(exc.__context__, Terminated):
-            _say(f"tracekit: interrupted ({exc.__context__.name}); what was being written was left as it was")
-            return 128 + exc.__context__.signum
-        _say("tracekit: interrupted")
-        return EXIT_INTERRUPTED
+        return interrupted_exit(exc.__context__)
     except click.ClickException as exc:
         # click's usage errors are already one line; keep its exit code (2).
         click.echo(f"tracekit: error: {visible(exc.format_message())}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except Terminated as exc:
-        _say(f"tracekit: interrupted ({exc.name}); what was being written was left as it was")
-        return 128 + exc.signum
-    except KeyboardInterrupt:
-        if _RECEIVED:  # a SIGTERM that DuckDB (or another library) reported as its own interrupt
-            name = signal.Signals(_RECEIVED[-1]).name
-            _say(f"tracekit: interrupted ({name}); what was being written was left as it was")
-            return 128 + _RECEIVED[-1]
-        _say("tracekit: interrupted")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return interrupted_exit(exc)
     except UnicodeEncodeError as exc:
         if "surrogates" not in str(exc):
             raise
@@ -159,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return EXIT_OK
         raise
     except Exception as exc:
+        if interrupt_in(exc) is not None:  # an interrupt Python wrapped (e.g. inside a class body's __set_name__)
+            return interrupted_exit(interrupt_in(exc))
         limited = address_space_failure(exc)  # Arrow, DuckDB or the loader under ``ulimit -v``: the limit
         if limited is not None:
             _say(f"tracekit: error: {limited.message}")
@@ -171,6 +161,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         lock.release_all()
     return rv if isinstance(rv, int) else 0
+
+
+def interrupted_exit(exc: BaseException | None) -> int:
+    """Say the interrupt in one line and give its exit code: 128 + the signal for SIGTERM / SIGHUP (also
+    when a library turned it into its own interrupt or click into an Abort: the signal is recorded when
+    it arrives), else 130 (Ctrl-C)."""
+    signum = exc.signum if isinstance(exc, Terminated) else (_RECEIVED[-1] if _RECEIVED else None)
+    if signum is None:
+        _say("tracekit: interrupted")
+        return EXIT_INTERRUPTED
+    _say(f"tracekit: interrupted ({signal.Signals(signum).name}); what was being written was left as it was")
+    return 128 + signum
+
+
+def interrupt_in(exc: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt (or Terminated) an exception was raised from, if any."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter

@@ -531,8 +531,7 @@ class RunDir:
         except MemoryError:  # out of memory is not a damaged table: said as itself
             raise
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({shown}: "
-                                  f"{_first_line(exc)}); re-ingest or re-analyze the run") from None
+            raise self.unreadable(name, exc) from None
 
     def read_columns(self, name: str, columns: Sequence[str], *, fit: bool = True) -> pa.Table:
         """The named table's ``columns`` (those it has), without reading the others: as stored where the
@@ -554,9 +553,13 @@ class RunDir:
         except MemoryError:  # out of memory is not a damaged table: said as itself
             raise
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable "
-                                  f"({visible(self.final_path / TABLES_DIR / path.name)}: {_first_line(exc)}); "
-                                  "re-ingest or re-analyze the run") from None
+            raise self.unreadable(name, exc) from None
+
+    def unreadable(self, name: str, exc: BaseException) -> CorruptRunError:
+        """The one-line error for table ``name`` whose file could not be read (``exc``: why)."""
+        shown = visible(self.final_path / TABLES_DIR / self.table_path(name).name)
+        return CorruptRunError(f"{visible(self.run_id)}: table {name} is unreadable ({shown}: "
+                               f"{_first_line(exc)}); re-ingest or re-analyze the run")
 
     def snapshot(self, tables: Sequence[str], columns: Mapping[str, Sequence[str]] | None = None,
                  optional: Sequence[str] = ()) -> Snapshot:

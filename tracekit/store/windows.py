@@ -26,26 +26,44 @@ from tracekit.store.rundir import RunDir
 BATCH_ROWS = 65_536
 
 
+def _open(run: RunDir, name: str) -> pq.ParquetFile | None:
+    """Table ``name``'s Parquet file (None where absent); an unreadable one is the run's CorruptRunError."""
+    path = run.table_path(name)
+    if not path.is_file():
+        return None
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise run.unreadable(name, exc) from None
+
+
+def _batches(run: RunDir, name: str, it: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``it``, with a damaged page said as the run's CorruptRunError."""
+    try:
+        yield from it
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise run.unreadable(name, exc) from None
+
+
 def rows(run: RunDir, name: str) -> int:
     """The stored row count of table ``name`` (0 where absent), from the Parquet footer."""
-    path = run.table_path(name)
-    return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
+    pf = _open(run, name)
+    return pf.metadata.num_rows if pf is not None else 0
 
 
 def empty_like(run: RunDir, name: str) -> pa.Table:
     """Table ``name`` with no rows: its stored schema (its declared one where absent)."""
-    path = run.table_path(name)
-    return pq.ParquetFile(path).schema_arrow.empty_table() if path.is_file() else _schema.empty(name)
+    pf = _open(run, name)
+    return pf.schema_arrow.empty_table() if pf is not None else _schema.empty(name)
 
 
 def chunks(run: RunDir, name: str, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """Record batches of ``columns`` (those the table has) of table ``name``, in stored order."""
-    path = run.table_path(name)
-    if not path.is_file():
+    pf = _open(run, name)
+    if pf is None:
         return
-    pf = pq.ParquetFile(path)
     cols = [c for c in columns if c in pf.schema_arrow.names]
-    yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
+    yield from _batches(run, name, pf.iter_batches(batch_size=BATCH_ROWS, columns=cols))
 
 
 def is_time_sorted(run: RunDir, name: str) -> bool:
@@ -71,12 +89,12 @@ class TimeCursor:
     def __init__(self, run: RunDir, name: str, columns: Sequence[str] | None = None, drop: str | None = None) -> None:
         self.name = name
         self._drop = drop
-        path = run.table_path(name)
         self._schema = _schema.schema(name) if name in _schema.SCHEMAS else None
-        if path.is_file():
-            pf = pq.ParquetFile(path)
+        pf = _open(run, name)
+        if pf is not None:
             cols = [c for c in columns if c in pf.schema_arrow.names] if columns is not None else None
-            self._batches: Iterator[pa.RecordBatch] = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols)
+            self._batches: Iterator[pa.RecordBatch] = _batches(
+                run, name, pf.iter_batches(batch_size=BATCH_ROWS, columns=cols))
             self._empty = pf.schema_arrow.empty_table() if cols is None else pf.schema_arrow.empty_table().select(cols)
         else:
             self._batches = iter(())

@@ -17,6 +17,8 @@
 #   quant_int8_compiled  compiled int8 weight-only at batch 1 and 16 (<= 560 s)
 #   models    record + analyze of benchmarks/configs' architectures (MoE, Gemma-2, Phi-3), and their bound classes vs ncu
 #   whatif_quant  the what-if quantization runs (benchmarks/whatif/quant.toml: fp16/int8/int4/fp8, batch 1 and 8)
+#   bound_rest  bound classes vs Nsight Compute: every eager cell, compiled Qwen2.5-0.5B, compiled batch 64
+#               of the other shapes; each part packed into $OUT as it ends (a call cut short keeps what ran)
 #   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
 #               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
@@ -98,6 +100,17 @@ bound_data)  # MODES=compiled SHAPES=llama-3.2-1b,llama-3.1-8b BUDGET=560 by def
   rm -f "$W"/bound_vs_ncu/*.ncu-rep
   gzip -6 "$W"/bound_vs_ncu/*_b*.json 2>/dev/null
   ls -la "$W/bound_vs_ncu"
+  ;;
+bound_rest)  # per part: MODE|SHAPES|BATCHES|BUDGET_S; results.json per part, packed as soon as it ends
+  for spec in "eager|qwen2.5-0.5b,llama-3.2-1b,llama-3.1-8b|1,8,64|${B1:-150}" "compiled|qwen2.5-0.5b|1,8,64|${B2:-160}" \
+              "compiled|llama-3.2-1b,llama-3.1-8b|64|${B3:-160}"; do
+    IFS='|' read -r m s b lim <<< "$spec"
+    name="bound_${m}_${s%%,*}_b${b//,/-}"
+    TAIL=30 run "$name" $(( lim + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/$name" --modes "$m" --shapes "$s" \
+      --batches "$b" --budget-s "$lim"
+    rm -f "$W/$name"/*.ncu-rep; gzip -6 "$W/$name"/*_b*.json 2>/dev/null
+    tar -C "$W" -czf "$OUT/$name.tgz" "$name" logs 2>/dev/null
+  done
   ;;
 bound_quant)  # eager cells of every shape and compiled Qwen2.5-0.5B cells (traces kept); int8 / int4 GEMM bytes vs ncu
   python3 -c "import torch; p = torch.cuda.get_device_properties(0); print('L2_cache_size', p.L2_cache_size, p.name)" \

@@ -102,8 +102,10 @@ bound_data)  # MODES=compiled SHAPES=llama-3.2-1b,llama-3.1-8b BUDGET=560 by def
   ls -la "$W/bound_vs_ncu"
   ;;
 bound_rest)  # per part: MODE|SHAPES|BATCHES|BUDGET_S; results.json per part, packed as soon as it ends
-  for spec in "eager|qwen2.5-0.5b,llama-3.2-1b,llama-3.1-8b|1,8,64|${B1:-150}" "compiled|qwen2.5-0.5b|1,8,64|${B2:-160}" \
-              "compiled|llama-3.2-1b,llama-3.1-8b|64|${B3:-160}"; do
+  SPECS=("eager|qwen2.5-0.5b,llama-3.2-1b,llama-3.1-8b|1,8,64|${B1:-150}" "compiled|qwen2.5-0.5b|1,8,64|${B2:-160}"
+         "compiled|llama-3.2-1b,llama-3.1-8b|64|${B3:-160}")
+  for i in ${PARTS:-1 2 3}; do  # PARTS: which of the three (1-based), in order
+    spec=${SPECS[$((i - 1))]}
     IFS='|' read -r m s b lim <<< "$spec"
     name="bound_${m}_${s%%,*}_b${b//,/-}"
     TAIL=30 run "$name" $(( lim + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/$name" --modes "$m" --shapes "$s" \

@@ -11,6 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers import CORPUS, CORPUS_ABSENT, FIXTURES
 
+# Terminal tables fold to the terminal's width: every test (and every child it starts) sees one width,
+# whatever runs the suite (a terminal, a pipe, pytest-xdist's workers, which set COLUMNS=80). A test
+# about the width sets its own.
+os.environ["COLUMNS"] = "160"
+
 
 def _has_cuda() -> bool:
     # scripts/mutation.py runs pytest hundreds of times on a CPU machine: it sets this to skip torch's import.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -19,15 +20,15 @@ def test_cli_reference_is_generated_from_the_current_help() -> None:
 def test_readme_first_screen_gives_the_two_commands() -> None:
     first_screen = "\n".join((REPO / "README.md").read_text().splitlines()[:30])
     assert "bash scripts/setup.sh && .venv/bin/tracekit record" in first_screen
-    assert ".venv/bin/python -m pytest -q" in first_screen
+    command = re.search(r"^\.venv/bin/python -m pytest .*$", first_screen, re.M)
+    assert command is not None
     ci = (REPO / ".ci" / "run").read_text()
-    assert "scripts/setup.sh" in ci and "pytest -q" in ci
+    # CI runs the README's test command, as it is written there
+    assert "scripts/setup.sh" in ci and command.group(0) in ci.splitlines()
 
 
 def test_the_distribution_name_is_ours_everywhere() -> None:
     # `tracekit` on the package index is another project: the distribution is tracekit-llm (import name tracekit)
-    import re
-
     name = re.search(r'^name = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
     assert name == "tracekit-llm"
     assert f"The distribution is `{name}`" in (REPO / "README.md").read_text()

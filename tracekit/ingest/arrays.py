@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tracekit.store import heap
+
 _TYPES = {
     np.dtype(np.int64): pa.int64(),
     np.dtype(np.int32): pa.int32(),
@@ -54,6 +56,23 @@ def dictionary(indices: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(from_numpy(np.where(valid, indices, 0).astype(np.int32), valid), values)
 
 
+def take_consuming(columns: list[Any], schema: pa.Schema, indices: pa.Array) -> pa.Table:
+    """``pa.Table.from_arrays(columns, schema).take(indices)``, built a column at a time.
+
+    ``columns`` is consumed: each entry is replaced by None as soon as its reordered copy exists, so
+    where the list holds the only reference to the source table's columns, memory peaks at the source
+    plus one column instead of two whole tables. The caller drops its own reference to the source
+    table (``cols = t.columns; del t``) before the call.
+    """
+    out = []
+    for i in range(len(columns)):
+        col, columns[i] = columns[i], None
+        out.append(col.take(indices))
+        del col
+        heap.trim()  # the source column's pages, else kept by malloc and counted in this peak
+    return pa.Table.from_arrays(out, schema=schema)
+
+
 def _flat(arr: Any) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
@@ -90,4 +109,4 @@ def to_numpy(arr: Any, fill: int | float = 0) -> np.ndarray:
     return out
 
 
-__all__ = ["dictionary", "from_numpy", "strings", "to_numpy", "valid"]
+__all__ = ["dictionary", "from_numpy", "strings", "take_consuming", "to_numpy", "valid"]

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from tracekit.ingest import arrays as A
 from tracekit.model import schema as _schema
+from tracekit.store import heap
 
 OP_ID_STRIDE = 1 << 40  # op_id = file index * stride + row: unique across the files of a run
 
@@ -110,23 +111,29 @@ def _first_match(keys: np.ndarray, valid: np.ndarray, queries: np.ndarray, qvali
 
 
 def link(tables: dict[str, pa.Table], file_index: int, counts: Any) -> dict[str, pa.Table]:
-    cpu = tables.pop("cpu_ops")  # out of the dict: the unsorted table is freed once its sorted copy exists
+    cpu = tables.pop("cpu_ops")  # out of the dict: the unsorted table is freed as its sorted copy is built
     # cpu_ops: sort by thread then time (outer before inner), assign op ids and parents.
     if cpu.num_rows:
         pid, tid = _np(cpu["pid"], -1), _np(cpu["tid"], -1)
         ts = _np(cpu["ts_ns"], 0)
         end = ts + _np(cpu["dur_ns"], 0)
         order = np.lexsort((-end, ts, tid, pid))
-        cpu = cpu.take(A.from_numpy(order))
         pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
+        cols, schema = cpu.columns, cpu.schema
+        del cpu  # the sorted copy is built a column at a time, each source column freed once copied
+        cpu = A.take_consuming(cols, schema, A.from_numpy(order))
+        del order
         thread_key = _thread_codes(pid, tid, pid[:0], tid[:0])[0]
+        del pid, tid
         parent = _nest_parents(thread_key, ts, end)
+        del ts, end, thread_key  # the sort keys: not needed by the kernels' linkage below
         op_id = np.arange(cpu.num_rows, dtype=np.int64) + file_index * OP_ID_STRIDE
         parent_id = np.where(parent >= 0, op_id[np.maximum(parent, 0)], -1)
         cpu = cpu.set_column(cpu.schema.get_field_index("op_id"), "op_id", A.from_numpy(op_id))
         cpu = cpu.set_column(cpu.schema.get_field_index("parent_id"), "parent_id",
                              A.from_numpy(parent_id, parent >= 0))
     tables["cpu_ops"] = cpu
+    heap.trim()  # the unsorted table's freed pages, before the kernels' linkage allocates its own
 
     gpu, rt = tables["gpu_activity"], tables["runtime"]
     if gpu.num_rows == 0:
@@ -147,12 +154,17 @@ def link(tables: dict[str, pa.Table], file_index: int, counts: Any) -> dict[str,
     # External id -> the innermost cpu_op with it (latest start wins).
     op_id = np.full(gpu.num_rows, -1, dtype=np.int64)
     if cpu.num_rows:
-        cext_valid = A.valid(cpu["external_id"])
-        cext, cts = _np(cpu["external_id"], 0), _np(cpu["ts_ns"], 0)
-        order = np.lexsort((-cts, cext))  # per External id, latest start first
-        cix = _first_match(cext[order], cext_valid[order], ext_v, ext_ok)
+        # Only the ops with an External id take part (the stable sort keeps their relative order).
+        has_ext = np.flatnonzero(A.valid(cpu["external_id"]))
+        cext = _np(cpu["external_id"], 0)[has_ext]
+        sub = np.lexsort((-_np(cpu["ts_ns"], 0)[has_ext], cext))  # per External id, latest start first
+        order = has_ext[sub]
+        cix = _first_match(cext[sub], np.ones(len(sub), dtype=bool), ext_v, ext_ok)
+        del has_ext, cext, sub
         ids = A.to_numpy(cpu["op_id"])
-        op_id = np.where(cix >= 0, ids[order[np.maximum(cix, 0)]], -1)
+        hit = cix >= 0
+        op_id[hit] = ids[order[cix[hit]]]  # ``order`` is empty where no op has an External id
+        del ids, order, cix, hit
     # Fallback: the innermost CPU op on the launching thread enclosing the runtime call.
     missing = (op_id < 0) & has_rt
     if rt.num_rows:
@@ -176,9 +188,13 @@ def link(tables: dict[str, pa.Table], file_index: int, counts: Any) -> dict[str,
     if unlinked:
         counts.warnings["GPU activity without a launching CPU op"] += unlinked
     gpu = gpu.set_column(gpu.schema.get_field_index("op_id"), "op_id", op_arr)
-    ln_type = _schema.schema("gpu_activity").field("launch_name").type
+    # The column alone to the schema's type (conforming a whole gpu_activity table around it would
+    # allocate every other column as nulls).
+    ln = launch_name.combine_chunks() if isinstance(launch_name, pa.ChunkedArray) else launch_name
+    if not pa.types.is_dictionary(ln.type):
+        ln = ln.cast(pa.string()).dictionary_encode()
     gpu = gpu.set_column(gpu.schema.get_field_index("launch_name"), "launch_name",
-                         _schema.conform("gpu_activity", pa.table({"launch_name": launch_name}))["launch_name"].cast(ln_type))
+                         ln.cast(_schema.schema("gpu_activity").field("launch_name").type))
     tables["gpu_activity"] = gpu
     return tables
 

@@ -2,7 +2,8 @@
 
 Ingest writes gpu_activity, cpu_ops and runtime sorted by ``ts_ns``. ``TimeCursor`` reads such a table
 once, front to back, in Parquet record batches, and hands out the rows of consecutive time windows
-``[lo, hi)``: memory is one batch plus one window, never the table. ``chunks`` reads a few columns
+``[lo, hi)``: memory is one batch plus one window, never the table. ``TimeSlices`` hands out the
+windows of a table held in memory (any order), indexed by time once. ``chunks`` reads a few columns
 batch by batch. ``ChunkWriter`` writes a declared table one Arrow chunk at a time (one Parquet row group
 each), atomically: the file appears whole when the writer closes, or not at all.
 """
@@ -154,6 +155,43 @@ class TimeCursor:
         out = out.combine_chunks()
         self.first_row = int(out_pos[0]) if len(out_pos) else self._pos
         return out, out_pos
+
+
+class TimeSlices:
+    """The rows of a table held in memory, window after window, each found through one time index.
+
+    ``take(lo, hi)`` returns, in table order, the rows whose ``ts_ns`` (null as 0) is in ``[lo, hi)``
+    (None: unbounded) and the ``span`` rows that overlap it (``ts_ns < hi`` and ``ts_ns + max(dur_ns,
+    0) > lo``). The table is sorted by time once (not at all where it is already); a window then costs
+    its own rows and the span rows, not the table: ``touched`` counts the rows each take looked at."""
+
+    def __init__(self, table: pa.Table, span: np.ndarray) -> None:
+        self.table = table
+        n = table.num_rows
+        ts = (pc.fill_null(table.column("ts_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+              if n else np.empty(0, dtype=np.int64))
+        sorted_ = n < 2 or bool((ts[1:] >= ts[:-1]).all())
+        self._order = None if sorted_ else np.argsort(ts, kind="stable")
+        self._ts = ts if sorted_ else ts[self._order]
+        self._span = np.flatnonzero(span)
+        dur = (pc.fill_null(table.column("dur_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)[self._span]
+               if "dur_ns" in table.column_names and n else np.zeros(len(self._span), dtype=np.int64))
+        self._span_ts = ts[self._span]
+        self._span_end = self._span_ts + np.maximum(dur, 0)
+        self.touched = 0
+
+    def take(self, lo: int | None, hi: int | None) -> pa.Table:
+        if not self.table.num_rows:
+            return self.table
+        a = 0 if lo is None else int(np.searchsorted(self._ts, lo, side="left"))
+        b = len(self._ts) if hi is None else int(np.searchsorted(self._ts, hi, side="left"))
+        inside = np.arange(a, b, dtype=np.int64) if self._order is None else np.sort(self._order[a:b])
+        lo_ = -(2**63) if lo is None else lo
+        hi_ = 2**63 - 1 if hi is None else hi
+        over = self._span[(self._span_ts < hi_) & (self._span_end > lo_)]
+        self.touched += (b - a) + len(self._span)
+        rows = np.union1d(inside, over) if len(over) else inside
+        return self.table.take(pa.array(rows, type=pa.int64()))
 
 
 class ChunkWriter(contextlib.AbstractContextManager["ChunkWriter"]):

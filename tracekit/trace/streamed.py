@@ -96,7 +96,8 @@ class _Stream:
         self.o_ts = np.array([s.ts_ns for _, s, _ in self.own], dtype=np.int64)
         self.o_dur = np.array([d for _, _, d in self.own], dtype=np.int64)
         self.c_ts = np.array([c.ts_ns for c in ts.counters], dtype=np.int64)
-        self.track_ids = {k: i for i, k in enumerate(ts.tracks)}  # global track rank: tracks' order
+        self.track_keys = list(ts.tracks)
+        self.track_ids = {k: i for i, k in enumerate(self.track_keys)}  # global track rank: tracks' order
         self.track_b = [b"\x58" + E.varint(stable_uuid(k)) for k in ts.tracks]
         self.end_te = [length_field(11, b"\x48\x02" + tb) for tb in self.track_b]
         self.keys: dict[tuple[str, str], int] = {}  # interned: key -> id
@@ -341,7 +342,7 @@ class _Stream:
                      row: int) -> tuple[str, Slice]:
         b = blocks[int(blk[row])]
         i = int(local[row])
-        key = list(self.ts.tracks)[int(track[row])]
+        key = self.track_keys[int(track[row])]
         args = {a.key: a.value(i) for a in b.args if a.present[i]}
         return key, Slice(key, b.names[int(b.name[i])], int(b.ts[i]), int(b.dur[i]), b.cats[int(b.cat[i])], args,
                           b.cnames[int(b.cname[i])] if b.cname[i] >= 0 else None)

@@ -62,3 +62,15 @@ def test_step_sources_that_are_not_local_are_refused() -> None:
         windowed.local_offset(steps, 3)
     assert windowed.local_offset(pd.DataFrame({"source": ["sglang"]}), 3) == 3  # numbered in time order
     assert windowed.local_offset(pd.DataFrame({"source": ["tracekit"]}), 3) == 0  # ids from the annotations
+
+
+def test_each_window_gets_only_its_share_of_other_events(runs: tuple[RunDir, RunDir, windowed.Cuts]) -> None:
+    # GIVEN the run cut into windows, WHEN the windows' raw tables are read, THEN other_events'
+    # rows are handed out once each (none spans a window here): the windows' counts sum to the table's
+    _, win, cuts = runs
+    other = win.read_columns("other_events", analyze.RAW_COLUMNS["other_events"])
+    assert not windowed.spanning(other, cuts.long_ns, False).any()
+    counts = [w.tables["other_events"].num_rows
+              for w in windowed.windows(win, cuts, analyze.RAW_COLUMNS["other_events"])]
+    assert len(counts) == len(cuts.cuts) + 1 and sum(counts) == other.num_rows > 0
+    assert sum(1 for c in counts if c) > 1  # spread over the windows, not all in one

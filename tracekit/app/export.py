@@ -11,15 +11,19 @@ of a few hundred steps keeps a long run viewable.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracekit.errors import TraceFormatError, UsageError, visible
+from tracekit.model import npa
 from tracekit.model import schema as _schema
+from tracekit.store import windows as _win
 from tracekit.store.rundir import RunDir
 from tracekit.trace.blocks import COLUMNS
 from tracekit.trace.tracks import TrackSet, Window, build_tracks, window_for_steps, write_chrome_json_gz
@@ -129,6 +133,8 @@ def export_run(
 ) -> tuple[TrackSet, dict[str, int]]:
     """Write the run's tracks to ``out`` as ``fmt`` ("proto" or "json"); returns the tracks and counts."""
     tables = load_tables(run) if tables is None else tables
+    if fmt == "proto" and window is None and isinstance(tables, RunTables) and streams(run):
+        return stream_proto(run, tables, out)
     ts = build_tracks(tables, window=window)
     if fmt == "proto":
         from tracekit.trace.perfetto import write_proto
@@ -162,3 +168,110 @@ def export_from_trace(run: RunDir, out: Path, tables: Mapping[str, pa.Table]) ->
         detail = str(exc).strip().split("\n", 1)[0][:200] or type(exc).__name__
         raise TraceFormatError(f"--from-trace: {visible(run.trace_path)} is {what} ({detail})") from None
     return ts, {"tracks": len(ts.tracks), "tracekit events": len(ts.slices) + len(ts.counters)}
+
+
+# --- a whole run's Perfetto trace, a time window of the raw tables at a time -----------------------
+
+STREAM_ROWS = 1 << 16  # rows of each big table per export window, at most (and ties at a cut)
+STREAMED = ("gpu_activity", "cpu_ops", "runtime")  # read through a time cursor; annotations held (small)
+TRACK_COLUMNS = {"gpu_activity": ("ts_ns", "device", "stream"),
+                 **{t: ("ts_ns", "cat", "pid", "tid", "device", "stream", "captured") for t in ("cpu_ops", "runtime")}}
+
+
+def streams(run: RunDir) -> bool:
+    """Whether ``run``'s Perfetto trace is written window by window: its big tables hold their declared
+    schema (as read whole, unfitted) and are time-sorted, as ingest writes them."""
+    for name in STREAMED:
+        if not run.has_table(name):
+            continue
+        have = _win.empty_like(run, name).schema
+        if any(have.get_field_index(f.name) < 0 or have.field(f.name).type != f.type for f in _schema.schema(name)):
+            return False
+        if not _win.is_time_sorted(run, name):
+            return False
+    return True
+
+
+def stream_proto(run: RunDir, tables: RunTables, out: Path, rows: int | None = None) -> tuple[TrackSet, dict[str, int]]:
+    """``export_run``'s Perfetto trace of the whole run, the same bytes, its big tables read a window of
+    at most ``rows`` rows each (STREAM_ROWS) at a time (tracekit.trace.streamed). Falls back to the
+    whole tables where the trace's tracks share a track with tracekit's own slices."""
+    from tracekit.trace.perfetto import write_proto
+    from tracekit.trace.streamed import block_tracks, write_proto_windows
+
+    step = rows or STREAM_ROWS
+    ts = build_tracks(tables, include_trace=False)
+    own = {s.track for s in ts.own_slices}
+    annotations = tables.get("annotations", None)
+    cuts: set[int] = set()
+
+    def track_batches() -> Iterator[dict[str, pa.Table]]:
+        for name in STREAMED:
+            if name not in tables:
+                continue
+            seen = 0
+            for b in _win.chunks(run, name, TRACK_COLUMNS[name]):
+                t = pa.Table.from_batches([b])
+                ts_ = npa.values(t.column("ts_ns"))[npa.valid(t.column("ts_ns"))]
+                at = np.arange((-seen) % step, len(ts_), step)
+                cuts.update(int(x) for x in ts_[at] if x > ts_[0] or seen)
+                seen += len(ts_)
+                yield {name: t}
+        if annotations is not None:
+            yield {"annotations": annotations}
+
+    keys = block_tracks(ts, track_batches())
+    if not keys or own & set(keys):
+        ts = build_tracks(tables)
+        return ts, write_proto(ts, out)
+    bounds = [None, *sorted(cuts), None]
+    kb_rows = _win.rows(run, "kernel_bound") if "kernel_bound" in tables else 0
+    aligned = kb_rows > 0 and kb_rows == _win.rows(run, "gpu_activity")
+
+    def windows() -> Iterator[tuple[int | None, int | None, dict[str, pa.Table]]]:
+        cursors = {t: _win.TimeCursor(run, t, COLUMNS[t], drop="captured" if t == "cpu_ops" else None)
+                   for t in STREAMED if t in tables}
+        bound = _Rows(run, "kernel_bound", COLUMNS["kernel_bound"]) if aligned else None
+        ann = _win.TimeSlices(annotations, np.zeros(annotations.num_rows, dtype=bool)) if annotations is not None \
+            else None
+        for lo, hi in itertools.pairwise(bounds):
+            w: dict[str, pa.Table] = {}
+            for t, cur in cursors.items():
+                got, pos = cur.take(hi)
+                if t == "gpu_activity":
+                    got, pos = got.filter(npa.array(pos >= 0)), pos[pos >= 0]  # no time: in no slice
+                    if bound is not None:
+                        w["kernel_bound"] = bound.take(pos)
+                w[t] = got
+            if ann is not None:
+                w["annotations"] = ann.take(lo, hi)
+            yield lo, hi, w
+
+    return ts, write_proto_windows(ts, windows(), out)
+
+
+class _Rows:
+    """A table's rows by position, read front to back once: ``take(positions)`` with increasing positions
+    across calls."""
+
+    def __init__(self, run: RunDir, name: str, columns: tuple[str, ...]) -> None:
+        self._batches = _win.chunks(run, name, columns)
+        empty = _win.empty_like(run, name)
+        self._empty = empty.select([c for c in columns if c in empty.column_names])
+        self._held: pa.Table | None = None
+        self._start = 0  # table position of the first held row
+
+    def take(self, pos: np.ndarray) -> pa.Table:
+        if not len(pos):
+            return self._empty
+        need = int(pos.max()) + 1
+        parts = [self._held] if self._held is not None else []
+        end = self._start + sum(p.num_rows for p in parts)
+        while end < need:
+            b = next(self._batches)
+            parts.append(pa.Table.from_batches([b]))
+            end += b.num_rows
+        held = pa.concat_tables(parts)
+        out = held.take(npa.array((pos - self._start).astype(np.int64)))
+        self._held, self._start = held.slice(need - self._start), need
+        return out

@@ -258,20 +258,6 @@ def spanning(t: pa.Table, long_ns: int, annotations: bool) -> np.ndarray:
     return long & _holds_others(ts, end, long) if annotations else long
 
 
-def _between(t: pa.Table, lo: int | None, hi: int | None, span: np.ndarray) -> pa.Table:
-    """Rows starting in [lo, hi), and the ``span`` rows overlapping it."""
-    if not t.num_rows:
-        return t
-    ts = pc.fill_null(t.column("ts_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    dur = (pc.fill_null(t.column("dur_ns"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-           if "dur_ns" in t.column_names else np.zeros(len(ts), dtype=np.int64))
-    a = -(2**63) if lo is None else lo
-    b = 2**63 - 1 if hi is None else hi
-    inside = (ts >= a) & (ts < b)
-    over = span & (ts < b) & (ts + np.maximum(dur, 0) > a)
-    return t.filter(pa.array(inside | over))
-
-
 def windows(run: RunDir, cuts: Cuts, other_columns: tuple[str, ...]) -> Iterator[Window]:
     """Each window's raw tables (tracekit.app.analyze.RAW; other_events' ``other_columns``), read in one
     pass over the big tables."""
@@ -283,9 +269,11 @@ def windows(run: RunDir, cuts: Cuts, other_columns: tuple[str, ...]) -> Iterator
         captured = pa.Table.from_batches(parts, schema=captured.schema) if parts else captured
     small = {t: run.read_table(t) for t in ("annotations", "counters", "ncu_counters")}
     other = run.read_columns("other_events", other_columns)
-    spans = {"annotations": spanning(small["annotations"], cuts.long_ns, True),
-             "counters": np.zeros(small["counters"].num_rows, dtype=bool),
-             "other_events": spanning(other, cuts.long_ns, False)}
+    # each indexed by time once: a window's rows are found without a pass over the table
+    slices = {"annotations": _win.TimeSlices(small["annotations"], spanning(small["annotations"], cuts.long_ns, True)),
+              "counters": _win.TimeSlices(small["counters"], np.zeros(small["counters"].num_rows, dtype=bool)),
+              "other_events": _win.TimeSlices(other, spanning(other, cuts.long_ns, False))}
+    del other
     bounds = [None, *cuts.cuts, None]
     for i in range(len(bounds) - 1):
         lo, hi = bounds[i], bounds[i + 1]
@@ -298,9 +286,9 @@ def windows(run: RunDir, cuts: Cuts, other_columns: tuple[str, ...]) -> Iterator
             if t == "gpu_activity":
                 gpu_rows = pos
             tables[t] = rows
-        for t, full in small.items():
-            tables[t] = _between(full, lo, hi, spans[t]) if t != "ncu_counters" else full
-        tables["other_events"] = _between(other, lo, hi, spans["other_events"])
+        for t in small:
+            tables[t] = slices[t].take(lo, hi) if t in slices else small[t]
+        tables["other_events"] = slices["other_events"].take(lo, hi)
         yield Window(lo, hi, tables, gpu_rows)
 
 

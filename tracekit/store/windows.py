@@ -2,9 +2,11 @@
 
 Ingest writes gpu_activity, cpu_ops and runtime sorted by ``ts_ns``. ``TimeCursor`` reads such a table
 once, front to back, in Parquet record batches, and hands out the rows of consecutive time windows
-``[lo, hi)``: memory is one batch plus one window, never the table. ``chunks`` reads a few columns
+``[lo, hi)``: memory is one batch plus one window, never the table. ``TimeSlices`` hands out the
+windows of a table held in memory (any order), indexed by time once. ``chunks`` reads a few columns
 batch by batch. ``ChunkWriter`` writes a declared table one Arrow chunk at a time (one Parquet row group
-each), atomically: the file appears whole when the writer closes, or not at all.
+each), atomically: the file appears whole when the writer closes, or not at all. Arrow and NumPy meet
+through their buffers (tracekit.model.npa): reading a run window by window never imports pandas.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracekit.model import npa
 from tracekit.model import schema as _schema
 from tracekit.store.fsops import atomic_path
 from tracekit.store.rundir import RunDir
@@ -54,7 +57,11 @@ def rows(run: RunDir, name: str) -> int:
 def empty_like(run: RunDir, name: str) -> pa.Table:
     """Table ``name`` with no rows: its stored schema (its declared one where absent)."""
     pf = _open(run, name)
-    return pf.schema_arrow.empty_table() if pf is not None else _schema.empty(name)
+    return _empty(pf.schema_arrow) if pf is not None else _schema.empty(name)
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_batches([], schema=schema)
 
 
 def chunks(run: RunDir, name: str, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -70,7 +77,7 @@ def is_time_sorted(run: RunDir, name: str) -> bool:
     """Whether table ``name``'s non-null ``ts_ns`` never decreases (read a column at a time, batch by batch)."""
     last = None
     for b in chunks(run, name, ["ts_ns"]):
-        ts = pc.drop_null(b.column(0)).to_numpy(zero_copy_only=False)
+        ts = npa.values(b.column(0))[npa.valid(b.column(0))]
         if not len(ts):
             continue
         if (last is not None and ts[0] < last) or bool((np.diff(ts) < 0).any()):
@@ -95,7 +102,7 @@ class TimeCursor:
             cols = [c for c in columns if c in pf.schema_arrow.names] if columns is not None else None
             self._batches: Iterator[pa.RecordBatch] = _batches(
                 run, name, pf.iter_batches(batch_size=BATCH_ROWS, columns=cols))
-            self._empty = pf.schema_arrow.empty_table() if cols is None else pf.schema_arrow.empty_table().select(cols)
+            self._empty = _empty(pf.schema_arrow) if cols is None else _empty(pf.schema_arrow).select(cols)
         else:
             self._batches = iter(())
             self._empty = _schema.empty(name)
@@ -128,32 +135,66 @@ class TimeCursor:
             self._pull()
         held = pa.concat_tables(self._held) if self._held else self._empty
         pos = np.arange(self._pos, self._pos + held.num_rows, dtype=np.int64)
-        ts = held.column("ts_ns")
+        valid = npa.valid(held.column("ts_ns"))
         if hi is None:
             cut = held.num_rows
         else:
-            below = pc.fill_null(pc.less(ts, hi), False).to_numpy(zero_copy_only=False)
             # sorted: the window is a prefix of the non-null rows
-            cut = int(np.flatnonzero(~below & pc.is_valid(ts).to_numpy(zero_copy_only=False))[0]) \
-                if (~below & pc.is_valid(ts).to_numpy(zero_copy_only=False)).any() else held.num_rows
+            past = ~(npa.values(held.column("ts_ns")) < hi) & valid
+            cut = int(np.argmax(past)) if past.any() else held.num_rows
         out, rest = held.slice(0, cut), held.slice(cut)
         out_pos = pos[:cut]
         self._held = [rest] if rest.num_rows else []
         self._pos += cut
-        valid = pc.is_valid(out.column("ts_ns"))
-        if out.num_rows and not pc.all(valid).as_py():
-            keep = valid.to_numpy(zero_copy_only=False)
-            self._nulls.append(out.filter(pc.invert(valid)))
-            out, out_pos = out.filter(valid), out_pos[keep]
+        keep = valid[:cut]
+        if out.num_rows and not keep.all():
+            self._nulls.append(out.filter(npa.array(~keep)))
+            out, out_pos = out.filter(npa.array(keep)), out_pos[keep]
         if hi is None and self._nulls:
             out = pa.concat_tables([out, *self._nulls])
             out_pos = np.r_[out_pos, np.full(sum(t.num_rows for t in self._nulls), -1, dtype=np.int64)]
         if self._drop and self._drop in out.column_names and out.num_rows:
-            keep_mask = pc.invert(pc.fill_null(out.column(self._drop), False))
-            out, out_pos = out.filter(keep_mask), out_pos[keep_mask.to_numpy(zero_copy_only=False)]
+            keep_mask = ~npa.values(out.column(self._drop)).astype(bool)  # null: kept
+            out, out_pos = out.filter(npa.array(keep_mask)), out_pos[keep_mask]
         out = out.combine_chunks()
         self.first_row = int(out_pos[0]) if len(out_pos) else self._pos
         return out, out_pos
+
+
+class TimeSlices:
+    """The rows of a table held in memory, window after window, each found through one time index.
+
+    ``take(lo, hi)`` returns, in table order, the rows whose ``ts_ns`` (null as 0) is in ``[lo, hi)``
+    (None: unbounded) and the ``span`` rows that overlap it (``ts_ns < hi`` and ``ts_ns + max(dur_ns,
+    0) > lo``). The table is sorted by time once (not at all where it is already); a window then costs
+    its own rows and the span rows, not the table: ``touched`` counts the rows each take looked at."""
+
+    def __init__(self, table: pa.Table, span: np.ndarray) -> None:
+        self.table = table
+        n = table.num_rows
+        ts = npa.values(table.column("ts_ns")) if n else np.empty(0, dtype=np.int64)
+        sorted_ = n < 2 or bool((ts[1:] >= ts[:-1]).all())
+        self._order = None if sorted_ else np.argsort(ts, kind="stable")
+        self._ts = ts if sorted_ else ts[self._order]
+        self._span = np.flatnonzero(span)
+        dur = (npa.values(table.column("dur_ns"))[self._span] if "dur_ns" in table.column_names and n
+               else np.zeros(len(self._span), dtype=np.int64))
+        self._span_ts = ts[self._span]
+        self._span_end = self._span_ts + np.maximum(dur, 0)
+        self.touched = 0
+
+    def take(self, lo: int | None, hi: int | None) -> pa.Table:
+        if not self.table.num_rows:
+            return self.table
+        a = 0 if lo is None else int(np.searchsorted(self._ts, lo, side="left"))
+        b = len(self._ts) if hi is None else int(np.searchsorted(self._ts, hi, side="left"))
+        inside = np.arange(a, b, dtype=np.int64) if self._order is None else np.sort(self._order[a:b])
+        lo_ = -(2**63) if lo is None else lo
+        hi_ = 2**63 - 1 if hi is None else hi
+        over = self._span[(self._span_ts < hi_) & (self._span_end > lo_)]
+        self.touched += (b - a) + len(self._span)
+        rows = np.union1d(inside, over) if len(over) else inside
+        return self.table.take(npa.array(rows.astype(np.int64)))
 
 
 class ChunkWriter(contextlib.AbstractContextManager["ChunkWriter"]):

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit.trace import npa
+from tracekit.model import npa
 from tracekit.trace.trackset import Slice, Track, TrackSet, Window
 
 GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}

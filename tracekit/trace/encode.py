@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit.trace import npa
+from tracekit.model import npa
 
 BINARY = pa.binary()
 NULL = npa.scalar(None)

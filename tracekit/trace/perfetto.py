@@ -29,8 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit.errors import TracekitError
-from tracekit.model import progress
-from tracekit.trace import npa
+from tracekit.model import npa, progress
 from tracekit.trace.blocks import TraceBlock
 from tracekit.trace.tracks import BlockOrder, TrackSet, columnar, nested
 from tracekit.trace.trackset import Slice
@@ -38,13 +37,13 @@ from tracekit.trace.trackset import Slice
 SEQUENCE_ID = 0x7C0DE  # any fixed id; all packets share one sequence
 
 
-def _uuid(text: str) -> int:
+def stable_uuid(text: str) -> int:
     # Stable 63-bit ids from track keys: the same run exports the same uuids.
     h = zlib.crc32(text.encode()) << 31 | zlib.adler32(text.encode())
     return h & 0x7FFF_FFFF_FFFF_FFFF or 1
 
 
-class _Interner:
+class Interner:
     """Interned strings of one sequence: each name is written once, then referred to by id."""
 
     def __init__(self) -> None:
@@ -65,7 +64,7 @@ class _Interner:
         return new
 
 
-def _check_time(t_ns: int) -> None:
+def check_time(t_ns: int) -> None:
     """Perfetto's timestamps are unsigned 64-bit ns: an event before 0 (or past 2**64) cannot be written."""
     if not 0 <= t_ns < 2**64:
         raise TracekitError(f"an event at {t_ns} ns on the trace clock: a Perfetto protobuf trace cannot hold a "
@@ -78,7 +77,7 @@ def _int32(pid: int) -> int:
     return (pid + 2**31) % 2**32 - 2**31
 
 
-def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: _Interner) -> None:
+def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: Interner) -> None:
     for k, v in args.items():
         da = event.debug_annotations.add()
         da.name_iid = interner.iid(packet, "debug_annotation_names", str(k))
@@ -92,8 +91,10 @@ def _annotate(event: Any, args: dict[str, Any], packet: Any, interner: _Interner
             da.string_value = str(v)
 
 
-def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
-    """Write the track set as a Perfetto protobuf trace; returns packet counts."""
+def write_proto(ts: TrackSet, path: Path, write_events: Any = None) -> dict[str, int]:
+    """Write the track set as a Perfetto protobuf trace; returns packet counts. ``write_events``: where
+    given, ``write_events(file, begin, interner)`` writes every event packet after the track descriptors
+    (tracekit.trace.streamed) and returns the slice and counter counts."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TrackEvent
     from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
@@ -105,7 +106,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
         first = True
         # Names, categories and arg names repeat across thousands of kernels:
         # interning them makes the file several times smaller than plain strings.
-        interner = _Interner()
+        interner = Interner()
 
         def packet(ts_ns: int | None = None) -> Any:
             nonlocal first
@@ -116,7 +117,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
                 p.sequence_flags = 1  # SEQ_INCREMENTAL_STATE_CLEARED
                 first = False
             if ts_ns is not None:
-                _check_time(ts_ns)
+                check_time(ts_ns)
                 p.timestamp = ts_ns
             return p
 
@@ -126,7 +127,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
         for pid, (pname, psort) in processes.items():
             p = packet()
             td = p.track_descriptor
-            td.uuid = _uuid(f"process/{pid}")
+            td.uuid = stable_uuid(f"process/{pid}")
             td.process.pid = _int32(pid)
             td.process.process_name = pname
             td.sibling_order_rank = psort
@@ -136,14 +137,14 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
         for t in ts.tracks.values():
             p = packet()
             td = p.track_descriptor
-            td.uuid = _uuid(t.key)
+            td.uuid = stable_uuid(t.key)
             td.sibling_order_rank = t.sort_index
             if t.kind == "slice":
                 td.thread.pid = _int32(t.pid)
                 td.thread.tid = _int32(t.tid)
                 td.thread.thread_name = t.name
             else:
-                td.parent_uuid = _uuid(f"process/{t.pid}")
+                td.parent_uuid = stable_uuid(f"process/{t.pid}")
                 td.name = t.name
                 td.counter.SetInParent()
                 if t.unit:
@@ -155,13 +156,16 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
             p = packet(t_ns)
             p.sequence_flags |= 2  # SEQ_NEEDS_INCREMENTAL_STATE: uses interned strings
             ev = p.track_event
-            ev.track_uuid = _uuid(key)
+            ev.track_uuid = stable_uuid(key)
             ev.type = TrackEvent.Type.TYPE_SLICE_BEGIN
             ev.name_iid = interner.iid(p, "event_names", s.name)
             ev.category_iids.append(interner.iid(p, "event_categories", s.cat))
             _annotate(ev, s.args, p, interner)
             return p
 
+        if write_events is not None:
+            counts.update(write_events(fh, begin, interner))
+            return counts
         if columnar(ts):
             counts.update(_write_columnar(ts, fh, begin, interner))
             return counts
@@ -192,7 +196,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
             p = packet(t_ns)
             p.sequence_flags |= 2
             ev = p.track_event
-            ev.track_uuid = _uuid(key)
+            ev.track_uuid = stable_uuid(key)
             if payload is None:
                 ev.type = TrackEvent.Type.TYPE_SLICE_END
             else:
@@ -206,7 +210,7 @@ def write_proto(ts: TrackSet, path: Path) -> dict[str, int]:
 # --- the columnar path: the trace's blocks encoded with Arrow (tracekit.trace.encode) -----------
 
 
-def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> dict[str, int]:
+def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: Interner) -> dict[str, int]:
     """Every event packet of a track set whose trace slices are in blocks, byte for byte what the
     object path writes: the same order, interned ids and fields (in field-number order, as the
     protobuf runtime writes them). Packets that intern a new string, and the slices of tracekit's own
@@ -234,7 +238,7 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     n_s = m + nb
     t = np.concatenate([s_ts, s_ts + s_dur, c_ts])
     if len(t):
-        _check_time(int(t.min()))
+        check_time(int(t.min()))
     kind = np.concatenate([np.ones(n_s, np.int8), np.where(s_dur > 0, 0, 1).astype(np.int8), np.full(nc, 2, np.int8)])
     sub = np.concatenate([2 * seq, np.where(s_dur > 0, -2 * seq, 2 * seq + 1), np.zeros(nc, np.int64)])
     del seq, s_ts, s_dur, o_ts, o_dur
@@ -292,20 +296,20 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
     interner.fixed = {k: int(iid[g]) for k, g in keys.items()}
 
     # What a block row's begin packet holds: encodings per code, per track.
-    uuid_of = {k: _uuid(k) for k in order.keys}
+    uuid_of = {k: stable_uuid(k) for k in order.keys}
     track_uuid = [b"\x58" + E.varint(uuid_of[k]) for k in order.keys]
     name_b = [[b"\x50" + E.varint(int(iid[g])) for g in name_gid[bi]] for bi in range(len(blocks))]
     cat_b = [[b"\x18" + E.varint(int(iid[g])) for g in cat_gid[bi]] for bi in range(len(blocks))]
     da_head = [[b"\x08" + E.varint(int(iid[g])) for g in arg_gid[bi]] for bi in range(len(blocks))]
-    da_vals = [[[_da(da_head[bi][ai] + _value_field(v)) for v in a.values] if a.ints is None else None
+    da_vals = [[[debug_annotation(da_head[bi][ai] + value_field(v)) for v in a.values] if a.ints is None else None
                 for ai, a in enumerate(b.args)] for bi, b in enumerate(blocks)]
     seq_b = b"\x50" + E.varint(SEQUENCE_ID)
-    end_te = [_field(11, b"\x48\x02" + track_uuid[i]) for i in range(len(order.keys))]
+    end_te = [length_field(11, b"\x48\x02" + track_uuid[i]) for i in range(len(order.keys))]
     own_uuid: dict[str, bytes] = {}
 
     def track_bytes(key: str) -> bytes:
         if key not in own_uuid:
-            own_uuid[key] = b"\x58" + E.varint(_uuid(key))
+            own_uuid[key] = b"\x58" + E.varint(stable_uuid(key))
         return own_uuid[key]
 
     n_slices = n_counters = 0
@@ -340,7 +344,7 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
                 te = E.join(pieces)
                 pk = E.join([E.const(b"\x40"), E.varints(order.ts[where]), E.const(seq_b), E.const(b"\x5a"),
                              E.varints(E.lengths(te)), te, E.const(b"\x68\x02")])
-                parts.append(_framed(pk))
+                parts.append(framed(pk))
                 # positions in this chunk of these rows, in by_block's order
                 srcs.append(_positions(evs, where + m))
             n_slices += int(fast.sum())
@@ -354,10 +358,10 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
             te_table = list(end_te)
             for j in np.flatnonzero(~is_blk).tolist():
                 te_codes[j] = len(te_table)
-                te_table.append(_field(11, b"\x48\x02" + track_bytes(own[int(e_idx[j])][0])))
+                te_table.append(length_field(11, b"\x48\x02" + track_bytes(own[int(e_idx[j])][0])))
             pk = E.join([E.const(b"\x40"), E.varints(t[evs[ends]]), E.const(seq_b),
                          E.lookup(te_table, te_codes), E.const(b"\x68\x02")])
-            parts.append(_framed(pk))
+            parts.append(framed(pk))
             srcs.append(np.flatnonzero(ends))
         cnt = evs >= 2 * n_s
         if cnt.any():
@@ -370,7 +374,7 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
                                      np.full(len(cs), 8))])
             pk = E.join([E.const(b"\x40"), E.varints(c_ts[c_idx]), E.const(seq_b), E.const(b"\x5a"),
                          E.varints(E.lengths(te)), te, E.const(b"\x68\x02")])
-            parts.append(_framed(pk))
+            parts.append(framed(pk))
             srcs.append(np.flatnonzero(cnt))
             n_counters += len(cs)
         if slow.any():
@@ -381,7 +385,7 @@ def _write_columnar(ts: TrackSet, fh: Any, begin: Any, interner: _Interner) -> d
                 else:
                     row = e - m
                     key, s = order.keys[int(order.track[row])], _block_slice(blocks, order, row)
-                enc.append(_serialize(begin(int(t[e]), key, s)))
+                enc.append(serialize_packet(begin(int(t[e]), key, s)))
             parts.append(npa.binary(enc))
             srcs.append(np.flatnonzero(slow))
             n_slices += len(enc)
@@ -409,18 +413,18 @@ def _swap(pair: tuple[np.ndarray, list[bytes]]) -> tuple[list[bytes], np.ndarray
     return pair[1], pair[0]
 
 
-def _field(number: int, payload: bytes) -> bytes:
+def length_field(number: int, payload: bytes) -> bytes:
     """A length-delimited field: its tag, the payload's length, the payload."""
     from tracekit.trace.encode import varint
 
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
-def _da(inner: bytes) -> bytes:
-    return _field(4, inner)
+def debug_annotation(inner: bytes) -> bytes:
+    return length_field(4, inner)
 
 
-def _value_field(v: Any) -> bytes:
+def value_field(v: Any) -> bytes:
     """A debug annotation's value as ``_annotate`` sets it: bool, int64, double or string."""
     import struct
 
@@ -436,14 +440,14 @@ def _value_field(v: Any) -> bytes:
     return b"\x32" + varint(len(text)) + text
 
 
-def _framed(packet: Any) -> Any:
+def framed(packet: Any) -> Any:
     """Each packet as the trace file holds it: Trace.packet's tag and length, then the packet."""
     from tracekit.trace import encode as E
 
     return E.join([E.const(b"\x0a"), E.varints(E.lengths(packet)), packet])
 
 
-def _serialize(p: Any) -> bytes:
+def serialize_packet(p: Any) -> bytes:
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
     trace = Trace()

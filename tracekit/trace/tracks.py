@@ -47,10 +47,9 @@ from typing import IO, Any, cast
 import numpy as np
 import pyarrow as pa
 
-from tracekit.model import progress
+from tracekit.model import npa, progress
 from tracekit.model.trackids import COUNTER_PID_BASE, MEMORY_PID, TRACEKIT_PID
 from tracekit.trace import encode as E
-from tracekit.trace import npa
 from tracekit.trace.blocks import TraceBlock, json_or_text, trace_blocks
 from tracekit.trace.trackset import CounterPoint, Slice, Track, TrackSet, Window
 

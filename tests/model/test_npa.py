@@ -1,4 +1,4 @@
-"""tracekit.trace.npa gives what pyarrow's own conversions give: values, nulls and types."""
+"""tracekit.model.npa gives what pyarrow's own conversions give: values, nulls and types."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tracekit.trace import npa
+from tracekit.model import npa
 
 COLUMNS = {
     "int32 with nulls, two chunks": pa.chunked_array([pa.array([1, None, 3], pa.int32()), pa.array([None, -5], pa.int32())]),

@@ -74,3 +74,15 @@ def test_each_window_gets_only_its_share_of_other_events(runs: tuple[RunDir, Run
               for w in windowed.windows(win, cuts, analyze.RAW_COLUMNS["other_events"])]
     assert len(counts) == len(cuts.cuts) + 1 and sum(counts) == other.num_rows > 0
     assert sum(1 for c in counts if c) > 1  # spread over the windows, not all in one
+
+
+def test_a_windowed_run_is_windowed_again(runs: tuple[RunDir, RunDir, windowed.Cuts]) -> None:
+    # GIVEN a run analysed window by window (its outputs include step_requests), WHEN it is analysed
+    # again, THEN it is windowed again (an analysis output is not a recording's table) with the same tables
+    _, win, _ = runs
+    assert win.has_table("step_requests") and windowed.should_window(win, window_events=500)
+    before = {name: win.read_df(name) for name in analyze.OUTPUTS if win.has_table(name)}
+    windowed.analyse_windowed(win, analyze, window_events=500)
+    assert win.read_manifest()["analysis"]["windows"] == 5
+    for name, df in before.items():
+        _same(df, win.read_df(name))

@@ -105,10 +105,10 @@ def should_window(run: RunDir, window_events: int | None = None) -> bool:
     limit = window_events or WINDOW_EVENTS
     if raw_events(run) <= limit or not _win.rows(run, "gpu_activity"):
         return False
-    if any(run.has_table(t) for t in ("recorded_steps", "step_requests")):
-        return False
-    if "analysis" not in run.read_manifest() and run.has_table("steps"):
-        return False  # a recorded run's own steps, not yet copied aside: the whole-run path does that
+    if run.has_table("recorded_steps"):
+        return False  # a recording's steps (and its step_requests, which recordings write beside them)
+    if "analysis" not in run.read_manifest() and any(run.has_table(t) for t in ("steps", "step_requests")):
+        return False  # a recorded run's own tables, not yet copied aside: the whole-run path does that
     return all(_win.is_time_sorted(run, t) for t in BIG)
 
 

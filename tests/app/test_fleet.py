@@ -13,6 +13,7 @@ the last kernel. Hand-worked: TTFT = the prefill kernel's end = 90 µs; e2e = la
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,15 @@ def test_report_of_the_dataset_is_one_row_per_run_and_rank(local: tuple[int, Pat
     assert main(["report", str(root), "--no-html"]) == 0
     out = capsys.readouterr().out
     assert "3 runs, 4 (run, rank) rows, 1 failed" in out and "failed: broken: " in out
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="a process pool recycles its workers from Python 3.11")
+def test_a_worker_is_replaced_after_its_share_of_tasks(traces: Path, tmp_path: Path, monkeypatch) -> None:
+    # GIVEN workers that may run one task each, WHEN the three runs are analysed on a pool of two
+    monkeypatch.setattr(fleet, "TASKS_PER_WORKER", 1)
+    s = fleet.analyze_fleet(traces, tmp_path / "ds_pool", engine="process", jobs=2)
+    # THEN each run had a worker of its own (memory a task leaves behind does not pile up), same results
+    assert [(o.run_id, o.status) for o in s.outcomes] == [("broken", "failed"), ("job", "complete"),
+                                                         ("solo", "complete")]
+    pids = [o.pid for o in s.outcomes]
+    assert None not in pids and len(set(pids)) == 3

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -366,6 +367,9 @@ def _rank_tables(by_rank: dict[int, Path], given: set[str]) -> dict[str, Any]:
 # --- engines ---------------------------------------------------------------------------
 
 Engine = Callable[..., list[RunOutcome]]
+# A worker process runs this many tasks, then a fresh one takes its place: memory a task leaves behind
+# (allocator pages, caches) cannot pile up over a fleet of any size (process pool and Ray alike).
+TASKS_PER_WORKER = 8
 
 
 def run_serial(jobs: list[RunJob], root: str, options: FleetOptions, **_: Any) -> list[RunOutcome]:
@@ -374,13 +378,15 @@ def run_serial(jobs: list[RunJob], root: str, options: FleetOptions, **_: Any) -
 
 def run_process(jobs: list[RunJob], root: str, options: FleetOptions, *, jobs_n: int | None = None,
                 **_: Any) -> list[RunOutcome]:
-    """A local process pool, one run per task."""
+    """A local process pool, one run per task; each worker replaced after TASKS_PER_WORKER tasks (Python
+    3.11 and later)."""
     from concurrent.futures import ProcessPoolExecutor
 
     n = min(jobs_n or os.cpu_count() or 1, len(jobs))
     if n <= 1:
         return run_serial(jobs, root, options)
-    with ProcessPoolExecutor(max_workers=n) as pool:
+    recycle: dict[str, Any] = {"max_tasks_per_child": TASKS_PER_WORKER} if sys.version_info >= (3, 11) else {}
+    with ProcessPoolExecutor(max_workers=n, **recycle) as pool:
         futures = [pool.submit(analyze_run_task, j, root, options) for j in jobs]
         return [_result(f.result, j) for f, j in zip(futures, jobs, strict=True)]
 
@@ -398,11 +404,12 @@ def run_ray(jobs: list[RunJob], root: str, options: FleetOptions, *, address: st
             jobs_n: int | None = None, task_memory: int | None = None, runtime_env: dict[str, Any] | None = None,
             **_: Any) -> list[RunOutcome]:
     """One Ray task per run (``num_cpus=1``, ``memory=task_memory`` bytes reserved where given, no
-    retry), on a local runtime of ``jobs_n`` CPUs or the cluster at ``address`` / RAY_ADDRESS."""
+    retry, a worker replaced after TASKS_PER_WORKER tasks), on a local runtime of ``jobs_n`` CPUs or
+    the cluster at ``address`` / RAY_ADDRESS."""
     from tracekit.app.fleet_ray import ray_session
 
     with ray_session(address, num_cpus=jobs_n, runtime_env=runtime_env) as ray:
-        opts: dict[str, Any] = {"num_cpus": 1, "max_retries": 0}
+        opts: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": TASKS_PER_WORKER}
         if task_memory:
             opts["memory"] = int(task_memory)
         task = ray.remote(**opts)(analyze_run_task)

@@ -231,7 +231,7 @@ def stream_proto(run: RunDir, tables: RunTables, out: Path, rows: int | None = N
     def windows() -> Iterator[tuple[int | None, int | None, dict[str, pa.Table]]]:
         cursors = {t: _win.TimeCursor(run, t, COLUMNS[t], drop="captured" if t == "cpu_ops" else None)
                    for t in STREAMED if t in tables}
-        bound = _Rows(run, "kernel_bound", COLUMNS["kernel_bound"]) if aligned else None
+        bound = _win.PositionReader(run, "kernel_bound", COLUMNS["kernel_bound"]) if aligned else None
         ann = _win.TimeSlices(annotations, np.zeros(annotations.num_rows, dtype=bool)) if annotations is not None \
             else None
         for lo, hi in itertools.pairwise(bounds):
@@ -249,29 +249,3 @@ def stream_proto(run: RunDir, tables: RunTables, out: Path, rows: int | None = N
 
     return ts, write_proto_windows(ts, windows(), out)
 
-
-class _Rows:
-    """A table's rows by position, read front to back once: ``take(positions)`` with increasing positions
-    across calls."""
-
-    def __init__(self, run: RunDir, name: str, columns: tuple[str, ...]) -> None:
-        self._batches = _win.chunks(run, name, columns)
-        empty = _win.empty_like(run, name)
-        self._empty = empty.select([c for c in columns if c in empty.column_names])
-        self._held: pa.Table | None = None
-        self._start = 0  # table position of the first held row
-
-    def take(self, pos: np.ndarray) -> pa.Table:
-        if not len(pos):
-            return self._empty
-        need = int(pos.max()) + 1
-        parts = [self._held] if self._held is not None else []
-        end = self._start + sum(p.num_rows for p in parts)
-        while end < need:
-            b = next(self._batches)
-            parts.append(pa.Table.from_batches([b]))
-            end += b.num_rows
-        held = pa.concat_tables(parts)
-        out = held.take(npa.array((pos - self._start).astype(np.int64)))
-        self._held, self._start = held.slice(need - self._start), need
-        return out

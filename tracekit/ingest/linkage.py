@@ -190,11 +190,8 @@ def link(tables: dict[str, pa.Table], file_index: int, counts: Any) -> dict[str,
     gpu = gpu.set_column(gpu.schema.get_field_index("op_id"), "op_id", op_arr)
     # The column alone to the schema's type (conforming a whole gpu_activity table around it would
     # allocate every other column as nulls).
-    ln = launch_name.combine_chunks() if isinstance(launch_name, pa.ChunkedArray) else launch_name
-    if not pa.types.is_dictionary(ln.type):
-        ln = ln.cast(pa.string()).dictionary_encode()
     gpu = gpu.set_column(gpu.schema.get_field_index("launch_name"), "launch_name",
-                         ln.cast(_schema.schema("gpu_activity").field("launch_name").type))
+                         _schema.conform_column("gpu_activity", "launch_name", launch_name))
     tables["gpu_activity"] = gpu
     return tables
 

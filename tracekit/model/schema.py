@@ -714,6 +714,13 @@ def _conform_column(values: Any, field: pa.Field, n: int) -> pa.Array:
     return pa.array(values, type=field.type, from_pandas=True)
 
 
+def conform_column(name: str, column: str, values: Any) -> pa.Array:
+    """``values`` as column ``column`` of the named schema holds them (as ``from_columns`` casts it),
+    without building the rest of the table."""
+    field = schema(name).field(column)
+    return _conform_column(values, field, len(values))
+
+
 def from_columns(name: str, columns: Mapping[str, Any]) -> pa.Table:
     """Build a table of the named schema from column sequences.
 

@@ -3,7 +3,8 @@
 Ingest writes gpu_activity, cpu_ops and runtime sorted by ``ts_ns``. ``TimeCursor`` reads such a table
 once, front to back, in Parquet record batches, and hands out the rows of consecutive time windows
 ``[lo, hi)``: memory is one batch plus one window, never the table. ``TimeSlices`` hands out the
-windows of a table held in memory (any order), indexed by time once. ``chunks`` reads a few columns
+windows of a table held in memory (any order), indexed by time once. ``PositionReader`` hands out a table's rows by increasing position,
+reading it front to back once. ``chunks`` reads a few columns
 batch by batch. ``ChunkWriter`` writes a declared table one Arrow chunk at a time (one Parquet row group
 each), atomically: the file appears whole when the writer closes, or not at all. Arrow and NumPy meet
 through their buffers (tracekit.model.npa): reading a run window by window never imports pandas.
@@ -195,6 +196,32 @@ class TimeSlices:
         self.touched += (b - a) + len(self._span)
         rows = np.union1d(inside, over) if len(over) else inside
         return self.table.take(npa.array(rows.astype(np.int64)))
+
+class PositionReader:
+    """A table's rows by position, read front to back once: ``take(positions)`` with increasing positions
+    across calls."""
+
+    def __init__(self, run: RunDir, name: str, columns: Sequence[str]) -> None:
+        self._batches = chunks(run, name, columns)
+        empty = empty_like(run, name)
+        self._empty = empty.select([c for c in columns if c in empty.column_names])
+        self._held: pa.Table | None = None
+        self._start = 0  # table position of the first held row
+
+    def take(self, pos: np.ndarray) -> pa.Table:
+        if not len(pos):
+            return self._empty
+        need = int(pos.max()) + 1
+        parts = [self._held] if self._held is not None else []
+        end = self._start + sum(p.num_rows for p in parts)
+        while end < need:
+            b = next(self._batches)
+            parts.append(pa.Table.from_batches([b]))
+            end += b.num_rows
+        held = pa.concat_tables(parts)
+        out = held.take(npa.array((pos - self._start).astype(np.int64)))
+        self._held, self._start = held.slice(need - self._start), need
+        return out
 
 
 class ChunkWriter(contextlib.AbstractContextManager["ChunkWriter"]):

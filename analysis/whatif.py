@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import whatif_cost as wc
+from tracekit.analysis import whatif_moe as moe
 from tracekit.analysis import whatif_sim as sim
 from tracekit.analysis.whatif_constants import DEFAULT, Constants
 from tracekit.analysis.whatif_profile import PhaseStep, Profile, without_stall
@@ -249,6 +250,23 @@ def _quantized(k: pd.DataFrame, mode: str, shape: wc.Shape) -> pd.DataFrame:
     return out
 
 
+def _rerouted(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> PhaseStep:
+    """The step with its eager MoE expert loops grown to the experts a larger batch touches
+    (tracekit.analysis.whatif_moe); the step itself where it has none or the batch does not grow."""
+    ex = moe.experts_of(ctx.profile.model)
+    if ex is None or new.batch <= src.batch or not ctx.profile.has_shapes:
+        return step
+    grown, sizes = moe.reroute(step, ex, new.batch / src.batch)
+    if sizes:
+        h = sorted(a for a, _ in sizes)
+        h2 = sorted(b for _, b in sizes)
+        ctx.notes.append(
+            f"{step.phase}: {len(sizes)} eager expert loops touched {h[len(h) // 2]} of {ex.experts} experts (median "
+            f"per layer); {new.batch} sequences routing independently of each other touch {h2[len(h2) // 2]}: each "
+            "added expert costs a copy of a traced expert's kernels and host time, the routed rows spread over them")
+    return grown
+
+
 def _host_scale(ctx: _Ctx, step: PhaseStep, base: pd.DataFrame, key: str) -> tuple[float, str]:
     """The host's pace relative to the profiled trace: 1 under the profiler; without it, solved from
     the run's own timer, else from the profiler's cost per CPU op."""
@@ -317,7 +335,8 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     src, new = _workload(ctx, step)
     base = _costed(ctx, step, src, ctx.c_from, None)
     quant = c.quant if c.quant not in (None, "none") else None
-    proj = _costed(ctx, step, new, ctx.c_to, quant)
+    rstep = _rerouted(ctx, step, src, new)
+    proj = _costed(ctx, rstep, new, ctx.c_to, quant)
     s, how = _host_scale(ctx, step, base, key)
     if how:
         ctx.notes.append(how)
@@ -327,7 +346,7 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     anchor = p.unprofiled.get(key) if (c.no_profiler and c.use_run_timers and key in p.unprofiled) else None
     t_base = _replay(step, base, s, p.launch_ns)
     graphed_now = step.graph_launches > 0
-    pstep = step
+    pstep = rstep
     if quant:
         ex = _execution(p, c, ph)
         qc = ctx.k.quant[(quant, ex)]
@@ -337,7 +356,7 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
             lin = wc.linear_mask(proj)
             proj = proj.assign(dur_ns=proj["dur_ns"].to_numpy(dtype=float) + np.where(lin, gpu_extra, 0.0))
         host_ns = qc.host_ns * _host_speed(ctx, qc.host_ref_ns_per_linear) if qc.host_ns > 0 else 0.0
-        proj, pstep = _with_host_quant(proj, step, host_ns, s)
+        proj, pstep = _with_host_quant(proj, rstep, host_ns, s)
         ctx.notes.append(f"{ph}: {quant} ({ex}): {n_lin} linear calls, each {host_ns / 1e3:,.0f} us more host "
                          f"time and {gpu_extra / 1e3:,.1f} us more GPU time (torchao's measured dequantization "
                          f"paths), weights read at {quant}'s width")
@@ -400,9 +419,11 @@ def _assumptions(ctx: _Ctx) -> list[str]:
                    f"as a floor and reach {wc.ROOF_FRACTION:.0%} of the peaks at most; the host issues the same "
                    "ops at any batch")
     experts = p.model.get("num_experts") or p.model.get("num_local_experts") or p.model.get("n_routed_experts")
-    if experts and c.batch is not None:
-        out.append(f"a mixture of {experts} experts: the experts' weights are read as at the source's batch (more "
-                   "sequences route to more experts: the weight bytes of a larger batch are a lower bound)")
+    if experts and any(v is not None for v in (c.batch, c.input_tokens, c.output_tokens)):
+        out.append(f"a mixture of {experts} experts: eager expert loops touch more experts at a larger batch "
+                   "(sequences route independently); fused MoE kernels, and every kernel at a new prompt or answer "
+                   "length, read the experts' weights as traced (tokens of one sequence do not route "
+                   "independently: a lower bound on weight bytes)")
     if c.gpu is not None:
         out.append(f"another GPU ({c.gpu}): compute- and memory-bound kernels scale by the ratio of the "
                    "ceilings; latency-bound kernels and launch latency stay as measured (same clocks assumed); "

@@ -9,7 +9,9 @@ Work at new shapes (``rescale``), per kernel, from its measured FLOPs F and byte
 - attention (and the batched matmuls of eager attention): F with batch x query x KV length, B with
   batch x (query + KV length);
 - a decode step's concatenations (a dynamic KV cache grows by torch.cat): batch x KV length;
-- everything else (elementwise, norms, copies, reductions, embedding): the step's tokens.
+- everything else (elementwise, norms, copies, reductions, embedding): the step's tokens;
+- inside an eager MoE layer's expert loop (a column ``route``, tracekit.analysis.whatif_moe), rows
+  per call scale with the tokens times ``route``.
 
 Time (``retime``), from the roofline time t = max(F / peak FLOP/s of its dtype, B / peak bytes/s):
 compute- and memory-bound kernels scale with t (new work on the new GPU over old work on the old);
@@ -82,13 +84,15 @@ def rescale(k: pd.DataFrame, old: Shape, new: Shape, phase: str) -> pd.DataFrame
     lin = linear_mask(k)
     att = _is_attention(k) & ~lin
     cat = (k["op_name"].astype(str).eq("aten::cat") & (phase == "decode")).to_numpy() & ~lin & ~att
-    r_lin = np.where(np.isclose(rows, old.batch) & (old.batch != old.tokens), seq, tok)
+    # an expert loop's kernels: their rows per call differ from the token scale (whatif_moe.reroute)
+    route = k["route"].to_numpy(dtype=float) if "route" in k else np.ones(len(k))
+    r_lin = np.where(np.isclose(rows, old.batch) & (old.batch != old.tokens), seq, tok) * route
     w = weight_bytes(k, old)
     att_f = (new.batch * new.q_len * new.kv_len) / max(old.batch * old.q_len * old.kv_len, 1)
     att_b = (new.batch * (new.q_len + new.kv_len)) / max(old.batch * (old.q_len + old.kv_len), 1)
     kv = (new.batch * new.kv_len) / max(old.batch * old.kv_len, 1)
-    scale_f = np.select([lin, att, cat], [r_lin, att_f, kv], tok)
-    new_b = np.select([lin, att, cat], [w + (b - w) * r_lin, b * att_b, b * kv], b * tok)
+    scale_f = np.select([lin, att, cat], [r_lin, att_f, kv], tok * route)
+    new_b = np.select([lin, att, cat], [w + (b - w) * r_lin, b * att_b, b * kv], b * tok * route)
     out["flops"] = f * scale_f
     out["bytes"] = new_b
     out["rows"] = np.where(lin, rows * r_lin, k["rows"].to_numpy(dtype=float))

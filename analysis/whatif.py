@@ -242,9 +242,11 @@ def _quantized(k: pd.DataFrame, mode: str, shape: wc.Shape) -> pd.DataFrame:
     """Linear GEMMs (at ``shape``) reading their weights at ``mode``'s width (per element, as a
     4096 x 4096 weight: group scales included)."""
     out = k.copy()
-    eb = np.array([wc.element_bytes(d) for d in k["dtype"]], dtype=float)
-    ratio = np.array([quant_weight_bytes(mode, 4096, 4096, dtype_bytes=max(int(e), 1)) / (4096 * 4096 * e)
-                      for e in eb])
+    def ratio_of(dtype: str) -> float:
+        e = wc.element_bytes(dtype)
+        return quant_weight_bytes(mode, 4096, 4096, dtype_bytes=max(int(e), 1)) / (4096 * 4096 * e)
+
+    ratio = wc.per_dtype(k["dtype"], ratio_of)
     w = wc.weight_bytes(k, shape)  # 0 outside linear GEMMs
     out["bytes"] = k["bytes"].to_numpy(dtype=float) - w * (1 - ratio)
     return out
@@ -306,9 +308,12 @@ def _replay(step: PhaseStep, k: pd.DataFrame, s: float, launch_ns: float) -> flo
 
 
 def _by_class(k: pd.DataFrame) -> dict[str, float]:
-    b = k["bound"].astype(str).where(k["bound"].astype(str).isin(CLASSES), "other")
-    g = k.groupby(b)["dur_ns"].sum()
-    return {c: float(g.get(c, 0.0)) for c in CLASSES}
+    b = wc.text(k, "bound")
+    d = k["dur_ns"].to_numpy(dtype=float)
+    known = np.isin(b, CLASSES)
+    out = {c: float(d[b == c].sum()) for c in CLASSES}
+    out["other"] += float(d[~known].sum())
+    return out
 
 
 def _with_host_quant(k: pd.DataFrame, step: PhaseStep, host_ns: float, s: float) -> tuple[pd.DataFrame, PhaseStep]:

@@ -22,6 +22,7 @@ with no model keep their measured time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,21 +54,31 @@ def element_bytes(dtype: object) -> float:
     return float(DTYPE_BYTES.get(str(dtype), 2))
 
 
+def per_dtype(dtypes: pd.Series, f: Callable[[str], float]) -> np.ndarray:
+    """``f`` of each kernel's dtype (as text), evaluated once per distinct dtype."""
+    codes, names = pd.factorize(dtypes, use_na_sentinel=False)
+    return np.array([f(str(n)) for n in names], dtype=float)[codes]
+
+
+def text(k: pd.DataFrame, column: str) -> np.ndarray:
+    """A kernel column as a NumPy array of text (null: "None" / "nan"), for fast comparisons."""
+    return np.asarray(k[column].to_numpy(object).astype(str))
+
+
 def linear_mask(k: pd.DataFrame) -> np.ndarray:
     """Kernels of linear layers: GEMMs of a linear op, or GEMMs with no op (a graph replay's)."""
-    gemm = k["kclass"].astype(str).eq("gemm")
-    return np.asarray((gemm & (k["op_name"].isin(LINEAR_OPS) | k["op_name"].isna())).to_numpy())
+    gemm = text(k, "kclass") == "gemm"
+    return np.asarray(gemm & (np.isin(text(k, "op_name"), LINEAR_OPS) | k["op_name"].isna().to_numpy()))
 
 
 def _is_attention(k: pd.DataFrame) -> np.ndarray:
-    op = k["op_name"].astype(str)
-    return (k["kclass"].astype(str).eq("attention") | op.isin(("aten::bmm", "aten::baddbmm"))).to_numpy()
+    return np.asarray((text(k, "kclass") == "attention") | np.isin(text(k, "op_name"), ("aten::bmm", "aten::baddbmm")))
 
 
 def weight_bytes(k: pd.DataFrame, old: Shape) -> np.ndarray:
     """Per kernel: the bytes of its weight (linear GEMMs; 0 elsewhere), W = F / (2 M) x element bytes."""
     rows = k["rows"].fillna(float(old.tokens)).clip(lower=1).to_numpy(dtype=float)
-    eb = np.array([element_bytes(d) for d in k["dtype"]], dtype=float)
+    eb = per_dtype(k["dtype"], element_bytes)
     w = k["flops"].to_numpy(dtype=float) / (2 * rows) * eb
     w = np.where(linear_mask(k) & np.isfinite(w), np.minimum(w, k["bytes"].fillna(0).to_numpy(dtype=float)), 0.0)
     return np.asarray(w)
@@ -83,7 +94,7 @@ def rescale(k: pd.DataFrame, old: Shape, new: Shape, phase: str) -> pd.DataFrame
     rows = k["rows"].fillna(float(old.tokens)).to_numpy(dtype=float)
     lin = linear_mask(k)
     att = _is_attention(k) & ~lin
-    cat = (k["op_name"].astype(str).eq("aten::cat") & (phase == "decode")).to_numpy() & ~lin & ~att
+    cat = (text(k, "op_name") == "aten::cat") & (phase == "decode") & ~lin & ~att
     # an expert loop's kernels: their rows per call differ from the token scale (whatif_moe.reroute)
     route = k["route"].to_numpy(dtype=float) if "route" in k else np.ones(len(k))
     r_lin = np.where(np.isclose(rows, old.batch) & (old.batch != old.tokens), seq, tok) * route
@@ -106,7 +117,7 @@ def unmodelled(k: pd.DataFrame, old: Shape, new: Shape, graphed: bool) -> np.nda
     d = k["dur_ns"].to_numpy(dtype=float)
     none = ~(np.isfinite(k["flops"].to_numpy(dtype=float)) & (k["flops"].fillna(0).to_numpy(dtype=float) > 0)) & \
         ~(np.isfinite(k["bytes"].to_numpy(dtype=float)) & (k["bytes"].fillna(0).to_numpy(dtype=float) > 0))
-    att = none & k["kclass"].astype(str).eq("attention").to_numpy()
+    att = none & (text(k, "kclass") == "attention")
     r = new.batch / max(old.batch, 1) * (1.0 if graphed else new.kv_len / max(old.kv_len, 1))
     floor = np.minimum(d, LATENCY_FLOOR_NS)
     return np.where(att, floor + (d - floor) * r, d)
@@ -114,7 +125,7 @@ def unmodelled(k: pd.DataFrame, old: Shape, new: Shape, graphed: bool) -> np.nda
 
 def roof_ns(flops: np.ndarray, nbytes: np.ndarray, dtypes: pd.Series, ceiling: Ceiling) -> np.ndarray:
     """max(F / peak of the dtype, B / peak bandwidth), ns; NaN where neither is known."""
-    peak = np.array([ceiling.flops(str(d)) or ceiling.flops("fp16") or np.nan for d in dtypes], dtype=float)
+    peak = per_dtype(dtypes, lambda d: ceiling.flops(d) or ceiling.flops("fp16") or np.nan)
     tf = np.where(np.isfinite(flops) & (flops > 0), flops / peak * 1e9, 0.0)
     tb = np.where(np.isfinite(nbytes) & (nbytes > 0), nbytes / ceiling.peak_bytes_per_s * 1e9, 0.0)
     t = np.maximum(tf, tb)
@@ -128,7 +139,7 @@ def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_c
                  old_ceiling)
     t1 = roof_ns(new_k["flops"].to_numpy(dtype=float), new_k["bytes"].to_numpy(dtype=float), new_k["dtype"],
                  new_ceiling)
-    bound = old_k["bound"].astype(str).to_numpy()
+    bound = text(old_k, "bound")
     near = np.isin(bound, ("compute", "memory")) & (t0 > 0) & np.isfinite(t1)
     scaled = np.where(near, d * np.divide(t1, t0, out=np.ones_like(t1), where=t0 > 0), d)
     lat = ~near & np.isfinite(t1) & np.isfinite(t0)
@@ -143,7 +154,7 @@ def fuse(k: pd.DataFrame) -> pd.DataFrame:
     memset apart) becomes one kernel lasting the longest of them, issued where the run began."""
     if k.empty:
         return k
-    fusible = (k["kclass"].astype(str).isin(FUSIBLE) & ~k["bound"].astype(str).isin(("memcpy",))).to_numpy()
+    fusible = np.isin(text(k, "kclass"), FUSIBLE) & (text(k, "bound") != "memcpy")
     group = np.cumsum(~fusible | np.concatenate([[True], ~fusible[:-1]]))
     g = k.assign(_g=group)
     agg = g.groupby("_g", sort=True).agg(

@@ -54,13 +54,19 @@ def profile_of(tables: dict[str, Any], run_id: str) -> Profile:
     return prof
 
 
+PROFILE_COLUMNS = {"runtime": ("name", "ts_ns", "dur_ns", "correlation"), "cpu_ops": ("op_id", "ts_ns", "input_dims")}
+
+
 def analysed_profile(run: RunDir) -> Profile:
     """The Profile of a run ``tracekit analyze`` has analysed (its stored tables); WhatifError otherwise."""
     manifest = run.read_manifest()
     if not ("analysis" in manifest and run.has_table("kernel_bound") and run.has_table("steps")):
         raise WhatifError(f"{run.path}: not analysed (run `tracekit analyze` first)")
-    t: dict[str, Any] = {n: run.read_df(n) for n in ("kernel_bound", "steps", "requests", "runtime", "cpu_ops")
-                         if run.has_table(n)}
+    t: dict[str, Any] = {n: run.read_df(n) for n in ("kernel_bound", "steps", "requests") if run.has_table(n)}
+    # the big tables: only the columns a Profile reads (tracekit.analysis.whatif_profile, idle.sync_intervals)
+    for n, cols in PROFILE_COLUMNS.items():
+        if run.has_table(n):
+            t[n] = run.read_columns(n, cols).to_pandas()
     t["manifest"] = manifest
     c = (manifest.get("analysis") or {}).get("ceiling")
     if isinstance(c, dict):

@@ -54,7 +54,12 @@ def profile_of(tables: dict[str, Any], run_id: str) -> Profile:
     return prof
 
 
-PROFILE_COLUMNS = {"runtime": ("name", "ts_ns", "dur_ns", "correlation"), "cpu_ops": ("op_id", "ts_ns", "input_dims")}
+PROFILE_COLUMNS = {
+    "kernel_bound": ("ts_ns", "dur_ns", "name", "correlation", "op_id", "launch_name", "bytes", "kclass", "op_name",
+                     "flops", "dtype", "bound", "issued_ns"),
+    "runtime": ("name", "ts_ns", "dur_ns", "correlation"),
+    "cpu_ops": ("op_id", "ts_ns", "input_dims"),
+}
 
 
 def analysed_profile(run: RunDir) -> Profile:
@@ -62,7 +67,7 @@ def analysed_profile(run: RunDir) -> Profile:
     manifest = run.read_manifest()
     if not ("analysis" in manifest and run.has_table("kernel_bound") and run.has_table("steps")):
         raise WhatifError(f"{run.path}: not analysed (run `tracekit analyze` first)")
-    t: dict[str, Any] = {n: run.read_df(n) for n in ("kernel_bound", "steps", "requests") if run.has_table(n)}
+    t: dict[str, Any] = {n: run.read_df(n) for n in ("steps", "requests") if run.has_table(n)}
     # the big tables: only the columns a Profile reads (tracekit.analysis.whatif_profile, idle.sync_intervals)
     for n, cols in PROFILE_COLUMNS.items():
         if run.has_table(n):

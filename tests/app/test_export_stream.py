@@ -63,3 +63,47 @@ def test_export_run_streams_a_whole_proto_export(run: RunDir, tmp_path: Path, mo
     monkeypatch.setattr(export, "stream_proto", lambda *a, **k: called.append(1) or real(*a, **k))
     export.export_run(run, "proto", tmp_path / "t.pftrace", None)
     assert called == [1]
+
+
+def test_many_small_windows_write_the_whole_runs_chrome_json(run: RunDir, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an ingested, analysed run, WHEN its Chrome JSON is written window by window, a few hundred
+    # rows at a time, THEN the text is the whole-table writer's, byte for byte, each window held at most
+    # its share of each big table, and the spill files are gone
+    import gzip
+
+    from tracekit.trace import streamed_json
+
+    whole = tmp_path / "whole.json.gz"
+    monkeypatch.setattr(export, "streams", lambda r: False)
+    export.export_run(run, "json", whole, None)
+    monkeypatch.undo()
+    sizes: list[dict[str, int]] = []
+    real = streamed_json.write_json_windows
+
+    def spy(ts: Any, keys: Any, windows: Any, path: Path, extra: Any = None) -> int:
+        def seen() -> Any:
+            for lo, hi, tables in windows:
+                sizes.append({k: v.num_rows for k, v in tables.items()})
+                yield lo, hi, tables
+        return real(ts, keys, seen(), path, extra)
+
+    monkeypatch.setattr(streamed_json, "write_json_windows", spy)
+    out = tmp_path / "streamed.json.gz"
+    _, counts = export.stream_json(run, export.load_tables(run), out, rows=300)
+    assert gzip.decompress(out.read_bytes()) == gzip.decompress(whole.read_bytes())
+    assert len(sizes) > 10
+    for name in export.STREAMED:
+        rows = [s.get(name, 0) for s in sizes]
+        assert max(rows) <= 300 + 50  # ties at a cut
+    assert counts["events"] > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["streamed.json.gz", "whole.json.gz"]
+
+
+def test_export_run_streams_a_whole_json_export(run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a sorted run, WHEN export_run writes its whole Chrome JSON, THEN it goes window by window
+    called: list[int] = []
+    real = export.stream_json
+    monkeypatch.setattr(export, "stream_json", lambda *a, **k: called.append(1) or real(*a, **k))
+    export.export_run(run, "json", tmp_path / "t.json.gz", None)
+    assert called == [1]

@@ -15,6 +15,7 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -133,20 +134,26 @@ def export_run(
 ) -> tuple[TrackSet, dict[str, int]]:
     """Write the run's tracks to ``out`` as ``fmt`` ("proto" or "json"); returns the tracks and counts."""
     tables = load_tables(run) if tables is None else tables
-    if fmt == "proto" and window is None and isinstance(tables, RunTables) and streams(run):
-        return stream_proto(run, tables, out)
+    if window is None and isinstance(tables, RunTables) and streams(run):
+        return (stream_proto if fmt == "proto" else stream_json)(run, tables, out)
     ts = build_tracks(tables, window=window)
     if fmt == "proto":
         from tracekit.trace.perfetto import write_proto
 
         counts = write_proto(ts, out)
     else:
-        # distributedInfo: HTA reads the rank from it (and warns without it).
-        extra = {"displayTimeUnit": "ns", "distributedInfo": {"rank": 0}, "tracekit": {"run_id": run.run_id, "notes": ts.notes}}
-        if window is not None:
-            extra["tracekit"]["window_ns"] = [window.start_ns, window.end_ns]  # type: ignore[index]
-        counts = {"tracks": len(ts.tracks), "events": write_chrome_json_gz(ts, out, extra=extra)}
+        counts = {"tracks": len(ts.tracks), "events": write_chrome_json_gz(ts, out, extra=_json_extra(run, ts, window))}
     return ts, counts
+
+
+def _json_extra(run: RunDir, ts: TrackSet, window: Window | None) -> dict[str, Any]:
+    """The Chrome JSON's top-level keys after traceEvents."""
+    # distributedInfo: HTA reads the rank from it (and warns without it).
+    extra: dict[str, Any] = {"displayTimeUnit": "ns", "distributedInfo": {"rank": 0},
+                             "tracekit": {"run_id": run.run_id, "notes": ts.notes}}
+    if window is not None:
+        extra["tracekit"]["window_ns"] = [window.start_ns, window.end_ns]
+    return extra
 
 
 def export_from_trace(run: RunDir, out: Path, tables: Mapping[str, pa.Table]) -> tuple[TrackSet, dict[str, int]]:
@@ -197,9 +204,38 @@ def stream_proto(run: RunDir, tables: RunTables, out: Path, rows: int | None = N
     at most ``rows`` rows each (STREAM_ROWS) at a time (tracekit.trace.streamed). Falls back to the
     whole tables where the trace's tracks share a track with tracekit's own slices."""
     from tracekit.trace.perfetto import write_proto
-    from tracekit.trace.streamed import block_tracks, write_proto_windows
+    from tracekit.trace.streamed import write_proto_windows
 
-    step = rows or STREAM_ROWS
+    got = _windows(run, tables, rows or STREAM_ROWS)
+    if got is None:
+        ts = build_tracks(tables)
+        return ts, write_proto(ts, out)
+    ts, _keys, windows = got
+    return ts, write_proto_windows(ts, windows, out)
+
+
+def stream_json(run: RunDir, tables: RunTables, out: Path, rows: int | None = None) -> tuple[TrackSet, dict[str, int]]:
+    """``export_run``'s Chrome JSON of the whole run, the same bytes, its big tables read a window at a
+    time (tracekit.trace.streamed_json); the whole tables where its tracks share one with tracekit's own
+    slices or there are too many tracks to spill."""
+    from tracekit.trace.streamed_json import MAX_TRACKS, write_json_windows
+
+    got = _windows(run, tables, rows or STREAM_ROWS)
+    if got is None or len(got[1]) > MAX_TRACKS:
+        ts = build_tracks(tables)
+        return ts, {"tracks": len(ts.tracks), "events": write_chrome_json_gz(ts, out, extra=_json_extra(run, ts, None))}
+    ts, keys, windows = got
+    n = write_json_windows(ts, keys, windows, out, extra=_json_extra(run, ts, None))
+    return ts, {"tracks": len(ts.tracks), "events": n}
+
+
+def _windows(run: RunDir, tables: RunTables, step: int
+             ) -> tuple[TrackSet, list[str], Iterator[tuple[int | None, int | None, dict[str, pa.Table]]]] | None:
+    """tracekit's own tracks with the trace's tracks added (their keys, in the blocks' order) and the
+    run's big tables as consecutive time windows of at most ``step`` rows each; None where a trace
+    track holds one of tracekit's own slices (those must nest together: the whole-table writers)."""
+    from tracekit.trace.streamed import block_tracks
+
     ts = build_tracks(tables, include_trace=False)
     own = {s.track for s in ts.own_slices}
     annotations = tables.get("annotations", None)
@@ -222,8 +258,7 @@ def stream_proto(run: RunDir, tables: RunTables, out: Path, rows: int | None = N
 
     keys = block_tracks(ts, track_batches())
     if not keys or own & set(keys):
-        ts = build_tracks(tables)
-        return ts, write_proto(ts, out)
+        return None
     bounds = [None, *sorted(cuts), None]
     kb_rows = _win.rows(run, "kernel_bound") if "kernel_bound" in tables else 0
     aligned = kb_rows > 0 and kb_rows == _win.rows(run, "gpu_activity")
@@ -247,5 +282,4 @@ def stream_proto(run: RunDir, tables: RunTables, out: Path, rows: int | None = N
                 w["annotations"] = ann.take(lo, hi)
             yield lo, hi, w
 
-    return ts, write_proto_windows(ts, windows(), out)
-
+    return ts, keys, windows()

@@ -526,7 +526,7 @@ class RunDir:
             return _schema.empty(name)
         try:
             table = pq.ParquetFile(path).read()  # not pq.read_table: that imports pyarrow.dataset
-            _once(table.column_names)
+            check_unique_columns(table.column_names)
             return _fit(name, table) if name in _schema.SCHEMAS else table
         except MemoryError:  # out of memory is not a damaged table: said as itself
             raise
@@ -544,7 +544,7 @@ class RunDir:
         try:
             pf = pq.ParquetFile(path)
             have = pf.schema_arrow
-            _once(have.names)
+            check_unique_columns(have.names)
             if fit and name in _schema.SCHEMAS and not all(
                     have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in _schema.schema(name)):
                 full = self.read_table(name)
@@ -632,7 +632,7 @@ def _fit(name: str, table: pa.Table) -> pa.Table:
     return known
 
 
-def _once(names: Sequence[str]) -> None:
+def check_unique_columns(names: Sequence[str]) -> None:
     """ValueError where a column name appears twice: no writer of tracekit's makes one, and every reader
     picks columns by name."""
     twice = sorted({c for c in names if names.count(c) > 1})

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from tracekit.model import npa
 from tracekit.model import schema as _schema
 from tracekit.store.fsops import atomic_path
-from tracekit.store.rundir import RunDir
+from tracekit.store.rundir import RunDir, check_unique_columns
 
 BATCH_ROWS = 65_536
 
@@ -36,7 +36,9 @@ def _open(run: RunDir, name: str) -> pq.ParquetFile | None:
     if not path.is_file():
         return None
     try:
-        return pq.ParquetFile(path)
+        pf = pq.ParquetFile(path)
+        check_unique_columns(pf.schema_arrow.names)
+        return pf
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise run.unreadable(name, exc) from None
 

@@ -56,7 +56,7 @@ def block_tracks(ts: TrackSet, batches: Iterable[Mapping[str, pa.Table]]) -> lis
     return list(keys)
 
 
-class _Open:
+class OpenSlices:
     """Block slices whose end event is still to come: global track, start, raw and clamped duration, position."""
 
     def __init__(self) -> None:
@@ -71,6 +71,39 @@ class _Open:
         self.track, self.ts, self.dur, self.cdur, self.pos = (
             np.concatenate([a, b]) for a, b in ((self.track, track), (self.ts, ts), (self.dur, dur),
                                                   (self.cdur, cdur), (self.pos, pos)))
+
+
+def clamp(op: OpenSlices, lo: int | None, track: np.ndarray, ts: np.ndarray, dur: np.ndarray, pos: np.ndarray
+          ) -> np.ndarray:
+    """``nested``'s clamped durations of a window's block rows, the slices of ``op`` still open at
+    ``lo`` standing as each track's parents (phantom rows just before ``lo``, longest first)."""
+    still = np.flatnonzero(op.ts + op.cdur > (lo if lo is not None else np.iinfo(np.int64).min))
+    k = len(still)
+    p_ts = np.full(k, (lo or 0) - 1, dtype=np.int64)
+    all_track = np.concatenate([op.track[still], track])
+    all_ts = np.concatenate([p_ts, ts])
+    all_dur = np.concatenate([op.ts[still] + op.cdur[still] - p_ts, dur])
+    all_pos = np.concatenate([np.full(k, -1, dtype=np.int64), pos])
+    order = np.lexsort((all_pos, -all_dur, all_ts, all_track))
+    clamped = nested_durations(all_track[order], all_ts[order], all_dur[order])
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = clamped
+    return out[k:]
+
+
+def window_rows(tables: Mapping[str, pa.Table], track_ids: Mapping[str, int]
+                ) -> tuple[list[TraceBlock], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A window's trace blocks and, per block row (blocks one after another): global track id (by
+    ``track_ids``), start, raw duration, block, row in its block."""
+    blocks = trace_blocks(TrackSet(), tables, None, BOUND_CNAME)
+    z = np.zeros(0, np.int64)
+    lut = [np.array([track_ids[k] for k in b.keys], dtype=np.int64) for b in blocks]
+    track = np.concatenate([lut[i][b.track] if b.n else z for i, b in enumerate(blocks)] + [z])
+    bts = np.concatenate([b.ts for b in blocks] + [z]).astype(np.int64)
+    bdur = np.concatenate([b.dur for b in blocks] + [z]).astype(np.int64)
+    blk = np.concatenate([np.full(b.n, i, dtype=np.int64) for i, b in enumerate(blocks)] + [z])
+    local = np.concatenate([np.arange(b.n, dtype=np.int64) for b in blocks] + [z])
+    return blocks, track, bts, bdur, blk, local
 
 
 def write_proto_windows(ts: TrackSet, windows: Iterable[tuple[int | None, int | None, Mapping[str, pa.Table]]],
@@ -101,7 +134,7 @@ class _Stream:
         self.track_b = [b"\x58" + E.varint(stable_uuid(k)) for k in ts.tracks]
         self.end_te = [length_field(11, b"\x48\x02" + tb) for tb in self.track_b]
         self.keys: dict[tuple[str, str], int] = {}  # interned: key -> id
-        self.open = _Open()
+        self.open = OpenSlices()
         self.seq_b = b"\x50" + E.varint(SEQUENCE_ID)
         self.n_slices = self.n_counters = 0
         self.next_pos = 0
@@ -114,19 +147,11 @@ class _Stream:
     # --- one window ------------------------------------------------------------------------
 
     def window(self, lo: int | None, hi: int | None, tables: Mapping[str, pa.Table]) -> None:
-        scratch = TrackSet()
-        blocks = trace_blocks(scratch, tables, None, BOUND_CNAME)
-        n = sum(b.n for b in blocks)
-        lut = [np.array([self.track_ids[k] for k in b.keys], dtype=np.int64) for b in blocks]
-        track = np.concatenate([lut[i][b.track] if b.n else np.zeros(0, np.int64) for i, b in enumerate(blocks)]
-                               + [np.zeros(0, np.int64)])
-        bts = np.concatenate([b.ts for b in blocks] + [np.zeros(0, np.int64)]).astype(np.int64)
-        bdur = np.concatenate([b.dur for b in blocks] + [np.zeros(0, np.int64)]).astype(np.int64)
-        blk = np.concatenate([np.full(b.n, i, dtype=np.int64) for i, b in enumerate(blocks)] + [np.zeros(0, np.int64)])
-        local = np.concatenate([np.arange(b.n, dtype=np.int64) for b in blocks] + [np.zeros(0, np.int64)])
+        blocks, track, bts, bdur, blk, local = window_rows(tables, self.track_ids)
+        n = len(track)
         pos = self.next_pos + np.arange(n, dtype=np.int64)
         self.next_pos += n
-        cdur = self._clamp(lo, track, bts, bdur, pos)
+        cdur = clamp(self.open, lo, track, bts, bdur, pos)
         a = np.iinfo(np.int64).min if lo is None else lo
         b_ = np.iinfo(np.int64).max if hi is None else hi
 
@@ -173,23 +198,6 @@ class _Stream:
         for c0 in range(0, len(t), _CHUNK):
             progress.report("writing the Perfetto trace", c0, len(t))
             self._chunk(slice(c0, c0 + _CHUNK), t, tag, ref, interning, blocks, blk, local, track, bts)
-
-    def _clamp(self, lo: int | None, track: np.ndarray, ts: np.ndarray, dur: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """``nested``'s clamped durations of the window's block rows, the slices still open at ``lo``
-        standing as each track's parents (phantom rows just before ``lo``, longest first)."""
-        op = self.open
-        still = np.flatnonzero(op.ts + op.cdur > (lo if lo is not None else np.iinfo(np.int64).min))
-        k = len(still)
-        p_ts = np.full(k, (lo or 0) - 1, dtype=np.int64)
-        all_track = np.concatenate([op.track[still], track])
-        all_ts = np.concatenate([p_ts, ts])
-        all_dur = np.concatenate([op.ts[still] + op.cdur[still] - p_ts, dur])
-        all_pos = np.concatenate([np.full(k, -1, dtype=np.int64), pos])
-        order = np.lexsort((all_pos, -all_dur, all_ts, all_track))
-        clamped = nested_durations(all_track[order], all_ts[order], all_dur[order])
-        out = np.empty(len(order), dtype=np.int64)
-        out[order] = clamped
-        return out[k:]
 
     def _intern(self, blocks: list[TraceBlock], blk: np.ndarray, local: np.ndarray, tag: np.ndarray,
                 ref: np.ndarray) -> np.ndarray:

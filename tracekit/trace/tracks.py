@@ -460,9 +460,10 @@ def columnar(ts: TrackSet) -> bool:
     return not any(k in own for b in ts.blocks for k in b.keys)  # type: ignore[attr-defined]
 
 
-def _chrome_parts(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
+def _chrome_parts(ts: TrackSet, blocks: Iterable[tuple[bytes, int]] | None = None) -> Iterator[tuple[bytes, int]]:
     """(bytes, events) pieces of the traceEvents array body, every event after the first preceded by
-    ",\n": the events of ``chrome_events`` in its order, the blocks' encoded a chunk at a time."""
+    ",\n": the events of ``chrome_events`` in its order, the blocks' encoded a chunk at a time
+    (``blocks``: those pieces made elsewhere, each event preceded by ",\n", in ``block_json``'s order)."""
     n = 0
 
     def text(events: Iterator[str]) -> Iterator[tuple[bytes, int]]:
@@ -471,29 +472,36 @@ def _chrome_parts(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
             yield ((",\n" if n else "") + ev).encode(), 1
             n += 1
 
-    if not columnar(ts):
+    if blocks is None and not columnar(ts):
         yield from text(chrome_events(ts))
         return
     yield from text(_meta_events(ts))
     yield from text(_slice_events(ts, ts.own_slices))
-    for chunk, count in _block_json(ts):
-        if not n:
+    if blocks is None:
+        blocks = block_json(ts, BlockOrder.of(ts.blocks))  # type: ignore[arg-type]
+    for chunk, count in blocks:
+        if not n and chunk:
             chunk = chunk[2:]  # the first event: no separator
         yield chunk, count
         n += count
     yield from text(_counter_events(ts))
 
 
-def _block_json(ts: TrackSet) -> Iterator[tuple[bytes, int]]:
-    blocks: list[TraceBlock] = ts.blocks  # type: ignore[assignment]
-    order = BlockOrder.of(blocks)
+def block_json(ts: TrackSet, order: BlockOrder, row_sets: Iterable[np.ndarray] | None = None
+               ) -> Iterator[tuple[bytes, int]]:
+    """(bytes, events): the Chrome JSON of ``order``'s rows, each event preceded by ",\n", one piece
+    per array of positions in ``row_sets`` (default: all of them, JSON_CHUNK at a time); the tracks of
+    ``order.keys`` are ``ts``'s."""
+    blocks = order.blocks
     pidtid = [f',"pid":{ts.tracks[k].pid},"tid":{ts.tracks[k].tid},"ts":'.encode() for k in order.keys]
     cats = [[_dump(c).encode() for c in b.cats] for b in blocks]
     names = [[_dump(x).encode() for x in b.names] for b in blocks]
     cnames = [[b',"cname":' + _dump(c).encode() for c in b.cnames] for b in blocks]
     args = [[(_dump(a.key) + ":").encode() for a in b.args] for b in blocks]
     values = [[[_dump(v).encode() for v in a.values] if a.ints is None else None for a in b.args] for b in blocks]
-    for rows in order.chunks(JSON_CHUNK):
+    for rows in order.chunks(JSON_CHUNK) if row_sets is None else row_sets:
+        if not len(rows):
+            continue
         progress.report("writing the Chrome trace", int(rows[0]), len(order))
         parts = []
         for bi, local, where in order.by_block(rows):
@@ -640,15 +648,16 @@ def write_chrome_json(ts: TrackSet, out: IO[str], *, extra: dict[str, Any] | Non
     return n
 
 
-def write_chrome_json_gz(ts: TrackSet, path: Path, *, extra: dict[str, Any] | None = None) -> int:
+def write_chrome_json_gz(ts: TrackSet, path: Path, *, extra: dict[str, Any] | None = None,
+                         blocks: Iterable[tuple[bytes, int]] | None = None) -> int:
     """``write_chrome_json`` gzipped (ISA-L's deflate where installed: the same text, written several
-    times faster than zlib's level 6)."""
+    times faster than zlib's level 6); ``blocks``: as ``_chrome_parts`` takes them."""
     from tracekit.store.rundir import atomic_path
 
     with atomic_path(path) as tmp, _gzip_writer(tmp) as fh:
         fh.write(b'{"traceEvents":[\n')
         n = 0
-        for piece, count in _chrome_parts(ts):
+        for piece, count in _chrome_parts(ts, blocks):
             fh.write(piece)
             n += count
         fh.write(b"\n]")

@@ -9,7 +9,7 @@ next run (--clean deletes each trace and run directory once measured). Each stag
 child process (benchmarks/pipeline.py's child: the stage call timed alone, peak RSS of the process):
 ingest (trace -> run directory), analyze (tracekit.app.analyze.analyse_run: window by window above
 tracekit.app.windowed.WINDOW_EVENTS raw events), diff (the run against itself, tracekit.app.diff),
-export (Perfetto protobuf of the whole run; only up to --export-max-mb); ``whole``: analyze with
+export (Perfetto protobuf of the whole run) and export_json (its Chrome JSON), only up to --export-max-mb; ``whole``: analyze with
 every run on the whole-run path (the baseline; run it after analyze, it rewrites the same tables). Prints per size and stage: wall
 seconds, CPU seconds (user + system: what a shared machine's load does not inflate) and CPU µs per
 event, peak RSS MB, and the machine's 1-minute load average before each size.
@@ -47,7 +47,7 @@ def stage():
     analyse_run(RunDir.open(Path(sys.argv[2])))
 """
 CODE = {"ingest": STAGES["ingest"], "analyze": STAGES["analyze"], "diff": DIFF, "export": STAGES["export proto"],
-        "whole": WHOLE}
+        "export_json": STAGES["export json"], "whole": WHOLE}
 
 
 # The stage call alone: wall s, CPU s (user + system), peak RSS KiB of the process (imports included).
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         n = 0
         for s in stages:
-            if s == "export" and mb > args.export_max_mb:
+            if s.startswith("export") and mb > args.export_max_mb:
                 cells.append(f"{'-':>10} {'-':>7} {'-':>9} {'-':>7}")
                 continue
             if s != "ingest" and not run.is_dir():

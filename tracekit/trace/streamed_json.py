@@ -60,17 +60,14 @@ def _spilled(ts: TrackSet, keys: list[str], windows: Iterable[tuple[int | None, 
             bo = BlockOrder(blocks, keys, blk[order], local[order], track[order], bts[order], cdur[order])
             tr = bo.track
             cuts = [0, *(np.flatnonzero(np.diff(tr)) + 1).tolist(), n]
-            for a, b in itertools.pairwise(cuts):
-                if a == b:
-                    continue
-                k = int(tr[a])
+            sets = [(int(tr[a]), np.arange(i, min(i + JSON_CHUNK, b)))
+                    for a, b in itertools.pairwise(cuts) for i in range(a, b, JSON_CHUNK)]
+            for (k, _), (piece, count) in zip(sets, block_json(ts, bo, (r for _, r in sets)), strict=True):
                 fh = files.get(k)
                 if fh is None:
                     fh = files[k] = open(tmp / f"{k}.json", "wb")  # noqa: SIM115  (closed below)
-                for piece, count in block_json(ts, bo, (np.arange(i, min(i + JSON_CHUNK, b))
-                                                        for i in range(a, b, JSON_CHUNK))):
-                    fh.write(piece)
-                    counts[k] += count
+                fh.write(piece)
+                counts[k] += count
             live = cdur > 0
             op.add(track[live], bts[live], bdur[live], cdur[live], pos[live])
             if hi is not None:

@@ -107,3 +107,36 @@ def test_export_run_streams_a_whole_json_export(run: RunDir, tmp_path: Path, mon
     monkeypatch.setattr(export, "stream_json", lambda *a, **k: called.append(1) or real(*a, **k))
     export.export_run(run, "json", tmp_path / "t.json.gz", None)
     assert called == [1]
+
+
+@pytest.mark.parametrize("fmt", ["proto", "json"])
+def test_a_window_export_reads_only_the_rows_that_meet_it(run: RunDir, tmp_path: Path, fmt: str) -> None:
+    # GIVEN an analysed run and windows over its steps and over a time range, WHEN exported through the
+    # window reader (each big table read batch by batch, only rows meeting the window kept), THEN the
+    # bytes are those of the whole tables filtered by the writers, and fewer rows were held
+    import gzip
+
+    full = export.load_tables(run)
+    suffix = "pftrace" if fmt == "proto" else "json.gz"
+    steps = full["steps"].num_rows
+    for i, (w, w_ms) in enumerate([("0:1", None), (f"{steps // 2}:{steps // 2}", None), (None, "1:40")]):
+        win = export.resolve_window(full, w, w_ms)
+        assert win is not None
+        a, b = tmp_path / f"whole{i}.{suffix}", tmp_path / f"win{i}.{suffix}"
+        export.export_run(run, fmt, a, win, dict(full.items()))  # a plain mapping: whole tables
+        tables = export.WindowTables(run, win)
+        export.export_run(run, fmt, b, win, tables)
+        read = (lambda p: gzip.decompress(p.read_bytes())) if fmt == "json" else (lambda p: p.read_bytes())
+        assert read(a) == read(b), (w, w_ms)
+        held = tables["gpu_activity"].num_rows
+        assert 0 < held < full["gpu_activity"].num_rows or w_ms
+
+
+def test_export_run_reads_a_window_through_the_window_reader(run: RunDir, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    real = export.WindowTables._columns
+    monkeypatch.setattr(export.WindowTables, "_columns", lambda self, n, c: seen.append(n) or real(self, n, c))
+    tables = export.load_tables(run)
+    export.export_run(run, "proto", tmp_path / "w.pftrace", export.resolve_window(tables, "0:1", None))
+    assert "gpu_activity" in seen and "cpu_ops" in seen

@@ -76,6 +76,44 @@ def chunks(run: RunDir, name: str, columns: Sequence[str]) -> Iterator[pa.Record
     yield from _batches(run, name, pf.iter_batches(batch_size=BATCH_ROWS, columns=cols))
 
 
+def overlapping(run: RunDir, name: str, columns: Sequence[str], start: int, end: int, *, sorted_: bool = False
+                ) -> tuple[pa.Table, np.ndarray]:
+    """The rows of table ``name`` (``columns``, those it has) that have a ``ts_ns`` and whose span
+    [ts_ns, ts_ns + max(dur_ns, 0)] meets [start, end], in stored order, with their table positions;
+    read batch by batch, so memory holds the rows kept and one batch. ``sorted_``: the table's
+    ``ts_ns`` never decreases, so reading stops at the first row past ``end``."""
+    pf = _open(run, name)
+    if pf is None:
+        return _schema.empty(name).select([c for c in columns if c in _schema.empty(name).column_names]), \
+            np.zeros(0, dtype=np.int64)
+    have = pf.schema_arrow.names
+    cols = [c for c in columns if c in have]
+    extra = [c for c in ("ts_ns", "dur_ns") if c in have and c not in cols]
+    kept: list[pa.Table] = []
+    where: list[np.ndarray] = []
+    seen = 0
+    for b in _batches(run, name, pf.iter_batches(batch_size=BATCH_ROWS, columns=cols + extra)):
+        t = pa.Table.from_batches([b])
+        ts_col = t.column("ts_ns")
+        ts = npa.values(ts_col).astype(np.int64)
+        has = npa.valid(ts_col)
+        dur = np.zeros(len(ts), dtype=np.int64)
+        if "dur_ns" in t.column_names:
+            d = t.column("dur_ns")
+            dur = np.where(npa.valid(d), npa.values(d).astype(np.int64), 0)
+        keep = has & (ts <= end) & (ts + np.maximum(dur, 0) >= start)
+        at = np.flatnonzero(keep)
+        if len(at):
+            kept.append(t.select(cols).take(npa.array(at)))
+            where.append(seen + at)
+        seen += len(ts)
+        if sorted_ and has.any() and int(ts[has].min()) > end:
+            break
+    if not kept:
+        return _empty(pf.schema_arrow).select(cols), np.zeros(0, dtype=np.int64)
+    return pa.concat_tables(kept), np.concatenate(where)
+
+
 def is_time_sorted(run: RunDir, name: str) -> bool:
     """Whether table ``name``'s non-null ``ts_ns`` never decreases (read a column at a time, batch by batch)."""
     last = None

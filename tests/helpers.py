@@ -61,8 +61,23 @@ def need_module(name: str) -> ModuleType:
 
 
 def corpus_traces(root: Path) -> list[Path]:
-    """Every trace file (.json, .json.gz) anywhere under the corpus ``root``."""
-    return sorted(p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file())
+    """Every trace file (.json, .json.gz) anywhere under the corpus ``root``: a file whose first 64 KiB
+    hold trace events (a "traceEvents" key or an event's "ph"); an engine's index of its capture
+    traces beside them (SGLang's execution_details.json) is not one."""
+    return sorted(p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file()
+                  and _holds_events(p))
+
+
+def _holds_events(path: Path) -> bool:
+    import gzip
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError):
+        return True  # a damaged trace is still a corpus trace: its test says how it fails
+    return b'"traceEvents"' in head or b'"ph"' in head
 
 T0 = 1_732_900_000_000_000_000  # epoch-scale ns, as Kineto writes them
 MS = 1_000_000

@@ -37,7 +37,7 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.columns import by_value, factorize, map_values, matches, unique
+from tracekit.analysis.columns import by_value, combine_codes, factorize, map_values, matches, unique
 from tracekit.analysis.intervals import EMPTY, complement, step_windows, union, window_union
 from tracekit.analysis.opmodels import op_costs, serving_attention_ops
 from tracekit.analysis.opmodels_moe import moe_forward_ops
@@ -186,87 +186,56 @@ def kernel_costs(
     If one op launches several kernels, the op's FLOPs and bytes are split across
     them in proportion to their durations (evenly if all durations are 0). Without a ceiling,
     modelled kernels keep their FLOPs and bytes but no roof and no class (``other``).
+    Every column is computed as a NumPy array; the frame is made once, at the end.
     """
     opts = options or BoundOptions()
     if gpu_activity is None or len(gpu_activity) == 0:
         return _empty_kernels(gpu_activity if gpu_activity is not None else pd.DataFrame())
-    k = gpu_activity.copy().reset_index(drop=True)
+    g = gpu_activity.reset_index(drop=True)
+    n = len(g)
     # the kinds as text, missing ones missing (Series.astype(str)), each distinct text one object
-    kinds = pd.Series(by_value(k["kind"], str) if "kind" in k else np.full(len(k), "kernel", dtype=object),
-                      index=k.index, dtype=object)
-    k["kclass"] = kc.kernel_classes(k["name"], kinds).to_numpy()
-    k["model"] = MODEL_NONE
-    k["op_name"] = None
-    k["flops"] = 0.0
-    k["bytes"] = 0.0
-    k["dtype"] = None
-    is_kernel = (kinds == "kernel").to_numpy()
-
-    costs = op_costs(cpu_ops, assume_causal=opts.assume_causal) if cpu_ops is not None else None
-    op_ids = (
-        pd.to_numeric(k["op_id"], errors="coerce") if "op_id" in k.columns else pd.Series(np.nan, index=k.index)
-    )
-    if costs is not None and len(costs) and op_ids.notna().any():
-        costs = costs.drop_duplicates("op_id").set_index("op_id")
-        par = cpu_ops[["op_id", "parent_id"]].dropna() if "parent_id" in cpu_ops else None
-        linked = is_kernel & op_ids.notna().to_numpy()
-        kops = op_ids[linked].astype("int64").to_numpy()
-        src, dst = _modelled_ops(unique(kops), par, costs.index.astype("int64").to_numpy(), opts.max_parent_depth)
-        if len(src):
-            mop = pd.Series(np.nan, index=k.index)
-            at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
-            mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
-            # A split-K GEMM's reduce kernel sums partials the GEMM kernel left in L2 (Nsight Compute:
-            # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
-            splitk = re.compile(kc.SPLITK_REDUCE)
-            reduce = (k["kclass"] == kc.REDUCTION).to_numpy() & matches(k["name"], lambda n: splitk.search(n) is not None)
-            mop = mop.mask(reduce)
-            has = mop.notna()
-            mo = mop[has].astype("int64")
-            dur = k.loc[has, "dur_ns"].astype(float).fillna(0.0).clip(lower=0)  # no duration: no share
-            # Each replay of a CUDA/HIP graph runs its captured ops' kernels once: split per replay.
-            group = [mo.to_numpy(), kc.graph_replay(k.loc[has])]
-            tot = dur.groupby(group).transform("sum")
-            cnt = dur.groupby(group).transform("count")
-            share = np.where(tot > 0, dur / tot.where(tot > 0, 1.0), 1.0 / cnt)
-            c = costs.loc[mo.to_numpy()]
-            k.loc[has, "flops"] = c["flops"].to_numpy(dtype=float) * share
-            k.loc[has, "bytes"] = c["bytes"].to_numpy(dtype=float) * share
-            k.loc[has, "dtype"] = c["dtype"].to_numpy()
-            k.loc[has, "op_name"] = c["op_name"].to_numpy()
-            k.loc[has, "model"] = MODEL_SHAPE
-            k.loc[has, "_tensor"] = c["tensor_core"].to_numpy(dtype=bool)
-
-    tensor = k["_tensor"].fillna(False).astype(bool) if "_tensor" in k else pd.Series(False, index=k.index)
+    kinds = by_value(g["kind"], str) if "kind" in g else np.full(n, "kernel", dtype=object)
+    col: dict[str, Any] = {
+        "kclass": kc.kernel_classes(g["name"], kinds).to_numpy(),
+        "model": np.full(n, MODEL_NONE, dtype=object),
+        "op_name": np.full(n, None, dtype=object),
+        "flops": np.zeros(n),
+        "bytes": np.zeros(n),
+        "dtype": np.full(n, None, dtype=object),
+        "dur_ns": pd.to_numeric(g["dur_ns"], errors="coerce").to_numpy(dtype=float, na_value=np.nan),
+    }
+    tensor = np.zeros(n, dtype=bool)
+    is_kernel = kinds == "kernel"
+    _shape_costs(g, cpu_ops, col, tensor, is_kernel, opts)
     if ceiling is None:
-        return _without_ceiling(k, is_kernel, kinds, gpu_activity, opts)
+        return _without_ceiling(g, col, is_kernel, kinds, opts)
     ridge_vec = ceiling.ridge_point("fp32") or np.nan
-    ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
+    dtypes = col["dtype"]
+    ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in pd.unique(dtypes) if not pd.isna(x)}}
     # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
-    tensor_ridge = pd.Series(map_values(
-        k["dtype"], lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
-    ), index=k.index)
-    k["ridge"] = np.where(tensor.to_numpy(), tensor_ridge.astype(float), ridge_vec)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
+    tensor_ridge = map_values(
+        dtypes, lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
+    ).astype(float)
+    col["ridge"] = np.where(tensor, tensor_ridge, ridge_vec)
+    col["intensity"] = _intensity(col)
 
-    shape = (k["model"] == MODEL_SHAPE).to_numpy()
-    roof = np.full(len(k), None, dtype=object)
-    roof[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
+    shape = col["model"] == MODEL_SHAPE
+    roof = np.full(n, None, dtype=object)
+    roof[shape] = np.where(col["intensity"][shape] >= col["ridge"][shape], COMPUTE, MEMORY)
     peaks = peaks if peaks is not None else ceiling
-    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), peaks, opts.kernel_overhead_ns)
-    k["flops_pct_of_peak"], k["bw_pct_of_peak"] = flops_pct, bw_pct
+    flops_pct, bw_pct = _pct_of_peak(col, tensor, peaks, opts.kernel_overhead_ns)
+    col["flops_pct_of_peak"], col["bw_pct_of_peak"] = flops_pct, bw_pct
     l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
-    resident = shape & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy() & (
-        k["bytes"].to_numpy(dtype=float) <= l2) if l2 else np.zeros(len(k), dtype=bool)
-    over_f, over_b = _over_peak(k, tensor.to_numpy(), ceiling, opts.kernel_overhead_ns)
+    resident = shape & np.isin(col["kclass"], [kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]) & (
+        col["bytes"] <= l2) if l2 else np.zeros(n, dtype=bool)
+    over_f, over_b = _over_peak(col, tensor, ceiling, opts.kernel_overhead_ns)
     over_b &= ~resident  # an L2-resident kernel's bytes are served from L2, not rated against DRAM
     over = shape & (over_f | over_b)
-    k["over_peak"] = over
-    bound = np.full(len(k), OTHER, dtype=object)
+    col["over_peak"] = over
+    bound = np.full(n, OTHER, dtype=object)
     bound[shape] = roof[shape]
     if opts.latency_threshold is not None:
-        f_line, b_line = _lines(k, tensor.to_numpy(), peaks, opts)
+        f_line, b_line = _lines(col, tensor, peaks, opts)
         below = np.fmax(flops_pct - f_line, bw_pct - b_line) < 0  # NaN (no duration) -> False
         bound[shape & below] = LATENCY
         reach_f, reach_b = flops_pct >= f_line, bw_pct >= b_line
@@ -278,56 +247,118 @@ def kernel_costs(
         unproven = over & ~ok_f & ~ok_b
     else:  # the roofline alone: the roof under the intensity, whatever the rates (flagged all the same)
         unproven = None
-    _finish(k, bound, roof, shape, is_kernel, kinds, gpu_activity, opts, unproven=unproven)
-    return k.drop(columns=["_tensor"], errors="ignore")
+    _finish(g, col, bound, roof, shape, is_kernel, kinds, opts, unproven=unproven)
+    return _kernels_frame(g, col, ("ridge", "intensity"))
 
 
-def _without_ceiling(k: pd.DataFrame, is_kernel: np.ndarray, kinds: pd.Series, gpu_activity: pd.DataFrame,
-                     opts: BoundOptions) -> pd.DataFrame:
+def _shape_costs(g: pd.DataFrame, cpu_ops: pd.DataFrame | None, col: dict[str, Any], tensor: np.ndarray,
+                 is_kernel: np.ndarray, opts: BoundOptions) -> None:
+    """FLOPs, bytes, dtype, op name and model (shape) of the kernels a modelled op launched, filled into
+    ``col`` and ``tensor`` (tensor-core work) in place: each op's cost split over its kernels by duration,
+    per graph replay."""
+    costs = op_costs(cpu_ops, assume_causal=opts.assume_causal) if cpu_ops is not None else None
+    op_ids = pd.to_numeric(g["op_id"], errors="coerce") if "op_id" in g.columns else None
+    if costs is None or not len(costs) or op_ids is None or not op_ids.notna().any():
+        return
+    costs = costs.drop_duplicates("op_id")
+    cost_ids = costs["op_id"].to_numpy().astype(np.int64)
+    par = cpu_ops[["op_id", "parent_id"]].dropna() if "parent_id" in cpu_ops else None
+    linked = is_kernel & op_ids.notna().to_numpy()
+    kops = op_ids[linked].astype("int64").to_numpy()
+    src, dst = _modelled_ops(unique(kops), par, cost_ids, opts.max_parent_depth)
+    if not len(src):
+        return
+    mop = np.full(len(g), np.nan)
+    at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
+    mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
+    # A split-K GEMM's reduce kernel sums partials the GEMM kernel left in L2 (Nsight Compute:
+    # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
+    splitk = re.compile(kc.SPLITK_REDUCE)
+    reduce = (col["kclass"] == kc.REDUCTION) & matches(g["name"], lambda name: splitk.search(name) is not None)
+    mop[reduce] = np.nan
+    has = ~np.isnan(mop)
+    mo = mop[has].astype(np.int64)
+    dur = col["dur_ns"][has]
+    dur = np.where(np.isnan(dur), 0.0, np.maximum(dur, 0.0))  # no duration: no share
+    # Each replay of a CUDA/HIP graph runs its captured ops' kernels once: split per replay.
+    group = combine_codes(pd.factorize(mo)[0], pd.factorize(kc.graph_replay(g)[has])[0])
+    tot = np.bincount(group, weights=dur)[group]
+    cnt = np.bincount(group)[group]
     with np.errstate(divide="ignore", invalid="ignore"):
-        k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
-    k["ridge"] = np.nan
-    k["flops_pct_of_peak"], k["bw_pct_of_peak"] = np.nan, np.nan
-    k["over_peak"] = False
-    shape = (k["model"] == MODEL_SHAPE).to_numpy()
-    _finish(k, np.full(len(k), OTHER, dtype=object), np.full(len(k), None, dtype=object), shape, is_kernel, kinds,
-            gpu_activity, opts)
-    return k.drop(columns=["_tensor"], errors="ignore")
+        share = np.where(tot > 0, dur / np.where(tot > 0, tot, 1.0), 1.0 / cnt)
+    order = np.argsort(cost_ids, kind="stable")
+    c = order[np.searchsorted(cost_ids, mo, sorter=order)]  # each kernel's row of costs
+    col["flops"][has] = costs["flops"].to_numpy(dtype=float)[c] * share
+    col["bytes"][has] = costs["bytes"].to_numpy(dtype=float)[c] * share
+    col["dtype"][has] = costs["dtype"].to_numpy(dtype=object)[c]
+    col["op_name"][has] = costs["op_name"].to_numpy(dtype=object)[c]
+    col["model"][has] = MODEL_SHAPE
+    tensor[has] = costs["tensor_core"].to_numpy(dtype=bool)[c]
 
 
-def _finish(k: pd.DataFrame, bound: np.ndarray, roof: np.ndarray, shape: np.ndarray, is_kernel: np.ndarray,
-            kinds: pd.Series, gpu_activity: pd.DataFrame, opts: BoundOptions,
-            unproven: np.ndarray | None = None) -> None:
-    """The classes every path shares: the name-class size rule, communication, memcpy (in place).
+def _intensity(col: Mapping[str, np.ndarray]) -> np.ndarray:
+    """FLOPs per byte, NaN where there are no bytes."""
+    b = col["bytes"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b > 0, col["flops"] / np.where(b > 0, b, 1.0), np.nan)
+
+
+def _kernels_frame(g: pd.DataFrame, col: Mapping[str, Any], order: tuple[str, ...]) -> pd.DataFrame:
+    """gpu_activity's columns (``bytes`` replaced where it has one) then kernel_costs' columns, in the
+    order kernel_costs has always made them (``order``: the two rate columns' order)."""
+    out: dict[str, Any] = {c: g[c] for c in g.columns}
+    for name in ("kclass", "model", "op_name", "flops", "bytes", "dtype", *order, "flops_pct_of_peak",
+                 "bw_pct_of_peak", "over_peak", "roof", "bound", "source"):
+        v = col[name]
+        out[name] = pd.Series(v, index=g.index, dtype=object) if name in ("op_name", "dtype") else v
+    return pd.DataFrame(out, index=g.index, copy=False)
+
+
+def _without_ceiling(g: pd.DataFrame, col: dict[str, Any], is_kernel: np.ndarray, kinds: np.ndarray,
+                     opts: BoundOptions) -> pd.DataFrame:
+    n = len(g)
+    col["intensity"] = _intensity(col)
+    col["ridge"] = np.full(n, np.nan)
+    col["flops_pct_of_peak"], col["bw_pct_of_peak"] = np.full(n, np.nan), np.full(n, np.nan)
+    col["over_peak"] = np.zeros(n, dtype=bool)
+    shape = col["model"] == MODEL_SHAPE
+    _finish(g, col, np.full(n, OTHER, dtype=object), np.full(n, None, dtype=object), shape, is_kernel, kinds, opts)
+    return _kernels_frame(g, col, ("intensity", "ridge"))
+
+
+def _finish(g: pd.DataFrame, col: dict[str, Any], bound: np.ndarray, roof: np.ndarray, shape: np.ndarray,
+            is_kernel: np.ndarray, kinds: np.ndarray, opts: BoundOptions, unproven: np.ndarray | None = None) -> None:
+    """The classes every path shares: the name-class size rule, communication, memcpy (into ``col``).
 
     ``unproven``: modelled kernels whose model gave no usable evidence (over the peak): the size rule
     classes them as it classes kernels without a model (their model and roof stay)."""
+    kclass = col["kclass"]
     if opts.class_fallback_memory:
-        named = is_kernel & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy()
+        named = is_kernel & np.isin(kclass, [kc.ELEMENTWISE, kc.REDUCTION, kc.COPY])
         fb = ~shape & named
         roof[fb] = MEMORY
-        k.loc[fb, "model"] = MODEL_CLASS
+        col["model"][fb] = MODEL_CLASS
         if unproven is not None:
             fb = fb | (unproven & named)
         bound[fb] = MEMORY
         if opts.latency_threshold is not None:
-            dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
-            bound[fb & (dur < opts.short_kernel_ns)] = LATENCY
-    bound[(k["kclass"] == kc.COMMUNICATION).to_numpy()] = COMM
-    memcpy = kinds.isin(["memcpy", "memset"]).to_numpy()
+            bound[fb & (col["dur_ns"] < opts.short_kernel_ns)] = LATENCY
+    bound[kclass == kc.COMMUNICATION] = COMM
+    memcpy = np.isin(kinds, ["memcpy", "memset"])
     bound[memcpy] = MEMCPY
-    if "bytes" in gpu_activity:
+    if "bytes" in g:
         # memcpy/memset bytes are in the trace: a DtoD copy reads and writes them.
-        raw = pd.to_numeric(gpu_activity["bytes"], errors="coerce").fillna(0).to_numpy(dtype=float)
-        dtod = matches(k["memcpy_kind"], lambda m: "DtoD" in m) if "memcpy_kind" in k else np.zeros(len(k), bool)
+        raw = pd.to_numeric(g["bytes"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        raw = np.where(np.isnan(raw), 0.0, raw)
+        dtod = matches(g["memcpy_kind"], lambda m: "DtoD" in m) if "memcpy_kind" in g else np.zeros(len(g), bool)
         factor = np.where(dtod, 2.0, 1.0)
-        k.loc[memcpy, "bytes"] = (raw * factor)[memcpy]
-    k["roof"] = roof
-    k["bound"] = bound
-    k["source"] = SOURCE_MODEL
+        col["bytes"][memcpy] = (raw * factor)[memcpy]
+    col["roof"] = roof
+    col["bound"] = bound
+    col["source"] = np.full(len(g), SOURCE_MODEL, dtype=object)
 
 
-def _rate_keys(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> np.ndarray:
+def _rate_keys(col: Mapping[str, np.ndarray], tensor: np.ndarray, peaks: Ceiling) -> np.ndarray:
     """The FLOP rate each kernel is compared with: its dtype's tensor rate (fp16, then fp32, where the GPU
     lacks it) for GEMM and attention kernels, fp32 for the rest."""
     def key(d: Any) -> str:
@@ -335,22 +366,24 @@ def _rate_keys(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> np.ndarra
             return "fp32"
         return str(d) if peaks.flops(str(d)) else "fp16" if peaks.flops("fp16") else "fp32"
 
-    return np.where(tensor, map_values(k["dtype"], key), "fp32")
+    return np.where(tensor, map_values(col["dtype"], key), "fp32")
 
 
-def _lines(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, opts: BoundOptions) -> tuple[np.ndarray, np.ndarray]:
+def _lines(col: Mapping[str, np.ndarray], tensor: np.ndarray, peaks: Ceiling, opts: BoundOptions
+           ) -> tuple[np.ndarray, np.ndarray]:
     """The latency line of each kernel, % of ``peaks``, on FLOPs and on bandwidth: achievable_threshold
     where the rate is an achievable figure, latency_threshold where it is a datasheet one."""
     ds = 100.0 * (opts.latency_threshold or 0.0)
     ach = 100.0 * opts.achievable_threshold
-    keys = _rate_keys(k, tensor, peaks)
+    keys = _rate_keys(col, tensor, peaks)
     achieved = {d for d in set(keys.tolist()) if peaks.is_achieved(str(d))}
-    f_line = np.where(np.isin(keys, list(achieved)), ach, ds) if achieved else np.full(len(k), ds)
-    b_line = np.full(len(k), ach if peaks.is_achieved("bandwidth") else ds)
+    n = len(tensor)
+    f_line = np.where(np.isin(keys, list(achieved)), ach, ds) if achieved else np.full(n, ds)
+    b_line = np.full(n, ach if peaks.is_achieved("bandwidth") else ds)
     return f_line, b_line
 
 
-def _over_peak(k: pd.DataFrame, tensor: np.ndarray, ceiling: Ceiling, overhead_ns: float
+def _over_peak(col: Mapping[str, np.ndarray], tensor: np.ndarray, ceiling: Ceiling, overhead_ns: float
                ) -> tuple[np.ndarray, np.ndarray]:
     """(FLOP rate over the peak, bandwidth over the peak) per kernel: its modelled rate above both the
     ceiling in use and the GPU's datasheet (a rate no kernel can reach: the model over-counts).
@@ -372,17 +405,17 @@ def _over_peak(k: pd.DataFrame, tensor: np.ndarray, ceiling: Ceiling, overhead_n
             return max(rates.get("fp32", 0.0), rates.get("tf32", 0.0)) or np.nan
         return rates.get(str(d)) or fastest or np.nan
 
-    peak_f = np.where(tensor, map_values(k["dtype"], tensor_peak).astype(float), fp32)
-    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
+    peak_f = np.where(tensor, map_values(col["dtype"], tensor_peak).astype(float), fp32)
+    dur_ns = col["dur_ns"]
     dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, np.nan) * 1e-9
-    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
+    modelled = col["model"] == MODEL_SHAPE
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = k["flops"].to_numpy(dtype=float) / dur_s
-        b = k["bytes"].to_numpy(dtype=float) / dur_s
+        f = col["flops"] / dur_s
+        b = col["bytes"] / dur_s
     return modelled & (np.nan_to_num(f) > peak_f), modelled & (np.nan_to_num(b) > bw)
 
 
-def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, overhead_ns: float = 0.0
+def _pct_of_peak(col: Mapping[str, np.ndarray], tensor: np.ndarray, peaks: Ceiling, overhead_ns: float = 0.0
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Achieved FLOP/s and bytes/s of each kernel (modelled work / (duration + ``overhead_ns``)) as %
     of ``peaks``.
@@ -390,18 +423,18 @@ def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, overhead_n
     GEMM and attention kernels against the tensor-core peak of their dtype (fp16, then fp32 where the
     GPU lacks it), the rest against the fp32 CUDA-core peak. NaN without a duration or a model.
     """
-    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
+    dur_ns = col["dur_ns"]
     dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, dur_ns) * 1e-9
     fp32 = peaks.flops("fp32") or np.nan
     tensor_peak = map_values(
-        k["dtype"], lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
+        col["dtype"], lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
     ).astype(float)
     peak_f = np.where(tensor, tensor_peak, fp32)
-    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
+    modelled = col["model"] == MODEL_SHAPE
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = modelled & (dur_s > 0)
-        f = np.where(ok, 100.0 * k["flops"].to_numpy(dtype=float) / dur_s / peak_f, np.nan)
-        b = np.where(ok, 100.0 * k["bytes"].to_numpy(dtype=float) / dur_s / peaks.peak_bytes_per_s, np.nan)
+        f = np.where(ok, 100.0 * col["flops"] / dur_s / peak_f, np.nan)
+        b = np.where(ok, 100.0 * col["bytes"] / dur_s / peaks.peak_bytes_per_s, np.nan)
     return f, b
 
 
@@ -474,7 +507,7 @@ def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.Data
     From the timeline pass's ``kernel_steps`` (step_id by launch time, matched on
     ``row``) when given; else a kernel belongs to the step window its start falls in.
     """
-    k = kernels.copy()
+    k = kernels.copy(deep=False)
     if kernel_steps is not None and len(kernel_steps) and "row" in kernel_steps:
         m = pd.Series(kernel_steps["step_id"].to_numpy(), index=kernel_steps["row"].to_numpy())
         k["step_id"] = pd.to_numeric(pd.Series(np.arange(len(k))).map(m), errors="coerce").to_numpy()

@@ -73,6 +73,7 @@ MODEL_SHAPE = "shape"  # FLOPs/bytes from the launching op's input shapes
 MODEL_CLASS = "kernel_class"  # bound from the kernel's name class only (no FLOPs/bytes)
 MODEL_NONE = "none"
 SOURCE_MODEL, SOURCE_NCU = "model", "ncu"  # what decided a kernel's class
+ARRAYS = "_kernel_arrays"  # _classes' KernelArrays of kernel_bound, for the outside row (never returned)
 
 
 
@@ -679,16 +680,17 @@ def _class_index(bound: pd.Series) -> np.ndarray:
 
 
 def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarray | None = None,
-                    overheads: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+                    overheads: Mapping[str, tuple[float, float]] | None = None, *,
+                    arrays: KernelArrays | None = None) -> pd.DataFrame:
     """Per step: time_ns split into TIME_COLUMNS (they sum to time_ns × devices, exactly), FLOPs, bytes.
 
     ``kernels``: ``with_steps``' output (a step_id column). Only the step's own
     kernels count, clipped to its window. ``overheads``: tracekit.analysis.idle.overheads' result
-    (None: idle_profiler_ns stays null).
+    (None: idle_profiler_ns stays null). ``arrays``: ``KernelArrays.of(kernels)`` where the caller has it.
     """
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    arrays = KernelArrays.of(k)
+    arrays = arrays if arrays is not None and "step_id" in kernels else KernelArrays.of(k)
     by_step, _ = _rows_by_step(k)
     none = np.zeros(0, dtype=np.int64)
     rows = []
@@ -710,6 +712,8 @@ def attribute_phases(
     phases: pd.DataFrame | None = None,
     syncs: np.ndarray | None = None,
     step_attr: pd.DataFrame | None = None,
+    *,
+    arrays: KernelArrays | None = None,
 ) -> pd.DataFrame:
     """Bound columns per (request, phase) and per (run, phase) (request_id null).
 
@@ -724,7 +728,8 @@ def attribute_phases(
 
     With ``phases`` (the phases pass's table) its rows are kept and matched on
     (request_id, phase); rows that match no step (``outside``) keep nulls in
-    the columns this pass adds; the columns it computes replace theirs.
+    the columns this pass adds; the columns it computes replace theirs. ``arrays``:
+    ``KernelArrays.of(kernels)`` where the caller has it.
     """
     prof: pd.Series | None = None
     if step_attr is not None and len(step_attr) and "idle_profiler_ns" in step_attr:
@@ -732,7 +737,7 @@ def attribute_phases(
                          index=step_attr["step_id"].to_numpy())
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    arrays = KernelArrays.of(k)
+    arrays = arrays if arrays is not None and "step_id" in kernels else KernelArrays.of(k)
     by_step, outside = _rows_by_step(k)
     dominant_of = _dominant_dtype_of(k[[c for c in ("model", "kclass", "dtype", "flops") if c in k]])
     groups: list[tuple[Any, str, pd.DataFrame]] = []
@@ -845,7 +850,8 @@ def bound_tables(
     manifest: Mapping[str, Any] | None = None,
     peaks: Ceiling | None = None,
 ) -> dict[str, Any]:
-    """The whole attribution in one call: {"kernels", "step_bound", "phases", "counters_report"}.
+    """The whole attribution in one call: {"kernels", "step_bound", "phases", "counters_report", "arrays"}
+    (``arrays``: KernelArrays.of(kernels), for more groups attributed over the same kernels).
 
     ``runtime`` (the runtime table) gives each kernel's issue time and the host's blocking calls for
     the idle split; ``counters`` (ncu_counters) the measured classes; ``manifest`` (run.json) the
@@ -865,12 +871,14 @@ def bound_tables(
         kernels["phase"] = pd.to_numeric(kernels["step_id"], errors="coerce").map(kind)
     kernels, report = apply_counters(kernels, counters, options)
     syncs = _idle.sync_intervals(runtime)
-    step_attr = attribute_steps(steps, kernels, syncs, _idle.overheads(manifest))
+    arrays = KernelArrays.of(kernels)
+    step_attr = attribute_steps(steps, kernels, syncs, _idle.overheads(manifest), arrays=arrays)
     return {
         "kernels": kernels,
         "step_bound": step_attr,
-        "phases": attribute_phases(steps, kernels, ceiling, phases, syncs, step_attr),
+        "phases": attribute_phases(steps, kernels, ceiling, phases, syncs, step_attr, arrays=arrays),
         "counters_report": report,
+        "arrays": arrays,
     }
 
 
@@ -915,6 +923,7 @@ def bound_pass(
         return _outside_row(phases, as_df(view), out, span)
     out = _outside_row(phases, as_df(view), {**_unclassed(gpu_activity, cpu_ops, view, kernel_steps, phases),
                                              "warnings": out.get("warnings", [])}, span)
+    out.pop(ARRAYS, None)
     split = [TIME_COLUMNS[c] for c in (COMPUTE, MEMORY, LATENCY, OTHER)]
     for name in ("phases", "step_bound"):
         frame = out.get(name)
@@ -969,7 +978,8 @@ def _classes(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, pha
     if _idle.overheads(manifest) is None:
         warnings.append("bound: no unprofiled timing pass in run.json: idle_profiler_ns left null "
                         "(the profiler's share of the idle time is unknown)")
-    return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings}
+    return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings,
+            ARRAYS: out["arrays"]}
 
 
 def _unclassed(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, phases: Any) -> dict[str, Any]:
@@ -985,7 +995,7 @@ def _unclassed(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, p
     ph = as_df(phases) if phases is not None else None
     out = bound_tables(gpu, cpu, st, None, phases=ph, kernel_steps=ks)
     return {"phases": out["phases"].drop(columns=["tokens"], errors="ignore"), "kernel_bound": out["kernels"],
-            "step_bound": out["step_bound"]}
+            "step_bound": out["step_bound"], ARRAYS: out["arrays"]}
 
 
 def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tuple[int, int] | None
@@ -996,6 +1006,8 @@ def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tu
     no steps is all outside: the row covers the whole trace."""
     from tracekit.analysis.frames import as_df
 
+    arrays = out.get(ARRAYS)
+    out = {n: v for n, v in out.items() if n != ARRAYS}
     after, kern = out.get("phases"), out.get("kernel_bound")
     if before is None:
         return out
@@ -1013,8 +1025,10 @@ def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tu
         w = step_windows(steps) if len(steps) else None
         inside = window_union(w) if w is not None and len(w) else EMPTY
         windows = complement(inside, *span)
-        k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
-        row = attribute_windows(windows, k, context=kern)
+        arrays = arrays if arrays is not None and arrays.n == len(kern) else KernelArrays.of(kern)
+        none = np.flatnonzero(pd.to_numeric(kern["step_id"], errors="coerce").isna().to_numpy()) if len(kern) else (
+            np.zeros(0, dtype=np.int64))
+        row = arrays.attribute(windows, none, None, arrays)
         for c in (*TIME_COLUMNS.values(), *IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
             if c in after.columns or not len(steps):  # no steps: the phases pass made no bound columns
                 after.loc[mask, c] = row[c]

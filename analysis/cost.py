@@ -29,7 +29,7 @@ Pure: DataFrames in, new DataFrames out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,16 +295,15 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
     cols = [*SEQ_COLUMNS, *COST_COLUMNS]
     if seqs.empty or costs.empty:
         return pd.DataFrame(columns=cols)
-    by_step = costs.set_index("step_id")
+    of_step = step_records(costs)
     rows: list[np.ndarray] = []  # each step's rows of seqs, in step order
     res: dict[str, list[np.ndarray]] = {col: [] for col in COST_COLUMNS}
-    q_all, kv_all = seqs["q_len"], seqs["kv_len"]
+    q_all, kv_all = _int_column(seqs["q_len"]), _int_column(seqs["kv_len"])
     for sid, idx in seqs.groupby(seqs["step_id"].astype("int64"), sort=True).indices.items():
-        if sid not in by_step.index:
+        c = of_step(sid)
+        if c is None:
             continue
-        c = by_step.loc[sid]  # type: ignore[call-overload]
-        one = split_step({str(k): v for k, v in c.items()}, q_all.iloc[idx].astype("int64").to_numpy(),
-                         kv_all.iloc[idx].astype("int64").to_numpy(), model)
+        one = split_step(c, q_all(idx), kv_all(idx), model)
         rows.append(np.asarray(idx))
         for col in COST_COLUMNS:
             res[col].append(one[col])
@@ -317,6 +316,36 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
                  "step_time_ns", "gpu_time_ns", *TIME_CLASSES):
         out[name] = pd.to_numeric(out[name], errors="coerce").round().astype("Int64")
     return out[cols]
+
+
+def step_records(costs: pd.DataFrame) -> Callable[[int], dict[str, Any] | None]:
+    """A step's row of ``costs`` as {column: value} (None where it has none), as split_step reads it:
+    values are read through float(), so a row's own values serve as well as a row upcast to one dtype.
+    Unique step ids are looked up in a dict of records; repeated ones row by row, as the frame gives them."""
+    ids = costs["step_id"].to_numpy()
+    if pd.Index(ids).is_unique:
+        cols = [str(c) for c in costs.columns if c != "step_id"]
+        values = [costs[c].tolist() for c in cols]
+        table = {int(sid): dict(zip(cols, row, strict=True)) for sid, *row in zip(ids.tolist(), *values, strict=True)}
+        return table.get
+    by_step = costs.set_index("step_id")
+
+    def row(sid: int) -> dict[str, Any] | None:
+        if sid not in by_step.index:
+            return None
+        return {str(k): v for k, v in by_step.loc[sid].items()}  # type: ignore[call-overload]
+
+    return row
+
+
+def _int_column(values: pd.Series) -> Callable[[np.ndarray], np.ndarray]:
+    """The int64 values at positions ``idx`` of a column: from one conversion of the whole column, or
+    (a null somewhere) converted per call, so that only the rows asked for must be integers."""
+    try:
+        whole = values.astype("int64").to_numpy()
+    except (TypeError, ValueError):
+        return lambda idx: values.iloc[idx].astype("int64").to_numpy()
+    return lambda idx: whole[idx]
 
 
 def per_request(step_requests: pd.DataFrame) -> pd.DataFrame:

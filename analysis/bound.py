@@ -257,7 +257,9 @@ def _shape_costs(g: pd.DataFrame, cpu_ops: pd.DataFrame | None, col: dict[str, A
     """FLOPs, bytes, dtype, op name and model (shape) of the kernels a modelled op launched, filled into
     ``col`` and ``tensor`` (tensor-core work) in place: each op's cost split over its kernels by duration,
     per graph replay."""
-    costs = op_costs(cpu_ops, assume_causal=opts.assume_causal) if cpu_ops is not None else None
+    if cpu_ops is None:
+        return
+    costs = op_costs(cpu_ops, assume_causal=opts.assume_causal)
     op_ids = pd.to_numeric(g["op_id"], errors="coerce") if "op_id" in g.columns else None
     if costs is None or not len(costs) or op_ids is None or not op_ids.notna().any():
         return

@@ -318,7 +318,7 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
     return out[cols]
 
 
-def step_records(costs: pd.DataFrame) -> Callable[[int], dict[str, Any] | None]:
+def step_records(costs: pd.DataFrame) -> Callable[[Any], dict[str, Any] | None]:
     """A step's row of ``costs`` as {column: value} (None where it has none), as split_step reads it:
     values are read through float(), so a row's own values serve as well as a row upcast to one dtype.
     Unique step ids are looked up in a dict of records; repeated ones row by row, as the frame gives them."""
@@ -330,7 +330,7 @@ def step_records(costs: pd.DataFrame) -> Callable[[int], dict[str, Any] | None]:
         return table.get
     by_step = costs.set_index("step_id")
 
-    def row(sid: int) -> dict[str, Any] | None:
+    def row(sid: Any) -> dict[str, Any] | None:
         if sid not in by_step.index:
             return None
         return {str(k): v for k, v in by_step.loc[sid].items()}  # type: ignore[call-overload]
@@ -338,7 +338,7 @@ def step_records(costs: pd.DataFrame) -> Callable[[int], dict[str, Any] | None]:
     return row
 
 
-def _int_column(values: pd.Series) -> Callable[[np.ndarray], np.ndarray]:
+def _int_column(values: pd.Series) -> Callable[[Any], np.ndarray]:
     """The int64 values at positions ``idx`` of a column: from one conversion of the whole column, or
     (a null somewhere) converted per call, so that only the rows asked for must be integers."""
     try:

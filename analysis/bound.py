@@ -627,8 +627,8 @@ class KernelArrays:
             ts, te = self.ts[part], self.te[part]
             total += _sweep(ts, te, self.cls[part], windows)
             issued = self.issued_of(part)
-            wait += _idle.wait_ns(windows, ts, te, issued, syncs)
-            before += _idle.before_window_ns(windows, ts, te, issued, (context or self).busy())
+            w, b = _idle.waits_ns(windows, ts, te, issued, syncs, (context or self).busy())
+            wait, before = wait + w, before + b
         if not len(idx):
             none = np.zeros(0, dtype=np.int64)
             wait = _idle.wait_ns(windows, none, none, none, syncs)

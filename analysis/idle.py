@@ -177,8 +177,13 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     """
     if len(windows) == 0:
         return 0
+    return _waited(_gaps(windows, starts, ends, issued, launch_latency_ns), syncs)
+
+
+def _waited(gaps: tuple[np.ndarray, ...], syncs: np.ndarray) -> int:
+    """wait_ns of the gaps ``_gaps`` found."""
+    ga, gb, split, _ = gaps
     syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
-    ga, gb, split, _ = _gaps(windows, starts, ends, issued, launch_latency_ns)
     # queued, not running; and the host blocked in a sync while nothing was queued
     return int((gb - split).sum()) + _overlap(ga, split, syncs)
 
@@ -205,7 +210,25 @@ def before_window_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, 
     if len(windows) == 0 or len(starts) == 0:
         return 0
     dbusy = union(starts, ends) if device_busy is None else np.asarray(device_busy, dtype=np.int64).reshape(-1, 2)
-    _, gb, split, latest = _gaps(windows, starts, ends, issued, launch_latency_ns)
+    return _unseen(_gaps(windows, starts, ends, issued, launch_latency_ns), dbusy, unseen_lag_ns)
+
+
+def waits_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray, syncs: np.ndarray,
+             device_busy: np.ndarray | None = None) -> tuple[int, int]:
+    """(wait_ns, before_window_ns) of one device's activities with the default latencies, their gaps
+    found once."""
+    if len(windows) == 0:
+        return 0, 0
+    gaps = _gaps(windows, starts, ends, issued, LAUNCH_LATENCY_NS)
+    if len(starts) == 0:
+        return _waited(gaps, syncs), 0
+    dbusy = union(starts, ends) if device_busy is None else np.asarray(device_busy, dtype=np.int64).reshape(-1, 2)
+    return _waited(gaps, syncs), _unseen(gaps, dbusy, UNSEEN_LAG_NS)
+
+
+def _unseen(gaps: tuple[np.ndarray, ...], dbusy: np.ndarray, unseen_lag_ns: int) -> int:
+    """before_window_ns of the gaps ``_gaps`` found; ``dbusy``: the visible busy intervals."""
+    _, gb, split, latest = gaps
     known = latest != UNKNOWN
     if not known.any():
         return 0

@@ -279,11 +279,14 @@ def step_costs(steps: pd.DataFrame, step_bound: pd.DataFrame | None, counters: p
     if step_bound is not None and len(step_bound) and "step_id" in step_bound:
         sb = step_bound.assign(step_id=pd.to_numeric(step_bound["step_id"], errors="coerce")).dropna(subset=["step_id"])
         sb = sb.drop_duplicates("step_id").set_index(sb["step_id"].drop_duplicates().astype("int64"))
-        for c in (*TIME_CLASSES, "flops", "bytes"):
-            if c in sb:
-                out[c] = out["step_id"].map(sb[c])
+        cols = [c for c in (*TIME_CLASSES, "flops", "bytes", "time_ns") if c in sb]
+        # each step's row of sb, one reindex for every column (Series.map's values, column by column)
+        picked = sb[cols].reindex(out["step_id"].to_numpy()).reset_index(drop=True)
+        for c in cols:
+            if c != "time_ns":
+                out[c] = picked[c]
         if "time_ns" in sb:  # the bound pass's window: the one its classes sum to
-            out["time_ns"] = out["step_id"].map(sb["time_ns"]).fillna(out["time_ns"])
+            out["time_ns"] = picked["time_ns"].fillna(out["time_ns"])
     if counters is not None and len(counters):
         win = w[["start_ns", "end_ns"]].to_numpy(dtype=np.int64)
         out["energy_j"] = window_energy_j(counters, win, device)
@@ -355,13 +358,14 @@ def per_request(step_requests: pd.DataFrame) -> pd.DataFrame:
     rid = step_requests["request_id"].astype("int64")
     g = step_requests.groupby(rid)
     out = pd.DataFrame({"steps": g["step_id"].nunique()})
-    for c in REQUEST_COST_COLUMNS:
-        if c in ("steps", "mean_step_share"):
-            continue
-        col = pd.to_numeric(step_requests[c], errors="coerce").astype(float)
-        # A sum over only some of a request's steps (the others outside a --trace-steps capture
-        # window) would read as its whole cost: null unless every step has the value.
-        out[c] = col.groupby(rid).sum().where(col.notna().groupby(rid).all())
+    cols = [c for c in REQUEST_COST_COLUMNS if c not in ("steps", "mean_step_share")]
+    vals = pd.DataFrame({c: pd.to_numeric(step_requests[c], errors="coerce").astype(float) for c in cols})
+    # Every column summed in one groupby (per column, the same sums as one groupby each). A sum over
+    # only some of a request's steps (the others outside a --trace-steps capture window) would read as
+    # its whole cost: null unless every step has the value.
+    sums, whole = vals.groupby(rid).sum(), vals.notna().groupby(rid).all()
+    for c in cols:
+        out[c] = sums[c].where(whole[c])
     out["mean_step_share"] = g["share"].mean()
     out = out.reset_index().rename(columns={"index": "request_id"})
     for c in ("step_time_ns", "gpu_time_ns", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns",

@@ -2,15 +2,8 @@
 
 Pure functions, each DataFrame in, new DataFrame out (inputs never mutated):
 
-- ``kernel_costs(gpu_activity, cpu_ops, ceiling)``: each GPU activity gets FLOPs and bytes from the op
-  that launched it (opmodels), its kernel-name class (kernels), the roof it is closer to (``roof``:
-  intensity against the ridge), its achieved share of peak compute and bandwidth, and a bound:
-  compute | memory | latency | other | comm | memcpy. Latency: under the line on both peaks of the
-  ceiling in use (Nsight Compute's 60% rule: ``latency_threshold`` of a datasheet rate,
-  ``achievable_threshold`` of an achievable one), rates taken over the kernel's duration plus its fixed overhead
-  (``kernel_overhead_ns``), and an elementwise / reduction / copy kernel whose footprint fits in the
-  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters. ``over_peak``: a
-  modelled rate above every peak (its model over-counts); that rate is no evidence for the class.
+- ``kernel_costs(gpu_activity, cpu_ops, ceiling)`` (tracekit.analysis.kernelcosts, re-exported here
+  with the class names): each GPU activity's FLOPs, bytes, roof, rates and bound class.
 - ``apply_counters(kernels, counters)``: Nsight Compute's counters, joined per step
   (tracekit.analysis.counters), decide the class of every kernel they measured (``source`` = ncu).
 - ``attribute_steps(steps, kernels)``: interval arithmetic on the GPU timeline inside each step's
@@ -25,7 +18,6 @@ Method and conventions: docs/roofline.md.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,23 +29,38 @@ from tracekit.analysis import advice as _advice
 from tracekit.analysis import counters as _counters
 from tracekit.analysis import idle as _idle
 from tracekit.analysis import kernels as kc
-from tracekit.analysis.columns import by_value, factorize, map_values, matches, unique
+from tracekit.analysis.columns import factorize, unique
 from tracekit.analysis.intervals import EMPTY, complement, step_windows, union, window_union
-from tracekit.analysis.opmodels import op_costs, serving_attention_ops
+from tracekit.analysis.kernelcosts import (
+    COMM,
+    COMPUTE,
+    IDLE,
+    LATENCY,
+    MEMCPY,
+    MEMORY,
+    MODEL_CLASS,
+    MODEL_NONE,
+    MODEL_SHAPE,
+    OTHER,
+    SOURCE_NCU,
+    kernel_costs,
+)
+from tracekit.analysis.kernelcosts import (
+    SOURCE_MODEL as SOURCE_MODEL,  # re-exported: what decided a kernel's class, beside SOURCE_NCU
+)
+from tracekit.analysis.opmodels import serving_attention_ops
 from tracekit.analysis.opmodels_moe import moe_forward_ops
 from tracekit.analysis.options import (
     ROOFLINE_ONLY as ROOFLINE_ONLY,  # re-exported: the options live beside the pass
 )
 from tracekit.analysis.options import BoundOptions
-from tracekit.model.ceilings import Ceiling, Ceilings, datasheet, gpu_name, l2_bytes
+from tracekit.model.ceilings import Ceiling, Ceilings, gpu_name
 
 # Time classes in priority order: where kernels of several streams overlap, the
 # instant counts once, for the first class active (TraceLens' order: computation
 # before communication before memcpy; compute-bound before memory-bound because a
 # compute-bound kernel hides a concurrent memory-bound one, not the reverse; a
 # kernel that reaches a roof before one that reaches neither).
-COMPUTE, MEMORY, LATENCY, OTHER, COMM, MEMCPY, IDLE = (
-    "compute", "memory", "latency", "other", "comm", "memcpy", "idle")
 PRIORITY = (COMPUTE, MEMORY, LATENCY, OTHER, COMM, MEMCPY)
 TIME_COLUMNS = {
     COMPUTE: "compute_bound_ns",
@@ -69,340 +76,9 @@ TIME_COLUMNS = {
 # trace does not show (launched before its window, or by another process).
 IDLE_COLUMNS = ("idle_profiler_ns", "idle_host_ns", "idle_wait_ns", "idle_before_window_ns")
 
-MODEL_SHAPE = "shape"  # FLOPs/bytes from the launching op's input shapes
-MODEL_CLASS = "kernel_class"  # bound from the kernel's name class only (no FLOPs/bytes)
-MODEL_NONE = "none"
-SOURCE_MODEL, SOURCE_NCU = "model", "ncu"  # what decided a kernel's class
+ARRAYS = "_kernel_arrays"  # _classes' KernelArrays of kernel_bound, for the outside row (never returned)
 
 
-
-
-def _empty_kernels(gpu_activity: pd.DataFrame) -> pd.DataFrame:
-    out = gpu_activity.iloc[0:0].copy()
-    for c, dt in [
-        ("kclass", object), ("model", object), ("op_name", object), ("flops", float), ("bytes", float),
-        ("dtype", object), ("intensity", float), ("ridge", float), ("roof", object),
-        ("flops_pct_of_peak", float), ("bw_pct_of_peak", float), ("over_peak", bool), ("bound", object),
-        ("source", object),
-    ]:
-        out[c] = pd.Series(dtype=dt)
-    return out
-
-
-def _modelled_ops(kernel_ops: np.ndarray, par: pd.DataFrame | None, modelled: np.ndarray, depth: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """``_modelled_op_for`` over arrays: (kernel op ids that have a modelled op, sorted; that op's id).
-
-    ``par``: cpu_ops' (op_id, parent_id) rows without nulls; ``modelled``: the op ids with a model.
-    Parents are followed level by level for every op at once. Where some chain of ancestors is
-    longer than ``depth`` the dict version decides (its walk order then matters)."""
-    kernel_ops = np.asarray(kernel_ops, dtype=np.int64)
-    op = par["op_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
-    parent = par["parent_id"].to_numpy(dtype=np.int64) if par is not None else np.zeros(0, np.int64)
-    ids = unique(np.concatenate([kernel_ops, op, parent, np.asarray(modelled, dtype=np.int64)]))
-    up = np.full(len(ids), -1, dtype=np.int64)
-    if len(op):
-        # dict(zip(op, parent)): the last row of an op id wins
-        last = len(op) - 1 - np.unique(op[::-1], return_index=True)[1]
-        up[np.searchsorted(ids, op[last])] = np.searchsorted(ids, parent[last])
-    is_modelled = np.zeros(len(ids), dtype=bool)
-    is_modelled[np.searchsorted(ids, np.asarray(modelled, dtype=np.int64))] = True
-    k = np.searchsorted(ids, kernel_ops)
-    direct = k[is_modelled[k]]
-    covered = np.zeros(len(ids), dtype=bool)
-    front = up[direct]
-    front = front[front >= 0]
-    for _ in range(depth):
-        if not len(front):
-            break
-        covered[front] = True
-        front = up[front]
-        front = front[front >= 0]
-    else:
-        if len(front):  # a chain longer than depth: the walk order decides what is covered
-            parents = dict(zip(op.tolist(), parent.tolist(), strict=True))
-            m = _modelled_op_for(kernel_ops, parents, set(np.asarray(modelled).tolist()), depth)
-            keys = np.array(sorted(m), dtype=np.int64)
-            return keys, np.array([m[x] for x in keys.tolist()], dtype=np.int64)
-    rest = k[~is_modelled[k]]
-    found = np.full(len(rest), -1, dtype=np.int64)
-    cur = up[rest]
-    open_ = cur >= 0
-    for _ in range(depth):
-        if not open_.any():
-            break
-        hit = open_ & is_modelled[np.where(open_, cur, 0)]
-        found[hit] = cur[hit]
-        open_ &= ~hit
-        cur = np.where(open_, up[np.where(open_, cur, 0)], -1)
-        open_ &= cur >= 0
-    keep = (found >= 0) & ~covered[np.where(found >= 0, found, 0)]
-    src = np.concatenate([direct, rest[keep]])
-    dst = np.concatenate([direct, found[keep]])
-    order = np.argsort(src, kind="stable")
-    return ids[src[order]], ids[dst[order]]
-
-
-def _modelled_op_for(
-    kernel_ops: np.ndarray, parents: Mapping[int, int], modelled: set[int], depth: int
-) -> dict[int, int]:
-    """kernel op_id -> op_id whose model covers it: itself, else its nearest modelled ancestor.
-
-    An ancestor is used only if none of its descendants that launch kernels is
-    modelled itself (else its cost would be counted twice, e.g. the math path of
-    SDPA whose bmm and softmax kernels are modelled on their own).
-    """
-    direct = {int(o) for o in kernel_ops if int(o) in modelled}
-    covered: set[int] = set()  # ancestors of directly modelled ops
-    for o in direct:
-        p = parents.get(o)
-        for _ in range(depth):
-            if p is None or p in covered:
-                break
-            covered.add(p)
-            p = parents.get(p)
-    result: dict[int, int] = {o: o for o in direct}
-    for o in {int(x) for x in kernel_ops} - direct:
-        p = parents.get(o)
-        for _ in range(depth):
-            if p is None:
-                break
-            if p in modelled:
-                if p not in covered:
-                    result[o] = p
-                break
-            p = parents.get(p)
-    return result
-
-
-def kernel_costs(
-    gpu_activity: pd.DataFrame, cpu_ops: pd.DataFrame, ceiling: Ceiling | None, options: BoundOptions | None = None,
-    peaks: Ceiling | None = None,
-) -> pd.DataFrame:
-    """gpu_activity plus kclass, model, op_name, flops, bytes, dtype, intensity, ridge, roof,
-    flops_pct_of_peak, bw_pct_of_peak, bound, source (model). ``peaks``: what the latency line and the
-    % of peak are taken against (tracekit.model.ceilings.Ceilings.peaks; None: the ceiling).
-
-    If one op launches several kernels, the op's FLOPs and bytes are split across
-    them in proportion to their durations (evenly if all durations are 0). Without a ceiling,
-    modelled kernels keep their FLOPs and bytes but no roof and no class (``other``).
-    """
-    opts = options or BoundOptions()
-    if gpu_activity is None or len(gpu_activity) == 0:
-        return _empty_kernels(gpu_activity if gpu_activity is not None else pd.DataFrame())
-    k = gpu_activity.copy().reset_index(drop=True)
-    # the kinds as text, missing ones missing (Series.astype(str)), each distinct text one object
-    kinds = pd.Series(by_value(k["kind"], str) if "kind" in k else np.full(len(k), "kernel", dtype=object),
-                      index=k.index, dtype=object)
-    k["kclass"] = kc.kernel_classes(k["name"], kinds).to_numpy()
-    k["model"] = MODEL_NONE
-    k["op_name"] = None
-    k["flops"] = 0.0
-    k["bytes"] = 0.0
-    k["dtype"] = None
-    is_kernel = (kinds == "kernel").to_numpy()
-
-    costs = op_costs(cpu_ops, assume_causal=opts.assume_causal) if cpu_ops is not None else None
-    op_ids = (
-        pd.to_numeric(k["op_id"], errors="coerce") if "op_id" in k.columns else pd.Series(np.nan, index=k.index)
-    )
-    if costs is not None and len(costs) and op_ids.notna().any():
-        costs = costs.drop_duplicates("op_id").set_index("op_id")
-        par = cpu_ops[["op_id", "parent_id"]].dropna() if "parent_id" in cpu_ops else None
-        linked = is_kernel & op_ids.notna().to_numpy()
-        kops = op_ids[linked].astype("int64").to_numpy()
-        src, dst = _modelled_ops(unique(kops), par, costs.index.astype("int64").to_numpy(), opts.max_parent_depth)
-        if len(src):
-            mop = pd.Series(np.nan, index=k.index)
-            at = np.clip(np.searchsorted(src, kops), 0, len(src) - 1)  # src is sorted (unique ids)
-            mop[linked] = np.where(src[at] == kops, dst[at].astype(float), np.nan)
-            # A split-K GEMM's reduce kernel sums partials the GEMM kernel left in L2 (Nsight Compute:
-            # ~0% of DRAM peak): the op's FLOPs and bytes go to the GEMM kernel; it is classed by name.
-            splitk = re.compile(kc.SPLITK_REDUCE)
-            reduce = (k["kclass"] == kc.REDUCTION).to_numpy() & matches(k["name"], lambda n: splitk.search(n) is not None)
-            mop = mop.mask(reduce)
-            has = mop.notna()
-            mo = mop[has].astype("int64")
-            dur = k.loc[has, "dur_ns"].astype(float).fillna(0.0).clip(lower=0)  # no duration: no share
-            # Each replay of a CUDA/HIP graph runs its captured ops' kernels once: split per replay.
-            group = [mo.to_numpy(), kc.graph_replay(k.loc[has])]
-            tot = dur.groupby(group).transform("sum")
-            cnt = dur.groupby(group).transform("count")
-            share = np.where(tot > 0, dur / tot.where(tot > 0, 1.0), 1.0 / cnt)
-            c = costs.loc[mo.to_numpy()]
-            k.loc[has, "flops"] = c["flops"].to_numpy(dtype=float) * share
-            k.loc[has, "bytes"] = c["bytes"].to_numpy(dtype=float) * share
-            k.loc[has, "dtype"] = c["dtype"].to_numpy()
-            k.loc[has, "op_name"] = c["op_name"].to_numpy()
-            k.loc[has, "model"] = MODEL_SHAPE
-            k.loc[has, "_tensor"] = c["tensor_core"].to_numpy(dtype=bool)
-
-    tensor = k["_tensor"].fillna(False).astype(bool) if "_tensor" in k else pd.Series(False, index=k.index)
-    if ceiling is None:
-        return _without_ceiling(k, is_kernel, kinds, gpu_activity, opts)
-    ridge_vec = ceiling.ridge_point("fp32") or np.nan
-    ridges = {d: ceiling.ridge_point(d) for d in {str(x) for x in k["dtype"].dropna().unique()}}
-    # A dtype with no tensor rate on this GPU (bf16 on a T4) is compared with the fp16 then fp32 peak.
-    tensor_ridge = pd.Series(map_values(
-        k["dtype"], lambda d: ridges.get(str(d)) or ceiling.ridge_point("fp16") or ridge_vec if d is not None else np.nan
-    ), index=k.index)
-    k["ridge"] = np.where(tensor.to_numpy(), tensor_ridge.astype(float), ridge_vec)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
-
-    shape = (k["model"] == MODEL_SHAPE).to_numpy()
-    roof = np.full(len(k), None, dtype=object)
-    roof[shape] = np.where(k.loc[shape, "intensity"].to_numpy() >= k.loc[shape, "ridge"].to_numpy(), COMPUTE, MEMORY)
-    peaks = peaks if peaks is not None else ceiling
-    flops_pct, bw_pct = _pct_of_peak(k, tensor.to_numpy(), peaks, opts.kernel_overhead_ns)
-    k["flops_pct_of_peak"], k["bw_pct_of_peak"] = flops_pct, bw_pct
-    l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
-    resident = shape & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy() & (
-        k["bytes"].to_numpy(dtype=float) <= l2) if l2 else np.zeros(len(k), dtype=bool)
-    over_f, over_b = _over_peak(k, tensor.to_numpy(), ceiling, opts.kernel_overhead_ns)
-    over_b &= ~resident  # an L2-resident kernel's bytes are served from L2, not rated against DRAM
-    over = shape & (over_f | over_b)
-    k["over_peak"] = over
-    bound = np.full(len(k), OTHER, dtype=object)
-    bound[shape] = roof[shape]
-    if opts.latency_threshold is not None:
-        f_line, b_line = _lines(k, tensor.to_numpy(), peaks, opts)
-        below = np.fmax(flops_pct - f_line, bw_pct - b_line) < 0  # NaN (no duration) -> False
-        bound[shape & below] = LATENCY
-        reach_f, reach_b = flops_pct >= f_line, bw_pct >= b_line
-        bound[resident & ~reach_f] = LATENCY
-        # A rate over the peak is no evidence: its model over-counts. What is left decides: the other
-        # rate where it reaches its line, else the rules for a kernel without a model.
-        ok_f, ok_b = reach_f & ~over_f, reach_b & ~over_b
-        bound[over] = np.where(ok_f, COMPUTE, np.where(ok_b, MEMORY, OTHER))[over]
-        unproven = over & ~ok_f & ~ok_b
-    else:  # the roofline alone: the roof under the intensity, whatever the rates (flagged all the same)
-        unproven = None
-    _finish(k, bound, roof, shape, is_kernel, kinds, gpu_activity, opts, unproven=unproven)
-    return k.drop(columns=["_tensor"], errors="ignore")
-
-
-def _without_ceiling(k: pd.DataFrame, is_kernel: np.ndarray, kinds: pd.Series, gpu_activity: pd.DataFrame,
-                     opts: BoundOptions) -> pd.DataFrame:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k["intensity"] = np.where(k["bytes"] > 0, k["flops"] / k["bytes"].where(k["bytes"] > 0, 1.0), np.nan)
-    k["ridge"] = np.nan
-    k["flops_pct_of_peak"], k["bw_pct_of_peak"] = np.nan, np.nan
-    k["over_peak"] = False
-    shape = (k["model"] == MODEL_SHAPE).to_numpy()
-    _finish(k, np.full(len(k), OTHER, dtype=object), np.full(len(k), None, dtype=object), shape, is_kernel, kinds,
-            gpu_activity, opts)
-    return k.drop(columns=["_tensor"], errors="ignore")
-
-
-def _finish(k: pd.DataFrame, bound: np.ndarray, roof: np.ndarray, shape: np.ndarray, is_kernel: np.ndarray,
-            kinds: pd.Series, gpu_activity: pd.DataFrame, opts: BoundOptions,
-            unproven: np.ndarray | None = None) -> None:
-    """The classes every path shares: the name-class size rule, communication, memcpy (in place).
-
-    ``unproven``: modelled kernels whose model gave no usable evidence (over the peak): the size rule
-    classes them as it classes kernels without a model (their model and roof stay)."""
-    if opts.class_fallback_memory:
-        named = is_kernel & k["kclass"].isin([kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]).to_numpy()
-        fb = ~shape & named
-        roof[fb] = MEMORY
-        k.loc[fb, "model"] = MODEL_CLASS
-        if unproven is not None:
-            fb = fb | (unproven & named)
-        bound[fb] = MEMORY
-        if opts.latency_threshold is not None:
-            dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
-            bound[fb & (dur < opts.short_kernel_ns)] = LATENCY
-    bound[(k["kclass"] == kc.COMMUNICATION).to_numpy()] = COMM
-    memcpy = kinds.isin(["memcpy", "memset"]).to_numpy()
-    bound[memcpy] = MEMCPY
-    if "bytes" in gpu_activity:
-        # memcpy/memset bytes are in the trace: a DtoD copy reads and writes them.
-        raw = pd.to_numeric(gpu_activity["bytes"], errors="coerce").fillna(0).to_numpy(dtype=float)
-        dtod = matches(k["memcpy_kind"], lambda m: "DtoD" in m) if "memcpy_kind" in k else np.zeros(len(k), bool)
-        factor = np.where(dtod, 2.0, 1.0)
-        k.loc[memcpy, "bytes"] = (raw * factor)[memcpy]
-    k["roof"] = roof
-    k["bound"] = bound
-    k["source"] = SOURCE_MODEL
-
-
-def _rate_keys(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling) -> np.ndarray:
-    """The FLOP rate each kernel is compared with: its dtype's tensor rate (fp16, then fp32, where the GPU
-    lacks it) for GEMM and attention kernels, fp32 for the rest."""
-    def key(d: Any) -> str:
-        if d is None:
-            return "fp32"
-        return str(d) if peaks.flops(str(d)) else "fp16" if peaks.flops("fp16") else "fp32"
-
-    return np.where(tensor, map_values(k["dtype"], key), "fp32")
-
-
-def _lines(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, opts: BoundOptions) -> tuple[np.ndarray, np.ndarray]:
-    """The latency line of each kernel, % of ``peaks``, on FLOPs and on bandwidth: achievable_threshold
-    where the rate is an achievable figure, latency_threshold where it is a datasheet one."""
-    ds = 100.0 * (opts.latency_threshold or 0.0)
-    ach = 100.0 * opts.achievable_threshold
-    keys = _rate_keys(k, tensor, peaks)
-    achieved = {d for d in set(keys.tolist()) if peaks.is_achieved(str(d))}
-    f_line = np.where(np.isin(keys, list(achieved)), ach, ds) if achieved else np.full(len(k), ds)
-    b_line = np.full(len(k), ach if peaks.is_achieved("bandwidth") else ds)
-    return f_line, b_line
-
-
-def _over_peak(k: pd.DataFrame, tensor: np.ndarray, ceiling: Ceiling, overhead_ns: float
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """(FLOP rate over the peak, bandwidth over the peak) per kernel: its modelled rate above both the
-    ceiling in use and the GPU's datasheet (a rate no kernel can reach: the model over-counts).
-
-    The highest rate a kernel could run at is taken: a GEMM or attention kernel's dtype rate, TF32's
-    for fp32 (cuBLAS may run fp32 GEMMs on TF32 tensor cores), and for a dtype the GPU has no rate for
-    (block-scaled fp4, say) its fastest rate; the fp32 CUDA-core rate for the rest."""
-    ds = datasheet(ceiling.gpu)
-    rates = {d: max(ceiling.flops(d) or 0.0, ds.flops(d) or 0.0 if ds is not None else 0.0)
-             for d in {*ceiling.peak_flops, *(ds.peak_flops if ds is not None else ())}}
-    bw = max(ceiling.peak_bytes_per_s, ds.peak_bytes_per_s if ds is not None else 0.0)
-    fastest = max(rates.values(), default=0.0)
-    fp32 = rates.get("fp32") or np.nan
-
-    def tensor_peak(d: Any) -> float:
-        if d is None:
-            return np.nan
-        if str(d) == "fp32":
-            return max(rates.get("fp32", 0.0), rates.get("tf32", 0.0)) or np.nan
-        return rates.get(str(d)) or fastest or np.nan
-
-    peak_f = np.where(tensor, map_values(k["dtype"], tensor_peak).astype(float), fp32)
-    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
-    dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, np.nan) * 1e-9
-    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = k["flops"].to_numpy(dtype=float) / dur_s
-        b = k["bytes"].to_numpy(dtype=float) / dur_s
-    return modelled & (np.nan_to_num(f) > peak_f), modelled & (np.nan_to_num(b) > bw)
-
-
-def _pct_of_peak(k: pd.DataFrame, tensor: np.ndarray, peaks: Ceiling, overhead_ns: float = 0.0
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Achieved FLOP/s and bytes/s of each kernel (modelled work / (duration + ``overhead_ns``)) as %
-    of ``peaks``.
-
-    GEMM and attention kernels against the tensor-core peak of their dtype (fp16, then fp32 where the
-    GPU lacks it), the rest against the fp32 CUDA-core peak. NaN without a duration or a model.
-    """
-    dur_ns = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
-    dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, dur_ns) * 1e-9
-    fp32 = peaks.flops("fp32") or np.nan
-    tensor_peak = map_values(
-        k["dtype"], lambda d: (peaks.flops(str(d)) or peaks.flops("fp16") or fp32) if d is not None else np.nan
-    ).astype(float)
-    peak_f = np.where(tensor, tensor_peak, fp32)
-    modelled = (k["model"] == MODEL_SHAPE).to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ok = modelled & (dur_s > 0)
-        f = np.where(ok, 100.0 * k["flops"].to_numpy(dtype=float) / dur_s / peak_f, np.nan)
-        b = np.where(ok, 100.0 * k["bytes"].to_numpy(dtype=float) / dur_s / peaks.peak_bytes_per_s, np.nan)
-    return f, b
 
 
 def apply_counters(kernels: pd.DataFrame, counters: pd.DataFrame | None,
@@ -474,7 +150,7 @@ def with_steps(kernels: pd.DataFrame, steps: pd.DataFrame, kernel_steps: pd.Data
     From the timeline pass's ``kernel_steps`` (step_id by launch time, matched on
     ``row``) when given; else a kernel belongs to the step window its start falls in.
     """
-    k = kernels.copy()
+    k = kernels.copy(deep=False)
     if kernel_steps is not None and len(kernel_steps) and "row" in kernel_steps:
         m = pd.Series(kernel_steps["step_id"].to_numpy(), index=kernel_steps["row"].to_numpy())
         k["step_id"] = pd.to_numeric(pd.Series(np.arange(len(k))).map(m), errors="coerce").to_numpy()
@@ -591,8 +267,8 @@ class KernelArrays:
             ts, te = self.ts[part], self.te[part]
             total += _sweep(ts, te, self.cls[part], windows)
             issued = self.issued_of(part)
-            wait += _idle.wait_ns(windows, ts, te, issued, syncs)
-            before += _idle.before_window_ns(windows, ts, te, issued, (context or self).busy())
+            w, b = _idle.waits_ns(windows, ts, te, issued, syncs, (context or self).busy())
+            wait, before = wait + w, before + b
         if not len(idx):
             none = np.zeros(0, dtype=np.int64)
             wait = _idle.wait_ns(windows, none, none, none, syncs)
@@ -646,16 +322,17 @@ def _class_index(bound: pd.Series) -> np.ndarray:
 
 
 def attribute_steps(steps: pd.DataFrame, kernels: pd.DataFrame, syncs: np.ndarray | None = None,
-                    overheads: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+                    overheads: Mapping[str, tuple[float, float]] | None = None, *,
+                    arrays: KernelArrays | None = None) -> pd.DataFrame:
     """Per step: time_ns split into TIME_COLUMNS (they sum to time_ns × devices, exactly), FLOPs, bytes.
 
     ``kernels``: ``with_steps``' output (a step_id column). Only the step's own
     kernels count, clipped to its window. ``overheads``: tracekit.analysis.idle.overheads' result
-    (None: idle_profiler_ns stays null).
+    (None: idle_profiler_ns stays null). ``arrays``: ``KernelArrays.of(kernels)`` where the caller has it.
     """
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    arrays = KernelArrays.of(k)
+    arrays = arrays if arrays is not None and "step_id" in kernels else KernelArrays.of(k)
     by_step, _ = _rows_by_step(k)
     none = np.zeros(0, dtype=np.int64)
     rows = []
@@ -677,6 +354,8 @@ def attribute_phases(
     phases: pd.DataFrame | None = None,
     syncs: np.ndarray | None = None,
     step_attr: pd.DataFrame | None = None,
+    *,
+    arrays: KernelArrays | None = None,
 ) -> pd.DataFrame:
     """Bound columns per (request, phase) and per (run, phase) (request_id null).
 
@@ -691,7 +370,8 @@ def attribute_phases(
 
     With ``phases`` (the phases pass's table) its rows are kept and matched on
     (request_id, phase); rows that match no step (``outside``) keep nulls in
-    the columns this pass adds; the columns it computes replace theirs.
+    the columns this pass adds; the columns it computes replace theirs. ``arrays``:
+    ``KernelArrays.of(kernels)`` where the caller has it.
     """
     prof: pd.Series | None = None
     if step_attr is not None and len(step_attr) and "idle_profiler_ns" in step_attr:
@@ -699,7 +379,7 @@ def attribute_phases(
                          index=step_attr["step_id"].to_numpy())
     w = step_windows(steps)
     k = kernels if "step_id" in kernels else with_steps(kernels, steps)
-    arrays = KernelArrays.of(k)
+    arrays = arrays if arrays is not None and "step_id" in kernels else KernelArrays.of(k)
     by_step, outside = _rows_by_step(k)
     dominant_of = _dominant_dtype_of(k[[c for c in ("model", "kclass", "dtype", "flops") if c in k]])
     groups: list[tuple[Any, str, pd.DataFrame]] = []
@@ -812,7 +492,8 @@ def bound_tables(
     manifest: Mapping[str, Any] | None = None,
     peaks: Ceiling | None = None,
 ) -> dict[str, Any]:
-    """The whole attribution in one call: {"kernels", "step_bound", "phases", "counters_report"}.
+    """The whole attribution in one call: {"kernels", "step_bound", "phases", "counters_report", "arrays"}
+    (``arrays``: KernelArrays.of(kernels), for more groups attributed over the same kernels).
 
     ``runtime`` (the runtime table) gives each kernel's issue time and the host's blocking calls for
     the idle split; ``counters`` (ncu_counters) the measured classes; ``manifest`` (run.json) the
@@ -832,12 +513,14 @@ def bound_tables(
         kernels["phase"] = pd.to_numeric(kernels["step_id"], errors="coerce").map(kind)
     kernels, report = apply_counters(kernels, counters, options)
     syncs = _idle.sync_intervals(runtime)
-    step_attr = attribute_steps(steps, kernels, syncs, _idle.overheads(manifest))
+    arrays = KernelArrays.of(kernels)
+    step_attr = attribute_steps(steps, kernels, syncs, _idle.overheads(manifest), arrays=arrays)
     return {
         "kernels": kernels,
         "step_bound": step_attr,
-        "phases": attribute_phases(steps, kernels, ceiling, phases, syncs, step_attr),
+        "phases": attribute_phases(steps, kernels, ceiling, phases, syncs, step_attr, arrays=arrays),
         "counters_report": report,
+        "arrays": arrays,
     }
 
 
@@ -882,6 +565,7 @@ def bound_pass(
         return _outside_row(phases, as_df(view), out, span)
     out = _outside_row(phases, as_df(view), {**_unclassed(gpu_activity, cpu_ops, view, kernel_steps, phases),
                                              "warnings": out.get("warnings", [])}, span)
+    out.pop(ARRAYS, None)
     split = [TIME_COLUMNS[c] for c in (COMPUTE, MEMORY, LATENCY, OTHER)]
     for name in ("phases", "step_bound"):
         frame = out.get(name)
@@ -936,7 +620,8 @@ def _classes(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, pha
     if _idle.overheads(manifest) is None:
         warnings.append("bound: no unprofiled timing pass in run.json: idle_profiler_ns left null "
                         "(the profiler's share of the idle time is unknown)")
-    return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings}
+    return {"phases": ph, "kernel_bound": k, "step_bound": out["step_bound"], "warnings": warnings,
+            ARRAYS: out["arrays"]}
 
 
 def _unclassed(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, phases: Any) -> dict[str, Any]:
@@ -952,7 +637,7 @@ def _unclassed(gpu_activity: Any, cpu_ops: Any, steps: Any, kernel_steps: Any, p
     ph = as_df(phases) if phases is not None else None
     out = bound_tables(gpu, cpu, st, None, phases=ph, kernel_steps=ks)
     return {"phases": out["phases"].drop(columns=["tokens"], errors="ignore"), "kernel_bound": out["kernels"],
-            "step_bound": out["step_bound"]}
+            "step_bound": out["step_bound"], ARRAYS: out["arrays"]}
 
 
 def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tuple[int, int] | None
@@ -963,6 +648,8 @@ def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tu
     no steps is all outside: the row covers the whole trace."""
     from tracekit.analysis.frames import as_df
 
+    arrays = out.get(ARRAYS)
+    out = {n: v for n, v in out.items() if n != ARRAYS}
     after, kern = out.get("phases"), out.get("kernel_bound")
     if before is None:
         return out
@@ -980,8 +667,10 @@ def _outside_row(before: Any, steps: pd.DataFrame, out: dict[str, Any], span: tu
         w = step_windows(steps) if len(steps) else None
         inside = window_union(w) if w is not None and len(w) else EMPTY
         windows = complement(inside, *span)
-        k = kern[pd.to_numeric(kern["step_id"], errors="coerce").isna()] if len(kern) else kern
-        row = attribute_windows(windows, k, context=kern)
+        arrays = arrays if arrays is not None and arrays.n == len(kern) else KernelArrays.of(kern)
+        none = np.flatnonzero(pd.to_numeric(kern["step_id"], errors="coerce").isna().to_numpy()) if len(kern) else (
+            np.zeros(0, dtype=np.int64))
+        row = arrays.attribute(windows, none, None, arrays)
         for c in (*TIME_COLUMNS.values(), *IDLE_COLUMNS, "gpu_busy_ns", "time_ns"):
             if c in after.columns or not len(steps):  # no steps: the phases pass made no bound columns
                 after.loc[mask, c] = row[c]

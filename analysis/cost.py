@@ -29,7 +29,7 @@ Pure: DataFrames in, new DataFrames out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -279,11 +279,14 @@ def step_costs(steps: pd.DataFrame, step_bound: pd.DataFrame | None, counters: p
     if step_bound is not None and len(step_bound) and "step_id" in step_bound:
         sb = step_bound.assign(step_id=pd.to_numeric(step_bound["step_id"], errors="coerce")).dropna(subset=["step_id"])
         sb = sb.drop_duplicates("step_id").set_index(sb["step_id"].drop_duplicates().astype("int64"))
-        for c in (*TIME_CLASSES, "flops", "bytes"):
-            if c in sb:
-                out[c] = out["step_id"].map(sb[c])
+        cols = [c for c in (*TIME_CLASSES, "flops", "bytes", "time_ns") if c in sb]
+        # each step's row of sb, one reindex for every column (Series.map's values, column by column)
+        picked = sb[cols].reindex(out["step_id"].to_numpy()).reset_index(drop=True)
+        for c in cols:
+            if c != "time_ns":
+                out[c] = picked[c]
         if "time_ns" in sb:  # the bound pass's window: the one its classes sum to
-            out["time_ns"] = out["step_id"].map(sb["time_ns"]).fillna(out["time_ns"])
+            out["time_ns"] = picked["time_ns"].fillna(out["time_ns"])
     if counters is not None and len(counters):
         win = w[["start_ns", "end_ns"]].to_numpy(dtype=np.int64)
         out["energy_j"] = window_energy_j(counters, win, device)
@@ -295,16 +298,15 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
     cols = [*SEQ_COLUMNS, *COST_COLUMNS]
     if seqs.empty or costs.empty:
         return pd.DataFrame(columns=cols)
-    by_step = costs.set_index("step_id")
+    of_step = step_records(costs)
     rows: list[np.ndarray] = []  # each step's rows of seqs, in step order
     res: dict[str, list[np.ndarray]] = {col: [] for col in COST_COLUMNS}
-    q_all, kv_all = seqs["q_len"], seqs["kv_len"]
+    q_all, kv_all = _int_column(seqs["q_len"]), _int_column(seqs["kv_len"])
     for sid, idx in seqs.groupby(seqs["step_id"].astype("int64"), sort=True).indices.items():
-        if sid not in by_step.index:
+        c = of_step(sid)
+        if c is None:
             continue
-        c = by_step.loc[sid]  # type: ignore[call-overload]
-        one = split_step({str(k): v for k, v in c.items()}, q_all.iloc[idx].astype("int64").to_numpy(),
-                         kv_all.iloc[idx].astype("int64").to_numpy(), model)
+        one = split_step(c, q_all(idx), kv_all(idx), model)
         rows.append(np.asarray(idx))
         for col in COST_COLUMNS:
             res[col].append(one[col])
@@ -319,6 +321,36 @@ def split(steps: pd.DataFrame, seqs: pd.DataFrame, costs: pd.DataFrame, model: C
     return out[cols]
 
 
+def step_records(costs: pd.DataFrame) -> Callable[[Any], dict[str, Any] | None]:
+    """A step's row of ``costs`` as {column: value} (None where it has none), as split_step reads it:
+    values are read through float(), so a row's own values serve as well as a row upcast to one dtype.
+    Unique step ids are looked up in a dict of records; repeated ones row by row, as the frame gives them."""
+    ids = costs["step_id"].to_numpy()
+    if pd.Index(ids).is_unique:
+        cols = [str(c) for c in costs.columns if c != "step_id"]
+        values = [costs[c].tolist() for c in cols]
+        table = {int(sid): dict(zip(cols, row, strict=True)) for sid, *row in zip(ids.tolist(), *values, strict=True)}
+        return table.get
+    by_step = costs.set_index("step_id")
+
+    def row(sid: Any) -> dict[str, Any] | None:
+        if sid not in by_step.index:
+            return None
+        return {str(k): v for k, v in by_step.loc[sid].items()}  # type: ignore[call-overload]
+
+    return row
+
+
+def _int_column(values: pd.Series) -> Callable[[Any], np.ndarray]:
+    """The int64 values at positions ``idx`` of a column: from one conversion of the whole column, or
+    (a null somewhere) converted per call, so that only the rows asked for must be integers."""
+    try:
+        whole = values.astype("int64").to_numpy()
+    except (TypeError, ValueError):
+        return lambda idx: values.iloc[idx].astype("int64").to_numpy()
+    return lambda idx: whole[idx]
+
+
 def per_request(step_requests: pd.DataFrame) -> pd.DataFrame:
     """Per request: the sums of its parts (REQUEST_COST_COLUMNS); null where one of its steps lacks the column."""
     if step_requests.empty:
@@ -326,13 +358,14 @@ def per_request(step_requests: pd.DataFrame) -> pd.DataFrame:
     rid = step_requests["request_id"].astype("int64")
     g = step_requests.groupby(rid)
     out = pd.DataFrame({"steps": g["step_id"].nunique()})
-    for c in REQUEST_COST_COLUMNS:
-        if c in ("steps", "mean_step_share"):
-            continue
-        col = pd.to_numeric(step_requests[c], errors="coerce").astype(float)
-        # A sum over only some of a request's steps (the others outside a --trace-steps capture
-        # window) would read as its whole cost: null unless every step has the value.
-        out[c] = col.groupby(rid).sum().where(col.notna().groupby(rid).all())
+    cols = [c for c in REQUEST_COST_COLUMNS if c not in ("steps", "mean_step_share")]
+    vals = pd.DataFrame({c: pd.to_numeric(step_requests[c], errors="coerce").astype(float) for c in cols})
+    # Every column summed in one groupby (per column, the same sums as one groupby each). A sum over
+    # only some of a request's steps (the others outside a --trace-steps capture window) would read as
+    # its whole cost: null unless every step has the value.
+    sums, whole = vals.groupby(rid).sum(), vals.notna().groupby(rid).all()
+    for c in cols:
+        out[c] = sums[c].where(whole[c])
     out["mean_step_share"] = g["share"].mean()
     out = out.reset_index().rename(columns={"index": "request_id"})
     for c in ("step_time_ns", "gpu_time_ns", "compute_bound_ns", "memory_bound_ns", "latency_bound_ns", "other_ns",

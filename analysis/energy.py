@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.intervals import step_windows, window_union
+from tracekit.analysis.intervals import step_windows, union
 from tracekit.model.ceilings import Ceiling
 
 METRIC_ENERGY = "energy"  # J, cumulative
@@ -109,50 +109,77 @@ def _mean(ts: np.ndarray, v: np.ndarray, windows: np.ndarray) -> float:
     return total / weight if weight > 0 else float("nan")
 
 
+class StepGroups:
+    """The step windows of each (request, phase) as arrays, made once per pass: the steps whose kind
+    is the phase (and whose request is the request, where one is given), as the frame filters
+    ``kind.astype(str) == phase`` and ``request_id == request`` pick them, in the steps' order."""
+
+    def __init__(self, steps: pd.DataFrame) -> None:
+        w = step_windows(steps)
+        self.kind = w["kind"].astype(str).to_numpy(dtype=object)
+        self.start = w["start_ns"].to_numpy(dtype=np.int64)
+        self.end = w["end_ns"].to_numpy(dtype=np.int64)
+        self.request = (pd.to_numeric(w["request_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+                        if "request_id" in w else None)
+        self.tokens = (pd.to_numeric(w["tokens"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+                       if "tokens" in w else None)
+
+    def rows(self, phase: Any, request: Any) -> np.ndarray:
+        """The steps of ``phase`` (and of ``request`` where it is not null)."""
+        mask = self.kind == str(phase)
+        if pd.notna(request):
+            if self.request is None:
+                raise KeyError("request_id")
+            mask &= self.request == float(request)
+        return np.flatnonzero(mask)
+
+    def windows(self, rows: np.ndarray) -> np.ndarray:
+        return union(self.start[rows], self.end[rows])
+
+
 def phase_energy(
-    phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None = None
+    phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None = None,
+    groups: StepGroups | None = None,
 ) -> pd.DataFrame:
     """phases plus energy_j and energy_j_per_token, from the steps of each (request, phase).
 
     A step's window is [cpu_start, max(cpu_end, gpu_end)) (the bound pass's). Tokens:
-    the steps table's ``tokens`` (query tokens; for decode, tokens generated).
+    the steps table's ``tokens`` (query tokens; for decode, tokens generated). ``groups``:
+    StepGroups(steps) where the caller has it.
     """
     out = phases.copy()
-    out["energy_j"] = np.nan
-    out["energy_j_per_token"] = np.nan
-    if len(out) == 0 or len(steps) == 0 or counters is None or len(counters) == 0:
-        return out
-    w = step_windows(steps)
-    energy = _energy_series(counters, device)
-    for i, r in out.iterrows():
-        g = w[w["kind"].astype(str) == str(r["phase"])]
-        if pd.notna(r.get("request_id")) and "request_id" in g:
-            g = g[g["request_id"] == r["request_id"]]
-        if not len(g):
-            continue
-        win = window_union(g)
-        e = float(np.sum(_energy(energy, win)))
-        out.loc[i, "energy_j"] = e
-        tokens = pd.to_numeric(g["tokens"], errors="coerce").sum() if "tokens" in g else np.nan
-        if tokens and tokens > 0:
-            out.loc[i, "energy_j_per_token"] = e / tokens
+    n = len(out)
+    energy_j, per_token = np.full(n, np.nan), np.full(n, np.nan)
+    if n and len(steps) and counters is not None and len(counters):
+        g = groups if groups is not None else StepGroups(steps)
+        energy = _energy_series(counters, device)
+        has_request = "request_id" in out
+        rids = out["request_id"].tolist() if has_request else [None] * n
+        for i, (phase, rid) in enumerate(zip(out["phase"].tolist(), rids, strict=True)):
+            rows = g.rows(phase, rid if g.request is not None else None)
+            if not len(rows):
+                continue
+            e = float(np.sum(_energy(energy, g.windows(rows))))
+            energy_j[i] = e
+            tokens = np.nansum(g.tokens[rows]) if g.tokens is not None else np.nan
+            if tokens and tokens > 0:
+                per_token[i] = e / tokens
+    out["energy_j"] = energy_j
+    out["energy_j_per_token"] = per_token
     return out
 
 
 def gpm_dram_columns(phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None,
-                     peak_bytes_per_s: float) -> pd.DataFrame:
+                     peak_bytes_per_s: float, groups: StepGroups | None = None) -> pd.DataFrame:
     """phases plus gpm_dram_bw_util_pct (GPM's DRAM bandwidth utilisation, time-weighted over each
-    (request, phase)'s step windows) and gpm_dram_tbps (that share of ``peak_bytes_per_s``)."""
+    (request, phase)'s step windows) and gpm_dram_tbps (that share of ``peak_bytes_per_s``).
+    ``groups``: StepGroups(steps) where the caller has it."""
     out = phases.copy()
-    w = step_windows(steps)
+    g = groups if groups is not None else StepGroups(steps)
     util, tbps = [], []
     dram = series(counters, METRIC_DRAM_BW_UTIL, device)
-    for r in out.itertuples(index=False):
-        g = w[w["kind"].astype(str) == str(r.phase)]
-        rid: Any = r.request_id
-        if pd.notna(rid):
-            g = g[g["request_id"] == rid]
-        u = _mean(*dram, window_union(g))
+    for phase, rid in zip(out["phase"].tolist(), out["request_id"].tolist(), strict=True):
+        u = _mean(*dram, g.windows(g.rows(phase, rid)))
         util.append(u)
         tbps.append(u / 100.0 * peak_bytes_per_s / 1e12)
     out["gpm_dram_bw_util_pct"] = util
@@ -177,5 +204,6 @@ def energy_pass(gpu_activity: Any, steps: Any, phases: Any, counters: Any, *, bo
     gpu, steps = as_df(gpu_activity), as_df(steps)
     devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
     dev = int(devs.mode().iloc[0]) if len(devs) else None
-    ph = phase_energy(as_df(phases), steps, counters, dev)
-    return gpm_dram_columns(ph, steps, counters, dev, ceiling.peak_bytes_per_s)
+    groups = StepGroups(steps) if len(steps) else None
+    ph = phase_energy(as_df(phases), steps, counters, dev, groups)
+    return gpm_dram_columns(ph, steps, counters, dev, ceiling.peak_bytes_per_s, groups)

@@ -91,9 +91,9 @@ def short_names(names: pd.Series) -> list[str | None]:
     """Each kernel's short name (tracekit.model.kernelnames), computed once per distinct name."""
     from tracekit.model.kernelnames import short_name
 
-    cache: dict[Any, str | None] = {}
-    return [cache.setdefault(n, short_name(n) if isinstance(n, str) else None) if n is not None else None
-            for n in names.tolist()]
+    values = names.tolist()
+    cache = {n: short_name(n) if isinstance(n, str) else None for n in set(values) if n is not None}
+    return [cache[n] if n is not None else None for n in values]
 
 
 def plain_frame(df: pd.DataFrame, source: pa.Table | None = None) -> pd.DataFrame:

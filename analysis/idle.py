@@ -26,7 +26,7 @@ null profiler part counting 0). Method: docs/roofline.md, "Idle by cause".
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -117,44 +117,52 @@ LAUNCH_LATENCY_NS = 5_000
 
 
 def _gaps(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
-          launch_latency_ns: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Per window ``(lo, hi, ga, gb, split, latest)``: its idle gaps [ga, gb) on one device, where the host's
-    part of each ends (``split``: the latest issue time, plus the launch latency, of the activity that ends
-    the gap, clipped into it; gb where it is unknown or no activity ends the gap) and that issue time
+          launch_latency_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(ga, gb, split, latest)`` over every window at once: the idle gaps [ga, gb) on one device inside
+    the disjoint sorted ``windows`` (window by window, each in time order), where the host's part of
+    each ends (``split``: the latest issue time, plus the launch latency, of the activity that ends the
+    gap, clipped into it; gb where it is unknown or no activity ends the gap) and that issue time
     (``latest``; UNKNOWN there)."""
+    w = np.asarray(windows, dtype=np.int64).reshape(-1, 2)
     busy = union(starts, ends)
+    lo, hi = w[:, 0], w[:, 1]
+    # gaps = each window minus busy. busy is disjoint and sorted (both ends ascend): the intervals
+    # meeting a window are one slice [a, b), found by bisection; a window with m of them has m + 1
+    # candidate gaps (before the first, between, after the last), empty ones dropped.
+    a = np.searchsorted(busy[:, 1], lo, side="right")
+    m = np.maximum(np.maximum(np.searchsorted(busy[:, 0], hi, side="left"), 0) - a, 0)
+    win = np.repeat(np.arange(len(w)), m + 1)
+    k = np.arange(len(win)) - np.repeat(np.cumsum(m + 1) - (m + 1), m + 1)  # candidate's place in its window
+    first, last = k == 0, k == m[win]
+    wlo, whi, at = lo[win], hi[win], a[win] + k
+    b_end = busy[np.clip(at - 1, 0, max(len(busy) - 1, 0)), 1] if len(busy) else wlo
+    b_start = busy[np.clip(at, 0, max(len(busy) - 1, 0)), 0] if len(busy) else whi
+    edges_s = np.where(first, wlo, np.clip(b_end, wlo, whi))
+    edges_e = np.where(last, whi, np.clip(b_start, wlo, whi))
+    keep = edges_e > edges_s
+    ga, gb = edges_s[keep].astype(np.int64), edges_e[keep].astype(np.int64)
+    split = gb.copy()  # unknown, or no activity at the gap's end: all of it the host's
+    latest_of = np.full(gb.size, UNKNOWN, dtype=np.int64)
+    if not gb.size:
+        return ga, gb, split, latest_of
     ss = np.asarray(starts, dtype=np.int64)
     order = np.argsort(ss, kind="stable")
     ss, iss = ss[order], as_issued(issued)[order]
     padded = np.append(iss, UNKNOWN)  # i1 below may be len(iss)
-    padded_unknown = padded == UNKNOWN
-    for lo, hi in windows:
-        # gaps = [lo, hi) minus busy. busy is disjoint and sorted (both ends ascend): the intervals
-        # meeting the window are one slice, found by bisection (a mask over all of them per window
-        # would make the pass quadratic in the trace's length).
-        b = busy[np.searchsorted(busy[:, 1], lo, side="right"):max(0, np.searchsorted(busy[:, 0], hi, side="left"))]
-        edges_s = np.concatenate([[lo], np.clip(b[:, 1], lo, hi)]) if b.size else np.array([lo])
-        edges_e = np.concatenate([np.clip(b[:, 0], lo, hi), [hi]]) if b.size else np.array([hi])
-        keep = edges_e > edges_s
-        ga, gb = edges_s[keep].astype(np.int64), edges_e[keep].astype(np.int64)
-        if ga.size == 0:
-            continue
-        # the activity that ends each gap: the latest-issued one starting exactly at its end
-        i0 = np.searchsorted(ss, gb, side="left")
-        i1 = np.searchsorted(ss, gb, side="right")
-        split = gb.copy()  # unknown, or no activity at the gap's end: all of it the host's
-        latest_of = np.full(gb.size, UNKNOWN, dtype=np.int64)
-        has = np.flatnonzero(i1 > i0)
-        if has.size:
-            # Per gap, the max issue time and whether any is unknown over iss[i0:i1] (disjoint, sorted
-            # ranges: the gaps' ends ascend), by reduceat over the ranges' bounds.
-            bounds = np.column_stack([i0[has], i1[has]]).ravel()
-            latest = np.maximum.reduceat(padded, bounds)[::2]
-            unknown = np.logical_or.reduceat(padded_unknown, bounds)[::2]
-            ok = has[~unknown]
-            latest_of[ok] = latest[~unknown]
-            split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
-        yield int(lo), int(hi), ga, gb, split, latest_of
+    # the activity that ends each gap: the latest-issued one starting exactly at its end
+    i0 = np.searchsorted(ss, gb, side="left")
+    i1 = np.searchsorted(ss, gb, side="right")
+    has = np.flatnonzero(i1 > i0)
+    if has.size:
+        # Per gap, the max issue time and whether any is unknown over iss[i0:i1] (disjoint, sorted
+        # ranges: the gaps' ends ascend), by reduceat over the ranges' bounds.
+        bounds = np.column_stack([i0[has], i1[has]]).ravel()
+        latest = np.maximum.reduceat(padded, bounds)[::2]
+        unknown = np.logical_or.reduceat(padded == UNKNOWN, bounds)[::2]
+        ok = has[~unknown]
+        latest_of[ok] = latest[~unknown]
+        split[ok] = np.minimum(np.maximum(latest[~unknown] + launch_latency_ns, ga[ok]), gb[ok])
+    return ga, gb, split, latest_of
 
 
 def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray,
@@ -169,13 +177,15 @@ def wait_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: n
     """
     if len(windows) == 0:
         return 0
-    total = 0
+    return _waited(_gaps(windows, starts, ends, issued, launch_latency_ns), syncs)
+
+
+def _waited(gaps: tuple[np.ndarray, ...], syncs: np.ndarray) -> int:
+    """wait_ns of the gaps ``_gaps`` found."""
+    ga, gb, split, _ = gaps
     syncs = np.asarray(syncs, dtype=np.int64).reshape(-1, 2)
-    for lo, hi, ga, gb, split, _ in _gaps(windows, starts, ends, issued, launch_latency_ns):
-        near = syncs[np.searchsorted(syncs[:, 1], lo, side="right"):np.searchsorted(syncs[:, 0], hi, side="left")]
-        total += int((gb - split).sum())  # queued, not running
-        total += _overlap(ga, split, near)  # host blocked in a sync while nothing was queued
-    return total
+    # queued, not running; and the host blocked in a sync while nothing was queued
+    return int((gb - split).sum()) + _overlap(ga, split, syncs)
 
 
 # A launch that found the device idle and still started this much later than its runtime call
@@ -200,17 +210,33 @@ def before_window_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, 
     if len(windows) == 0 or len(starts) == 0:
         return 0
     dbusy = union(starts, ends) if device_busy is None else np.asarray(device_busy, dtype=np.int64).reshape(-1, 2)
-    total = 0
-    for _, _, _, gb, split, latest in _gaps(windows, starts, ends, issued, launch_latency_ns):
-        known = latest != UNKNOWN
-        if not known.any():
-            continue
-        # the end of the device's last visible interval that starts before the gap's end
-        j = np.searchsorted(dbusy[:, 0], gb, side="left") - 1
-        prev_end = np.where(j >= 0, dbusy[np.clip(j, 0, None), 1] if len(dbusy) else UNKNOWN, UNKNOWN)
-        unseen = known & (gb - latest > unseen_lag_ns) & (prev_end <= latest)
-        total += int((gb - split)[unseen].sum())
-    return total
+    return _unseen(_gaps(windows, starts, ends, issued, launch_latency_ns), dbusy, unseen_lag_ns)
+
+
+def waits_ns(windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, issued: np.ndarray, syncs: np.ndarray,
+             device_busy: np.ndarray | None = None) -> tuple[int, int]:
+    """(wait_ns, before_window_ns) of one device's activities with the default latencies, their gaps
+    found once."""
+    if len(windows) == 0:
+        return 0, 0
+    gaps = _gaps(windows, starts, ends, issued, LAUNCH_LATENCY_NS)
+    if len(starts) == 0:
+        return _waited(gaps, syncs), 0
+    dbusy = union(starts, ends) if device_busy is None else np.asarray(device_busy, dtype=np.int64).reshape(-1, 2)
+    return _waited(gaps, syncs), _unseen(gaps, dbusy, UNSEEN_LAG_NS)
+
+
+def _unseen(gaps: tuple[np.ndarray, ...], dbusy: np.ndarray, unseen_lag_ns: int) -> int:
+    """before_window_ns of the gaps ``_gaps`` found; ``dbusy``: the visible busy intervals."""
+    _, gb, split, latest = gaps
+    known = latest != UNKNOWN
+    if not known.any():
+        return 0
+    # the end of the device's last visible interval that starts before the gap's end
+    j = np.searchsorted(dbusy[:, 0], gb, side="left") - 1
+    prev_end = np.where(j >= 0, dbusy[np.clip(j, 0, None), 1] if len(dbusy) else UNKNOWN, UNKNOWN)
+    unseen = known & (gb - latest > unseen_lag_ns) & (prev_end <= latest)
+    return int((gb - split)[unseen].sum())
 
 
 def _agg(timings: Mapping[str, Any] | None, key: str) -> float | None:

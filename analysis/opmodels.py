@@ -878,13 +878,23 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
     rows = np.flatnonzero(wanted[n_code]) if len(n_code) else np.zeros(0, dtype=np.int64)
     if not len(rows):
         return None
-    d_code, d_text = text_codes(cpu_ops["input_dims"].iloc[rows])
-    t_code, t_text = text_codes(cpu_ops["input_types"].iloc[rows])
+    # Most ops are modelled: a column is coded whole and its codes taken at the rows (no copy of its
+    # strings); where few are, the rows' values alone. Only which rows share a code matters below.
+    whole = 2 * len(rows) >= len(n_code)
+
+    def coded(col: str) -> tuple[Any, list[Any]]:
+        if not whole:
+            return text_codes(cpu_ops[col].iloc[rows])
+        codes, texts = text_codes(cpu_ops[col])
+        return codes[rows], texts
+
+    d_code, d_text = coded("input_dims")
+    t_code, t_text = coded("input_types")
     # the scalars' values matter only to Inductor's kernels (code -1 elsewhere: one key per shape)
-    c_code, c_text = (text_codes(cpu_ops["concrete_inputs"].iloc[rows]) if "concrete_inputs" in cpu_ops
+    c_code, c_text = (coded("concrete_inputs") if "concrete_inputs" in cpu_ops
                       else (np.full(len(rows), -1, dtype=np.int64), []))
     c_code = np.where(triton[n_code[rows]], c_code, -1)
-    s_code, s_text = (text_codes(cpu_ops["input_strides"].iloc[rows]) if "input_strides" in cpu_ops
+    s_code, s_text = (coded("input_strides") if "input_strides" in cpu_ops
                       else (np.full(len(rows), -1, dtype=np.int64), []))
     key = combine_codes(n_code[rows], d_code, t_code, c_code, s_code)
     first = np.empty(int(key.max()) + 1, dtype=np.int64)

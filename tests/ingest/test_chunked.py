@@ -145,3 +145,21 @@ def test_runs_gather_any_permutation(tmp_path: Path) -> None:
     assert got["v"].to_pylist() == order.tolist()
     assert got["s"].to_pylist() == [str(i) for i in order]
     assert pa.concat_tables(runs.gather(None, batch=4))["v"].to_pylist() == list(range(n))
+
+
+def test_big_traces_are_read_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = json.dumps(_shuffled_trace(1)).encode()
+    plain, gz = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(doc)
+    gz.write_bytes(gzip.compress(doc, 1))
+    monkeypatch.setattr(chunked, "CHUNKED_MIN_BYTES", len(doc))
+    assert chunked.wanted(plain) and chunked.wanted(gz)
+    monkeypatch.setattr(chunked, "CHUNKED_MIN_BYTES", len(doc) + 1)
+    assert not chunked.wanted(plain)
+    # gzip states its size mod 2^32 (here: wrapped to 5 bytes): a compressed file of an eighth of the
+    # bound is taken as big
+    monkeypatch.setattr(chunked.native, "inflated_size", lambda p: 5 if p == gz else p.stat().st_size)
+    monkeypatch.setattr(chunked, "CHUNKED_MIN_BYTES", 8 * gz.stat().st_size)
+    assert chunked.wanted(gz)
+    monkeypatch.setattr(chunked, "CHUNKED_MIN_BYTES", 8 * gz.stat().st_size + 1)
+    assert not chunked.wanted(gz)

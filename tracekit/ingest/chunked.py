@@ -53,8 +53,12 @@ Flows = dict[str, dict[tuple[int, int, int], int]]
 
 
 def wanted(path: Path) -> bool:
-    """Whether ``path`` is read in chunks: the native scanner is in use and the trace is big."""
-    return native.available() and native.inflated_size(path) >= CHUNKED_MIN_BYTES
+    """Whether ``path`` is read in chunks: the native scanner is in use and the trace is big (gzip's
+    stated size is mod 2^32: a gzip file of an eighth of the bound counts as big too)."""
+    if not native.available():
+        return False
+    size, json_bytes = path.stat().st_size, native.inflated_size(path)
+    return json_bytes >= CHUNKED_MIN_BYTES or (json_bytes != size and size * 8 >= CHUNKED_MIN_BYTES)
 
 
 class _Replays(Exception):
@@ -145,8 +149,11 @@ class _Keys:
         parts = self.parts[name] if keep else self.parts.pop(name)
         if not parts:
             return pa.array([], type=like)
-        return pa.chunked_array(parts).unify_dictionaries().combine_chunks() \
+        out = pa.chunked_array(parts).unify_dictionaries().combine_chunks() \
             if pa.types.is_dictionary(like) else pa.concat_arrays(parts)
+        del parts
+        heap.trim()  # the chunks' small parts, freed but kept by malloc
+        return out
 
 
 def _build(run: RunDir, path: Path, file_index: int, raw: RawChunks, last: native.Scanned, folder: Path,

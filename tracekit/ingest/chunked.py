@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import arrays as A
-from tracekit.ingest import linkage, native, reader
+from tracekit.ingest import chunk_counts, linkage, native, reader
 from tracekit.ingest.capture import GRAPH_LAUNCH
 from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, RawScan, not_a_trace
 from tracekit.ingest.spill import RawChunks, Runs
@@ -169,7 +169,7 @@ def _build(run: RunDir, path: Path, file_index: int, raw: RawChunks, last: nativ
         for i in range(raw.count + 1):
             s = get(i)
             native.count(s, counted)
-            _note_ph(s, first_ph)
+            chunk_counts.note_ph(s, first_ph)
             tabs = reader.skip_overflowing_ends(RawScan(native.tables(s, built, flows), {}, built, 0, None)).tables
             del s
             if i < raw.count:
@@ -188,7 +188,7 @@ def _build(run: RunDir, path: Path, file_index: int, raw: RawChunks, last: nativ
             del tabs
             heap.trim()
         last.cols.clear()
-        counts = _merged(counted, built, first_ph, last.notes)
+        counts = chunk_counts.merged(counted, built, first_ph, last.notes)
         res = FileResult(str(path), rank, {t: _schema.empty(t) for t in TABLES_OUT}, last.meta, counts,
                          last.bytes_in, 0.0, last.truncated)
         why = not_a_trace(res)
@@ -204,39 +204,6 @@ def _build(run: RunDir, path: Path, file_index: int, raw: RawChunks, last: nativ
     reader.device_warnings(probe, counts)
     res.written, res.seconds = written, time.perf_counter() - t0
     return res
-
-
-def _note_ph(s: native.Scanned, first: dict[str, tuple[int, int]]) -> None:
-    """Where native.count, reading the whole file, would first count each ph key: (route, code)."""
-    phd = s.dictionary("ph").to_pylist()
-    for r in range(native.N_ROUTES):
-        for code in np.unique(s.arr(f"r{r}.ph", np.int32) + 1).tolist():
-            key = (phd[code - 1] if code else None) or "(none)"
-            first[key] = min(first.get(key, (r, code)), (r, code))
-
-
-def _merged(counted: Counts, built: Counts, first_ph: dict[str, tuple[int, int]], notes: list[str]) -> Counts:
-    """The chunks' counts as one Counts, keys in the order reading the file whole gives them."""
-    out = Counts(events_read=counted.events_read)
-    for key in sorted(counted.by_ph, key=lambda k: first_ph[k]):
-        out.by_ph[key] = counted.by_ph[key]
-    for name in native.ROUTE_TABLE.values():  # native.count's order; ends past int64 ns subtract after it
-        if name in counted.events_by_table or name in built.events_by_table:
-            out.events_by_table[name] = counted.events_by_table.get(name, 0) + built.events_by_table.get(name, 0)
-    for why in (*native.SKIP_REASON.values(), native.TS_RANGE, reader.END_RANGE):
-        n = counted.skipped.get(why, 0) + built.skipped.get(why, 0)
-        if why in counted.skipped or why in built.skipped:
-            out.skipped[why] = n
-    for why in (*native.COUNT_WARNINGS, *notes, *native.TABLE_WARNINGS):
-        n = counted.warnings.get(why, 0) + built.warnings.get(why, 0)
-        if n and why not in out.warnings:
-            out.warnings[why] = n
-    for c in (counted, built):  # anything else, after (none today)
-        for k, v in c.warnings.items():
-            out.warnings.setdefault(k, v)
-        for k, v in c.skipped.items():
-            out.skipped.setdefault(k, v)
-    return out
 
 
 def _used(col: Any) -> set[str]:

@@ -1,4 +1,4 @@
-"""One big trace into a run's tables in bounded memory: the same tables as reading it whole.
+"""One big trace into a run's tables chunk by chunk: the same tables as reading it whole, in less memory.
 
 The native scanner hands out the columns of every ``CHUNK_EVENTS`` elements (tracekit.ingest.native
 ``scan(on_chunk=...)``); each chunk's columns go to a temporary file at once, since building a
@@ -10,9 +10,10 @@ Last, the whole-file steps run on the key columns alone: ts order (a stable sort
 sorted runs is the stable sort of the file) and linkage (tracekit.ingest.linkage.link itself, on
 tables of key columns), and each table is written by gathering its rows in that order.
 
-Memory: one chunk, plus the key columns (~100 bytes per CPU op, GPU activity and runtime call, 8 per
-other timed row) and the linkage of those. Traces that replay CUDA graphs are not read this way
-(``read_into`` returns None: the graph merge needs whole tables).
+Memory: one chunk, plus the key columns (~40 bytes per CPU op and runtime call, ~24 per GPU activity,
+8 per other timed row) and linkage's temporaries over them, so it still grows with the trace. Traces
+that replay CUDA graphs are not read this way (``read_into`` returns None: the graph merge needs
+whole tables).
 """
 
 from __future__ import annotations

@@ -133,6 +133,8 @@ def set_rank(t: pa.Table, rank: int) -> pa.Table:
 
 
 def device_warnings(tables: dict[str, pa.Table], counts: Counts) -> None:
+    """Warn when ``tables`` hold no GPU activity: a CPU-only trace, or a device tracekit does not model
+    (its categories, from other_events)."""
     if tables["gpu_activity"].num_rows == 0:
         other = tables["other_events"]
         cat = other["cat"].combine_chunks()

@@ -1,9 +1,10 @@
 """Traces into a run directory: ingest (one or many files, cached) and a recorded run's own trace.
 
-``ingest`` reads files in parallel processes into one run directory (run.json stays "incomplete"
-until every table is written) and serves a complete earlier ingest of the same bytes from the
-cache (whose tables are checked first). With ``force`` the new run replaces the old one only once
-it is complete: a trace that fails leaves the old run as it was (tracekit.store.rundir).
+``ingest`` reads files in parallel processes (one big trace in chunks: tracekit.ingest.chunked) into
+one run directory (run.json stays "incomplete" until every table is written) and serves a complete
+earlier ingest of the same bytes from the cache (whose tables are checked first). With ``force``
+the new run replaces the old one only once it is complete: a trace that fails leaves the old run as
+it was (tracekit.store.rundir).
 ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
 recorder wrote. Both merge graph-capture traces (tracekit.ingest.capture): given ones, else those
 found beside the trace; run.json ``ingest.captures`` says what matched.
@@ -179,13 +180,12 @@ def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None,
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     # Files in parallel: one DuckDB thread each, so processes x threads stays at the core count.
     tasks = [(str(f), None, i, 1 if n_jobs > 1 else None) for i, f in enumerate(files)]
+    # One big trace: read in chunks, its tables written already (empty: read whole, below).
     results = _read_chunked(run, files[0]) if not multi and not captures else []
-    if results:
-        pass  # one big trace, its tables written already
-    elif n_jobs > 1:
+    if not results and n_jobs > 1:
         with ProcessPoolExecutor(n_jobs) as pool:
             results = list(pool.map(_worker, tasks))
-    else:
+    elif not results:
         results = [_worker(t) for t in tasks]
     good = [r for r in results if isinstance(r, FileResult)]
     errors = [r for r in results if isinstance(r, TraceFormatError)]

@@ -171,6 +171,7 @@ struct Scanner {
     Py_ssize_t errpos;
     int64_t nrows;
     int64_t coerced;
+    int64_t taken_rows, taken_coerced; /* counted in chunks already handed out by take() */
     Buf route;                  /* uint8 per element, in file order */
     RouteCols rc[N_ROUTE];      /* each route's own columns: they become its table's columns */
     int cur_route;              /* the route of the event being emitted: stores are per route */
@@ -1313,6 +1314,28 @@ static int export_buf(PyObject *d, int r, const char *kind, const char *name, co
     return set_item(d, k, take_buf(b));
 }
 
+/* A copy of a buffer as a Column (the interner keeps its own: take() goes on scanning). */
+static PyObject *copy_buf(Scanner *s, const Buf *b, const void *tail, size_t tail_n) {
+    Buf c = {0};
+    put(s, &c, b->p, b->n);
+    put(s, &c, tail, tail_n);
+    if (s->oom) {
+        buf_free(&c);
+        return PyErr_NoMemory();
+    }
+    return take_buf(&c);
+}
+
+/* An interner's dictionary (offsets with their end, data) as copies: codes stay valid across chunks. */
+static int copy_interner(Scanner *s, PyObject *d, const char *name, Interner *in) {
+    char k[64];
+    int32_t end = (int32_t)in->data.n;
+    snprintf(k, sizeof k, "%s.offsets", name);
+    if (set_item(d, k, copy_buf(s, &in->offs, &end, 4))) return -1;
+    snprintf(k, sizeof k, "%s.data", name);
+    return set_item(d, k, copy_buf(s, &in->data, NULL, 0));
+}
+
 static int put_interner(Scanner *s, PyObject *d, const char *name, Interner *in) {
     char k[64];
     if (close_offsets(s, &in->offs, in->data.n)) return -1;
@@ -1327,14 +1350,15 @@ static int put_interner(Scanner *s, PyObject *d, const char *name, Interner *in)
     return 0;
 }
 
-/* Hand every column and store to Python, without copying (each becomes a Column). */
-static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
-    (void)noargs;
+/* Hand every column and store of the elements since the last take() to Python, without copying (each
+ * becomes a Column). keep: the dictionaries are copied and the parse state kept (take), else moved out
+ * and the scanner cleared (result). */
+static PyObject *export_columns(Scanner *s, int keep) {
     PyObject *d = PyDict_New();
     if (!d) return NULL;
     char k[96];
-    if (set_item(d, "rows", PyLong_FromLongLong(s->nrows))) goto fail;
-    if (set_item(d, "coerced", PyLong_FromLongLong(s->coerced))) goto fail;
+    if (set_item(d, "rows", PyLong_FromLongLong(s->nrows - s->taken_rows))) goto fail;
+    if (set_item(d, "coerced", PyLong_FromLongLong(s->coerced - s->taken_coerced))) goto fail;
     if (set_item(d, "route", take_buf(&s->route))) goto fail;
     Buf *cb[] = {&s->c_rows, &s->c_keys, &s->c_vals};
     const char *cn[] = {"counter.rows", "counter.keys", "counter.values"};
@@ -1374,6 +1398,15 @@ static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
                 goto fail;
         }
     }
+    if (keep) {
+        if (copy_interner(s, d, "ph", &s->in_ph) || copy_interner(s, d, "cat", &s->in_cat) ||
+            copy_interner(s, d, "name", &s->in_name) || copy_interner(s, d, "counter.key", &s->in_ckey))
+            goto fail;
+        for (int r = 0; r < N_ROUTE; r++) s->rc[r].n = 0; /* the next chunk's rows start at 0 */
+        s->taken_rows = s->nrows;
+        s->taken_coerced = s->coerced;
+        return d;
+    }
     if (put_interner(s, d, "ph", &s->in_ph) || put_interner(s, d, "cat", &s->in_cat) ||
         put_interner(s, d, "name", &s->in_name) || put_interner(s, d, "counter.key", &s->in_ckey))
         goto fail;
@@ -1382,6 +1415,16 @@ static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
 fail:
     Py_DECREF(d);
     return NULL;
+}
+
+static PyObject *Scanner_result(Scanner *s, PyObject *noargs) {
+    (void)noargs;
+    return export_columns(s, 0);
+}
+
+static PyObject *Scanner_take(Scanner *s, PyObject *noargs) {
+    (void)noargs;
+    return export_columns(s, 1);
 }
 
 static PyObject *Scanner_get_error(Scanner *s, void *closure) {
@@ -1399,6 +1442,7 @@ static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
      "feed(buffer) -> (consumed, status): scan whole elements; status 0 need more, 1 array end, 2 error"},
     {"result", (PyCFunction)Scanner_result, METH_NOARGS, "result() -> dict of read-only buffers (columns, stores, dictionaries), moved out of the scanner"},
+    {"take", (PyCFunction)Scanner_take, METH_NOARGS, "take() -> result() of the elements since the last take(); the scanner goes on (dictionary codes stay valid)"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Scanner_getset[] = {
@@ -1434,7 +1478,7 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     PyModule_AddIntConstant(m, "NEED", ST_NEED);
     PyModule_AddIntConstant(m, "END", ST_END);
     PyModule_AddIntConstant(m, "ERROR", ST_ERROR);
-    PyModule_AddIntConstant(m, "VERSION", 2);
+    PyModule_AddIntConstant(m, "VERSION", 3);
     /* The enums Python reads the result by: routes, cat classes and row flags (one definition, here). */
     static const struct { const char *name; long value; } consts[] = {
         {"R_SKIP_NOTOBJ", R_SKIP_NOTOBJ}, {"R_SKIP_NOTS", R_SKIP_NOTS}, {"R_GPU", R_GPU}, {"R_RUNTIME", R_RUNTIME},

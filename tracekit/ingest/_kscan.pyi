@@ -38,6 +38,9 @@ class Scanner:
         """Scan whole elements: (bytes consumed, status NEED | END | ERROR)."""
     def result(self) -> dict[str, Any]:
         """Columns, stores and dictionaries as read-only buffers (ints for counts), moved out of the scanner."""
+    def take(self) -> dict[str, Any]:
+        """``result()`` of the elements since the last ``take()``, and the scanner goes on: dictionaries
+        are copies (their codes stay valid in later chunks), each chunk's row positions start at 0."""
     @property
     def error(self) -> tuple[str, int] | None: ...
     @property

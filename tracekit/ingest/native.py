@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,8 +137,14 @@ class Scanned:
         return pa.StringArray.from_buffers(len(offs) // 4 - 1, pa.py_buffer(offs), pa.py_buffer(self.cols[f"{key}.data"]))
 
 
-def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
-    """Scan one trace file. Raises TraceFormatError when no traceEvents array is found."""
+def scan(path: str | Path, *, block: int = SCAN_BLOCK, chunk_events: int = 0,
+         on_chunk: Callable[[dict[str, Any]], None] | None = None) -> Scanned:
+    """Scan one trace file. Raises TraceFormatError when no traceEvents array is found.
+
+    With ``on_chunk``, the columns of every ``chunk_events`` elements or more are handed to it as they
+    are scanned (the scanner's ``take()``: dictionary codes valid across chunks, row positions from 0
+    per chunk); the Scanned returned holds the last chunk's, with the whole file's metadata.
+    """
     if _kscan is None:
         raise RuntimeError("tracekit.ingest._kscan is not built")
     p = Path(path)
@@ -148,9 +154,10 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
     done = 0  # body bytes before ``carry``
     truncated: str | None = None
     ended = False
+    handed = 0  # elements handed to on_chunk
     meta: dict[str, Any] = {}
     it = iter(body)
-    total = _inflated_size(p)
+    total = inflated_size(p)
     label = f"reading {p.name}"
     for data in it:
         buf = carry + data if carry else data
@@ -166,21 +173,29 @@ def scan(path: str | Path, *, block: int = SCAN_BLOCK) -> Scanned:
             break
         carry = buf[consumed:]
         done += consumed
+        if on_chunk is not None and sc.rows - handed >= max(chunk_events, 1):
+            handed = sc.rows
+            on_chunk(_columns(sc.take()))
         if len(carry) > _MAX_CARRY:
             truncated = f"{p}: an event larger than {_MAX_CARRY >> 20} MB at byte {done} of the array"
             break
     meta = {**body.meta, **meta}
     if not ended and truncated is None:
         truncated = body.truncated or f"{p}: JSON ends early (the last event is incomplete); events before it kept"
-    # The scanner's buffers, moved out without a copy (read-only views).
-    cols: dict[str, Any] = {k: v if isinstance(v, int) else memoryview(v) for k, v in sc.result().items()}
+    n_rows = sc.rows
+    cols = _columns(sc.result())
     del sc, carry
     heap.trim()  # the inflated blocks (~1 MB each) leave the heap fragmented
     offset = offset_ns(meta)
-    if cols["rows"] == 0:
+    if n_rows == 0:
         raise TraceFormatError(truncated or f"{p}: traceEvents is empty")
     notes = [*body.notes, *([why] if (why := base_problem(meta)) else [])]
     return Scanned(cols, meta, body.bytes_in, truncated, offset, notes)
+
+
+def _columns(result: dict[str, Any]) -> dict[str, Any]:
+    """The scanner's buffers, moved out without a copy (read-only views)."""
+    return {k: v if isinstance(v, int) else memoryview(v) for k, v in result.items()}
 
 
 def _trailer(body: Body, first: bytes, rest: Any) -> tuple[str | None, dict[str, Any]]:
@@ -210,7 +225,7 @@ def _trailer(body: Body, first: bytes, rest: Any) -> tuple[str | None, dict[str,
     return None, meta
 
 
-def _inflated_size(p: Path) -> int:
+def inflated_size(p: Path) -> int:
     """About how many bytes reading ``p`` yields (for progress only): its size, or for gzip the size
     its trailer states (mod 2**32: where that is below the file's, ten times the file)."""
     try:
@@ -238,6 +253,13 @@ def read(path: str | Path, *, threads: int | None = None, work_dir: str | Path |
 
 
 # --------------------------------------------------------------------------- counts
+# The warnings ``count`` gives, in the order it gives them (then the scan's notes); ``tables`` gives
+# TABLE_WARNINGS after them.
+COUNT_WARNINGS = ("negative dur (set to null)", "complete events without dur", "events without name",
+                  "timestamps beyond the int64 ns range (set to null)", "events with unexpected field types (coerced)")
+TABLE_WARNINGS = ("counter events without values", "correlations filled from ac2g flow events")
+
+
 def count(s: Scanned, counts: Any) -> None:
     """events_read, by_ph, events_by_table, skipped and warnings (a tracekit.ingest.Counts)."""
     counts.events_read += s.rows
@@ -270,16 +292,9 @@ def count(s: Scanned, counts: Any) -> None:
             neg += int(np.count_nonzero(kept & dur_ok & (s.arr(f"r{r}.dur", np.int64) < 0)))
             nodur += int(np.count_nonzero(kept & ~dur_ok))
             noname += int(np.count_nonzero(kept & (s.arr(f"r{r}.name", np.int32) < 0)))
-    if neg:
-        counts.warnings["negative dur (set to null)"] += neg
-    if nodur:
-        counts.warnings["complete events without dur"] += nodur
-    if noname:
-        counts.warnings["events without name"] += noname
-    if over:
-        counts.warnings["timestamps beyond the int64 ns range (set to null)"] += over
-    if s.cols["coerced"]:
-        counts.warnings["events with unexpected field types (coerced)"] += int(s.cols["coerced"])
+    for why, n in zip(COUNT_WARNINGS, (neg, nodur, noname, over, int(s.cols["coerced"])), strict=True):
+        if n:
+            counts.warnings[why] += n
     for note in s.notes:
         counts.warnings[note] += 1
 
@@ -420,7 +435,7 @@ def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
     return t.take(A.from_numpy(order))
 
 
-def _flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:
+def flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:
     """(pid, tid, ts_ns) -> the smallest ac2g flow id of that ph ('s' start, 'f' end)."""
     o = _Rows(s, R_OTHER)
     rows = o.col("i.flow id.rows", np.int32)
@@ -441,12 +456,34 @@ def _flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:
     return out
 
 
-def _fill_from_flows(t: _Rows, corr: np.ndarray, has: np.ndarray, ph_char: str) -> int:
-    """Correlations missing from args taken from the ac2g flow event at the same pid, tid and ts."""
+FlowLookup = Callable[[str], dict[tuple[int, int, int], int]]
+
+
+def missing_flow_keys(s: Scanned) -> dict[str, set[tuple[int, int, int]]]:
+    """Per flow ph ('f' for GPU activity, 's' for runtime calls): the (pid, tid, ts_ns) of the rows
+    without a correlation in their args, those the flow events would fill."""
+    out: dict[str, set[tuple[int, int, int]]] = {"f": set(), "s": set()}
+    for route, ph_char in ((R_GPU, "f"), (R_RUNTIME, "s")):
+        t = _Rows(s, route)
+        if not t.n:
+            continue
+        miss = np.flatnonzero(~t.ints("correlation")[1])
+        if not len(miss):
+            continue
+        (pid, pok), (tid, tok), (ts, tsok) = t.pid_tid("pid"), t.pid_tid("tid"), t.ts_np()
+        for i in miss.tolist():
+            if pok[i] and tok[i] and tsok[i]:
+                out[ph_char].add((int(pid[i]), int(tid[i]), int(ts[i])))
+    return out
+
+
+def _fill_from_flows(t: _Rows, corr: np.ndarray, has: np.ndarray, ph_char: str, lookup: FlowLookup | None) -> int:
+    """Correlations missing from args taken from the ac2g flow event at the same pid, tid and ts
+    (``lookup``: the flows of the whole file where ``t`` is one chunk of it, else those of ``t``'s scan)."""
     miss = np.flatnonzero(~has)
     if len(miss) == 0:
         return 0
-    flows = _flow_ids(t.s, ph_char)
+    flows = lookup(ph_char) if lookup is not None else flow_ids(t.s, ph_char)
     if not flows:
         return 0
     pid, pok = t.pid_tid("pid")
@@ -470,8 +507,12 @@ def _lcat(s: Scanned) -> list[str]:
     return [(c or "").lower() for c in s.dictionary("cat").to_pylist()]
 
 
-def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
-    """The raw tables (no rank, op_id, parent_id, launch_name: ingest adds them) keyed by name."""
+def tables(s: Scanned, counts: Any, flows: FlowLookup | None = None) -> dict[str, pa.Table]:
+    """The raw tables (no rank, op_id, parent_id, launch_name: ingest adds them) keyed by name.
+
+    ``flows``: where ``s`` is one chunk of a file, the ac2g flow ids of the whole file (``flow_ids``
+    merged over its chunks), else None (those of ``s``).
+    """
     out: dict[str, pa.Table] = {}
     filled = 0
 
@@ -497,7 +538,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
         kind = _mapped(codes, kinds)
         corr = t.ints("correlation")
         cv, ch = corr[0].copy(), corr[1].copy()
-        filled += _fill_from_flows(t, cv, ch, "f")
+        filled += _fill_from_flows(t, cv, ch, "f", flows)
         names = s.dictionary("name").to_pylist()
         is_memcpy = np.array([c in ("gpu_memcpy", "memcpy") for c in lcat], dtype=bool)
         mk = [(_MEMCPY_RE.search(n).group(1) if n and _MEMCPY_RE.search(n) else None) for n in names]  # type: ignore[union-attr]
@@ -522,7 +563,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
     if t.n:
         corr = t.ints("correlation")
         cv, ch = corr[0].copy(), corr[1].copy()
-        filled += _fill_from_flows(t, cv, ch, "s")
+        filled += _fill_from_flows(t, cv, ch, "s", flows)
         ts, ok = t.ts_np()
         tab = pa.table({
             "ts_ns": A.from_numpy(ts, ok), "dur_ns": t.dur(), "name": t.dict_col("name"),
@@ -571,7 +612,7 @@ def tables(s: Scanned, counts: Any) -> dict[str, pa.Table]:
         out["counters"] = _counters(s, t, counts)
 
     if filled:
-        counts.warnings["correlations filled from ac2g flow events"] += filled
+        counts.warnings[TABLE_WARNINGS[1]] += filled
     return out
 
 
@@ -579,7 +620,7 @@ def _counters(s: Scanned, t: _Rows, counts: Any) -> pa.Table:
     """Long form: one row per numeric arg of a C event; metric = name.key (key alone when equal)."""
     empty = len(t.col("i.counter without values.rows", np.int32))
     if empty:
-        counts.warnings["counter events without values"] += empty
+        counts.warnings[TABLE_WARNINGS[0]] += empty
     rows = s.arr("counter.rows", np.int32)  # positions among the counter events
     keys = s.arr("counter.keys", np.int32)
     vals = s.arr("counter.values", np.float64)
@@ -607,4 +648,4 @@ def _counters(s: Scanned, t: _Rows, counts: Any) -> pa.Table:
     return _by_ts(tab, ts, ok)
 
 
-__all__ = ["CAT_CLASSES", "Scanned", "available", "count", "scan", "tables"]
+__all__ = ["CAT_CLASSES", "COUNT_WARNINGS", "TABLE_WARNINGS", "FlowLookup", "Scanned", "available", "count", "flow_ids", "inflated_size", "missing_flow_keys", "scan", "tables"]

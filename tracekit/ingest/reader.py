@@ -55,7 +55,7 @@ def trace_rank(meta: dict[str, Any]) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < RANK_LIMIT else None
 
 
-def _rank_of(meta: dict[str, Any], rank: int | None) -> int:
+def rank_of(meta: dict[str, Any], rank: int | None) -> int:
     """The rank given, else the trace's distributedInfo.rank, else 0."""
     if rank is not None:
         return rank
@@ -63,7 +63,7 @@ def _rank_of(meta: dict[str, Any], rank: int | None) -> int:
     return 0 if traced is None else traced
 
 
-def _ranked(name: str, t: pa.Table, rank: int) -> pa.Table:
+def ranked(name: str, t: pa.Table, rank: int) -> pa.Table:
     """A reader's raw table with its rank column set, conformed to the schema."""
     col = A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32))
     i = t.schema.get_field_index("rank")
@@ -88,13 +88,13 @@ def read_file(
     t0 = time.perf_counter()
     raw = skip_overflowing_ends(reader().read(path, threads=threads, work_dir=work_dir))
     counts = raw.counts
-    final_rank = _rank_of(raw.meta, rank)
+    final_rank = rank_of(raw.meta, rank)
     tables: dict[str, pa.Table] = {}
     for name in TABLES_OUT:
         t = raw.tables.pop(name, None)
-        tables[name] = _schema.empty(name) if t is None or t.num_rows == 0 else _ranked(name, t, final_rank)
+        tables[name] = _schema.empty(name) if t is None or t.num_rows == 0 else ranked(name, t, final_rank)
     tables = linkage.link(tables, file_index, counts)
-    _device_warnings(tables, counts)
+    device_warnings(tables, counts)
     heap.trim()  # the temporaries of table building and linkage
     return FileResult(str(path), final_rank, tables, raw.meta, counts, raw.bytes_in, time.perf_counter() - t0,
                       raw.truncated)
@@ -132,7 +132,9 @@ def set_rank(t: pa.Table, rank: int) -> pa.Table:
     return t.set_column(i, "rank", A.from_numpy(np.full(t.num_rows, rank, dtype=np.int32)))
 
 
-def _device_warnings(tables: dict[str, pa.Table], counts: Counts) -> None:
+def device_warnings(tables: dict[str, pa.Table], counts: Counts) -> None:
+    """Warn when ``tables`` hold no GPU activity: a CPU-only trace, or a device tracekit does not model
+    (its categories, from other_events)."""
     if tables["gpu_activity"].num_rows == 0:
         other = tables["other_events"]
         cat = other["cat"].combine_chunks()

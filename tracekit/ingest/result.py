@@ -57,6 +57,7 @@ class FileResult:
     bytes_in: int
     seconds: float
     truncated: str | None = None
+    written: dict[str, int] | None = None  # rows of each table already written to the run (a chunked ingest)
 
 
 def not_a_trace(r: FileResult) -> str | None:

@@ -1,9 +1,10 @@
 """Traces into a run directory: ingest (one or many files, cached) and a recorded run's own trace.
 
-``ingest`` reads files in parallel processes into one run directory (run.json stays "incomplete"
-until every table is written) and serves a complete earlier ingest of the same bytes from the
-cache (whose tables are checked first). With ``force`` the new run replaces the old one only once
-it is complete: a trace that fails leaves the old run as it was (tracekit.store.rundir).
+``ingest`` reads files in parallel processes (one big trace in chunks: tracekit.ingest.chunked) into
+one run directory (run.json stays "incomplete" until every table is written) and serves a complete
+earlier ingest of the same bytes from the cache (whose tables are checked first). With ``force``
+the new run replaces the old one only once it is complete: a trace that fails leaves the old run as
+it was (tracekit.store.rundir).
 ``ingest_into`` reads a run's own trace.json.gz into its raw tables on one clock with what the
 recorder wrote. Both merge graph-capture traces (tracekit.ingest.capture): given ones, else those
 found beside the trace; run.json ``ingest.captures`` says what matched.
@@ -23,6 +24,7 @@ import pyarrow as pa
 from tracekit.errors import TraceFormatError, UsageError, visible
 from tracekit.ingest import cache as ingest_cache
 from tracekit.ingest import capture as _capture
+from tracekit.ingest import chunked
 from tracekit.ingest.framing import offset_ns
 from tracekit.ingest.reader import read_file, set_rank
 from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, not_a_trace
@@ -159,6 +161,18 @@ def merge_captures(results: Sequence[FileResult], caps: Sequence[Path], first_fi
     return reports
 
 
+def _read_chunked(run: RunDir, path: Path) -> list[FileResult | TraceFormatError]:
+    """One big trace read in chunks, its tables written into ``run`` (tracekit.ingest.chunked); empty
+    where it is read whole instead (not big, or it replays CUDA graphs)."""
+    if not chunked.wanted(path):
+        return []
+    try:
+        res = chunked.read_into(run, path)
+    except TraceFormatError as exc:
+        return [exc]
+    return [res] if res is not None else []
+
+
 def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None,
                   captures: Sequence[Path] = ()) -> Any:
     t0 = time.perf_counter()
@@ -166,11 +180,12 @@ def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None,
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     # Files in parallel: one DuckDB thread each, so processes x threads stays at the core count.
     tasks = [(str(f), None, i, 1 if n_jobs > 1 else None) for i, f in enumerate(files)]
-    results: list[FileResult | TraceFormatError]
-    if n_jobs > 1:
+    # One big trace: read in chunks, its tables written already (empty: read whole, below).
+    results = _read_chunked(run, files[0]) if not multi and not captures else []
+    if not results and n_jobs > 1:
         with ProcessPoolExecutor(n_jobs) as pool:
             results = list(pool.map(_worker, tasks))
-    else:
+    elif not results:
         results = [_worker(t) for t in tasks]
     good = [r for r in results if isinstance(r, FileResult)]
     errors = [r for r in results if isinstance(r, TraceFormatError)]
@@ -188,10 +203,12 @@ def _ingest_files(run: RunDir, files: list[Path], key: str, *, jobs: int | None,
                 r.tables = {k: set_rank(v, i) for k, v in r.tables.items()}
             run.add_warning("ranks from file order (distributedInfo.rank missing or repeated)")
     capture_reports = merge_captures(good, captures, len(files))
-    rows = {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
+    done = good[0].written  # the tables a chunked read wrote already
+    rows = {t: done[t] for t in TABLES_OUT} if done is not None else {t: sum(r.tables[t].num_rows for r in good) for t in TABLES_OUT}
     written: dict[str, Any] = {}
     for t in TABLES_OUT:
-        run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
+        if done is None:
+            run.write_table(t, pa.concat_tables([r.tables[t] for r in good]) if len(good) > 1 else good[0].tables[t])
         written[t] = run.table_entry(t, rows[t])
         for r in good:  # written: let its memory go before the next table is encoded
             r.tables[t] = _schema.empty(t)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.whatif_cost import text
 from tracekit.analysis.whatif_profile import PhaseStep
 
 SHAPE_TOLERANCE = 0.02  # a GEMM's weight elements within 2% of an expert's
@@ -73,7 +74,7 @@ def experts_of(model: Mapping[str, Any]) -> Experts | None:
 
 def loops(k: pd.DataFrame, ex: Experts, tokens: int) -> list[Loop]:
     """The expert loops of a step's kernels (see the module doc); empty where it has none."""
-    gemm = k["kclass"].astype(str).eq("gemm").to_numpy()
+    gemm = text(k, "kclass") == "gemm"
     rows = k["rows"].to_numpy(dtype=float)
     flops = k["flops"].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -81,7 +82,7 @@ def loops(k: pd.DataFrame, ex: Experts, tokens: int) -> list[Loop]:
     shape = np.full(len(k), -1)
     for j, size in enumerate(ex.weights):
         shape[np.isfinite(w) & (np.abs(w / size - 1) < SHAPE_TOLERANCE)] = j
-    kind = np.array([f"{o}|{c}" for o, c in zip(k["op_name"].tolist(), k["kclass"].tolist(), strict=True)])
+    kind = np.char.add(np.char.add(text(k, "op_name"), "|"), text(k, "kclass"))
     out: list[Loop] = []
     run: list[int] = []
     for pos in [*np.flatnonzero(gemm), len(k)]:

@@ -27,6 +27,13 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     return r
 
 
+def _counted(windows: Any, sizes: list[dict[str, int]]) -> Any:
+    """``windows`` as they are, each window's rows per table appended to ``sizes``."""
+    for lo, hi, tables in windows:
+        sizes.append({k: v.num_rows for k, v in tables.items()})
+        yield lo, hi, tables
+
+
 def test_many_small_windows_write_the_whole_runs_bytes(run: RunDir, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN an ingested, analysed run, WHEN its Perfetto trace is written window by window, a few
@@ -39,11 +46,7 @@ def test_many_small_windows_write_the_whole_runs_bytes(run: RunDir, tmp_path: Pa
     real = streamed.write_proto_windows
 
     def spy(ts: Any, windows: Any, path: Path) -> dict[str, int]:
-        def seen() -> Any:
-            for lo, hi, tables in windows:
-                sizes.append({k: v.num_rows for k, v in tables.items()})
-                yield lo, hi, tables
-        return real(ts, seen(), path)
+        return real(ts, _counted(windows, sizes), path)
 
     monkeypatch.setattr(streamed, "write_proto_windows", spy)
     out = tmp_path / "streamed.pftrace"
@@ -82,11 +85,7 @@ def test_many_small_windows_write_the_whole_runs_chrome_json(run: RunDir, tmp_pa
     real = streamed_json.write_json_windows
 
     def spy(ts: Any, keys: Any, windows: Any, path: Path, extra: Any = None) -> int:
-        def seen() -> Any:
-            for lo, hi, tables in windows:
-                sizes.append({k: v.num_rows for k, v in tables.items()})
-                yield lo, hi, tables
-        return real(ts, keys, seen(), path, extra)
+        return real(ts, keys, _counted(windows, sizes), path, extra)
 
     monkeypatch.setattr(streamed_json, "write_json_windows", spy)
     out = tmp_path / "streamed.json.gz"

@@ -130,32 +130,35 @@ class RunTables(Mapping[str, pa.Table]):
 
 
 class WindowTables(RunTables):
-    """``RunTables`` of the rows that meet ``window``: each big table read batch by batch and only its
-    rows overlapping the window kept (the trace blocks keep no others), so memory follows the window,
-    not the run; kernel_bound's rows are gpu_activity's kept ones where the two are aligned."""
+    """``RunTables`` of the rows that meet ``window``: each big table (of a run that ``streams``: its
+    declared schema, time-sorted) read batch by batch and only its rows overlapping the window kept
+    (the trace blocks keep no others), so memory follows the window, not the run; kernel_bound's rows
+    are gpu_activity's kept ones where the two are aligned."""
 
     def __init__(self, run: RunDir, window: Window) -> None:
         super().__init__(run)
         self.window = window
-        self.sorted = {name: _win.is_time_sorted(run, name) for name in STREAMED if name in self.names}
         self._gpu_rows: np.ndarray | None = None
 
     def _columns(self, name: str, columns: tuple[str, ...]) -> pa.Table:
         if name == "kernel_bound":
             if _win.rows(self.run, name) != _win.rows(self.run, "gpu_activity"):
-                return _win.empty_like(self.run, name).select(
-                    [c for c in columns if c in _win.empty_like(self.run, name).column_names])
+                empty = _win.empty_like(self.run, name)
+                return empty.select([c for c in columns if c in empty.column_names])
             return _win.PositionReader(self.run, name, columns).take(self._gpu_positions())
-        got, pos = _win.overlapping(self.run, name, columns, self.window.start_ns, self.window.end_ns,
-                                    sorted_=self.sorted.get(name, False))
+        if name not in STREAMED:  # annotations: small, read as the whole-table path reads them
+            return super()._columns(name, columns)
+        got, pos = self._overlapping(name, columns)
         if name == "gpu_activity":
             self._gpu_rows = pos
         return got
 
+    def _overlapping(self, name: str, columns: tuple[str, ...]) -> tuple[pa.Table, np.ndarray]:
+        return _win.overlapping(self.run, name, columns, self.window.start_ns, self.window.end_ns, sorted_=True)
+
     def _gpu_positions(self) -> np.ndarray:
         if self._gpu_rows is None:
-            _, self._gpu_rows = _win.overlapping(self.run, "gpu_activity", ("ts_ns",), self.window.start_ns,
-                                                 self.window.end_ns, sorted_=self.sorted.get("gpu_activity", False))
+            _, self._gpu_rows = self._overlapping("gpu_activity", ("ts_ns",))
         return self._gpu_rows
 
 
@@ -166,7 +169,7 @@ def export_run(
     tables = load_tables(run) if tables is None else tables
     if window is None and isinstance(tables, RunTables) and streams(run):
         return (stream_proto if fmt == "proto" else stream_json)(run, tables, out)
-    if window is not None and type(tables) is RunTables:
+    if window is not None and type(tables) is RunTables and streams(run):
         tables = WindowTables(run, window)
     ts = build_tracks(tables, window=window)
     if fmt == "proto":

@@ -215,11 +215,8 @@ def _used(col: Any) -> set[str]:
 
 
 def _ts_order(ts: pa.Array) -> np.ndarray | None:
-    """Row order by ts (stable, null last, as the whole path's sort); None where already in order."""
-    key = np.where(A.valid(ts), A.to_numpy(ts), np.iinfo(np.int64).max)
-    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
-        return None
-    return np.argsort(key, kind="stable")
+    """Row order by ts, as the whole path's sort (native.ts_order); None where already in order."""
+    return native.ts_order(A.to_numpy(ts), A.valid(ts))
 
 
 def _write(run: RunDir, name: str, runs: Runs, order: np.ndarray | None,

@@ -426,13 +426,18 @@ def _ranged(rows: _Rows, t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Tabl
     return _by_ts(t.filter(A.from_numpy(keep)), ts[keep], ok[keep])
 
 
-def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
-    """Rows ordered by ts (stable; null ts last, as SQL's ORDER BY)."""
+def ts_order(ts: np.ndarray, ok: np.ndarray) -> np.ndarray | None:
+    """The row order by ts (stable; null ts last, as SQL's ORDER BY); None where the rows are in it."""
     key = np.where(ok, ts, np.iinfo(np.int64).max)
-    order = np.argsort(key, kind="stable")
-    if len(order) and (order[1:] > order[:-1]).all():
-        return t
-    return t.take(A.from_numpy(order))
+    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
+        return None
+    return np.argsort(key, kind="stable")
+
+
+def _by_ts(t: pa.Table, ts: np.ndarray, ok: np.ndarray) -> pa.Table:
+    """Rows ordered by ts (``ts_order``)."""
+    order = ts_order(ts, ok)
+    return t if order is None else t.take(A.from_numpy(order))
 
 
 def flow_ids(s: Scanned, ph_char: str) -> dict[tuple[int, int, int], int]:

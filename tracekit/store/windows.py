@@ -84,8 +84,8 @@ def overlapping(run: RunDir, name: str, columns: Sequence[str], start: int, end:
     ``ts_ns`` never decreases, so reading stops at the first row past ``end``."""
     pf = _open(run, name)
     if pf is None:
-        return _schema.empty(name).select([c for c in columns if c in _schema.empty(name).column_names]), \
-            np.zeros(0, dtype=np.int64)
+        empty = _schema.empty(name)
+        return empty.select([c for c in columns if c in empty.column_names]), np.zeros(0, dtype=np.int64)
     have = pf.schema_arrow.names
     cols = [c for c in columns if c in have]
     extra = [c for c in ("ts_ns", "dur_ns") if c in have and c not in cols]

@@ -108,8 +108,12 @@ def test_trace_has_kineto_events_and_tracekit_tracks_on_one_clock(default_run) -
     kreq = next(
         e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("tracekit.request")
     )
-    # The request's host start maps onto the trace within a millisecond of Kineto's annotation.
-    assert abs(req["start_ns"] - kreq["ts"] * 1000) < 1_000_000
+    # The request's host start maps onto the trace no later than Kineto's annotation of it (the offset
+    # is the least over the clock pairs, so at most a millisecond of clock jitter after it), and the
+    # annotation opens inside the request's host span. How long after the host read its start the
+    # annotation opens is the scheduler's business: a loaded machine delays it by milliseconds.
+    lead = kreq["ts"] * 1000 - req["start_ns"]
+    assert -1_000_000 < lead < req["e2e_ns"]
 
 
 def test_summary_is_printed_with_overhead_and_perfetto_hint(tmp_path: Path, capsys) -> None:

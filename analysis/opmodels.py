@@ -7,9 +7,9 @@ input and write an output of the broadcast shape. Bytes are DRAM traffic in
 that ideal; FLOPs count a multiply-add as 2.
 
 Conventions (see docs/roofline.md):
-- dtype sizes come from ``input_types`` (c10::Half -> 2, float -> 4, ...); the
-  output of an elementwise op has the dtype of its first tensor input (type
-  promotion is not modelled).
+- dtype sizes come from ``input_types`` (c10::Half -> 2, float -> 4, ...); an
+  elementwise op writes its inputs' promoted dtype (``optensor.promoted``), a
+  comparison writes bool, an op in place (``add_``) its first input's dtype.
 - Attention is causal when the query length is > 1 (decoder LLMs: either
   ``is_causal`` or a causal mask); then only the pairs a causal mask keeps are
   counted: Lq*Lk - Lq*(Lq-1)/2 (exactly half plus the diagonal when Lq == Lk).
@@ -54,6 +54,7 @@ from tracekit.analysis.optensor import broadcast as _broadcast
 from tracekit.analysis.optensor import dtype_key as _key
 from tracekit.analysis.optensor import get as _get
 from tracekit.analysis.optensor import parse as _parse
+from tracekit.analysis.optensor import promoted as _promoted
 from tracekit.analysis.optensor import tensors as _tensors
 
 __all__ = ["ATTENTION", "COPY", "DTYPE_BYTES", "DTYPE_KEY", "ELEMENTWISE", "GEMM", "MAX_NUMEL", "REDUCTION",
@@ -151,16 +152,22 @@ def _attention(ts: list[_Tensor | None], layout: str, assume_causal: bool, causa
 # --- memory-bound ops --------------------------------------------------------
 
 
-def _elementwise(flops_per_elem: float, op_class: str = ELEMENTWISE, write: bool = True) -> Callable[..., OpCost | None]:
+def _elementwise(flops_per_elem: float, op_class: str = ELEMENTWISE, write: bool = True,
+                 out: str = "promoted") -> Callable[..., OpCost | None]:
+    """An elementwise op: reads each input, writes the broadcast shape in the dtype ``out`` names: "promoted"
+    (the inputs' promoted dtype: where(bool, x, float) writes float), "first" (an in-place op writes its
+    self) or "bool" (a comparison)."""
     def model(ts: list[_Tensor | None]) -> OpCost | None:
         tensors = [t for t in ts if t is not None]
         if not tensors:
             return None
         first = tensors[0]
+        result = _promoted(tensors)
         out_numel = math.prod(_broadcast([t.shape for t in tensors])) if any(t.shape for t in tensors) else 1
         read = sum(t.read_bytes for t in tensors)
-        written = out_numel * first.itemsize if write else 0
-        return OpCost(flops_per_elem * out_numel, float(read + written), op_class, _key(first), False)
+        itemsize = first.itemsize if out == "first" else 1 if out == "bool" else result.itemsize
+        written = out_numel * itemsize if write else 0
+        return OpCost(flops_per_elem * out_numel, float(read + written), op_class, _key(result), False)
 
     return model
 
@@ -516,8 +523,11 @@ _MODELS: dict[str, Callable[..., OpCost | None]] = {
     "exponential": _fill,
     "bernoulli": _fill,
 }
+# comparisons write bool; every elementwise op in place writes its self's dtype
+_COMPARISONS = frozenset({"eq", "ne", "lt", "gt", "le", "ge", "logical_and"})
 for _n, _f in _EW_FLOPS.items():
-    _MODELS.setdefault(_n, _elementwise(_f))
+    _MODELS.setdefault(_n, _elementwise(_f, out="bool" if _n in _COMPARISONS else "promoted"))
+_IN_PLACE: dict[str, Callable[..., OpCost | None]] = {_n: _elementwise(_f, out="first") for _n, _f in _EW_FLOPS.items()}
 
 # name -> (layout, the position of its causal flag among the arguments, or None)
 _ATTN: dict[str, tuple[str, int | None]] = {
@@ -733,7 +743,8 @@ def op_cost(
         if n in _ATTN:
             layout, at = _ATTN[n]
             return _attention(ts, layout, assume_causal, causal_flag(_parse(concrete_inputs), at))
-        model = _MODELS.get(n)
+        in_place = name.endswith("_") and name.split("::", 1)[-1] == n + "_"
+        model = _IN_PLACE.get(n) if in_place and n in _IN_PLACE else _MODELS.get(n)
         return model(ts) if model else None
     except (ValueError, TypeError, IndexError, OverflowError):
         return None  # malformed shapes: unmodelled, never a crash

@@ -158,6 +158,24 @@ def broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(res)
 
 
+_COMPLEX = ("c10::complex<float>", "c10::complex<double>")
+_INTEGRAL = ("long int", "long", "int", "short int", "unsigned char", "signed char")
+
+
+def _category(t: Tensor) -> int:
+    return 0 if t.dtype == "bool" else 1 if t.dtype in _INTEGRAL else 3 if t.dtype in _COMPLEX else 2
+
+
+def promoted(ts: Sequence[Tensor]) -> Tensor:
+    """The input whose dtype an elementwise op's result takes (torch's promotion, first order): the highest
+    category (bool < integer < floating < complex), then the widest; tensors with dims decide over 0-d ones
+    of the same category, as in torch (a 0-d float tensor times a bf16 tensor is bf16). ``ts`` not empty."""
+    dimmed = [t for t in ts if t.shape]
+    top = max(_category(t) for t in ts)
+    pool = [t for t in dimmed if _category(t) == top] or [t for t in ts if _category(t) == top]
+    return max(pool, key=lambda t: t.itemsize)
+
+
 def dtype_key(t: Tensor) -> str:
     return DTYPE_KEY.get(t.dtype, "fp32")
 

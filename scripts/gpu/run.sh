@@ -19,6 +19,8 @@
 #   whatif_quant  the what-if quantization runs (benchmarks/whatif/quant.toml: fp16/int8/int4/fp8, batch 1 and 8)
 #   bound_rest  bound classes vs Nsight Compute: every eager cell, compiled Qwen2.5-0.5B, compiled batch 64
 #               of the other shapes; each part packed into $OUT as it ends (a call cut short keeps what ran)
+#   bound_cells bound classes vs Nsight Compute for CELLS (env; traces kept), packed per part; GROUPED=1 adds
+#               scripts/gpu/grouped_mm.py (MoE grouped GEMM rates at three routings, and their counters)
 #   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
 #               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
@@ -110,6 +112,19 @@ bound_rest)  # per part: MODE|SHAPES|BATCHES|BUDGET_S; results.json per part, pa
     name="bound_${m}_${s%%,*}_b${b//,/-}"
     TAIL=30 run "$name" $(( lim + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/$name" --modes "$m" --shapes "$s" \
       --batches "$b" --budget-s "$lim"
+    rm -f "$W/$name"/*.ncu-rep; gzip -6 "$W/$name"/*_b*.json 2>/dev/null
+    tar -C "$W" -czf "$OUT/$name.tgz" "$name" logs 2>/dev/null
+  done
+  ;;
+bound_cells)  # CELLS="MODE|SHAPES|BATCHES|BUDGET_S;..." (traces kept); GROUPED=1 first runs scripts/gpu/grouped_mm.py
+  [ "${GROUPED:-0}" = 1 ] && { TAIL=40 run grouped_mm 120 python3 scripts/gpu/grouped_mm.py "$W/grouped_mm";
+    tar -C "$W" -czf "$OUT/grouped_mm.tgz" grouped_mm logs 2>/dev/null; }
+  IFS=';' read -r -a SPECS <<< "${CELLS:?CELLS}"
+  for spec in "${SPECS[@]}"; do
+    IFS='|' read -r m s b lim <<< "$spec"
+    name="bound_${m}_${s%%,*}_b${b//,/-}"
+    TAIL=30 run "$name" $(( lim + 15 )) python3 benchmarks/bound_vs_ncu.py "$W/$name" --keep-traces --modes "$m" \
+      --shapes "$s" --batches "$b" --budget-s "$lim"
     rm -f "$W/$name"/*.ncu-rep; gzip -6 "$W/$name"/*_b*.json 2>/dev/null
     tar -C "$W" -czf "$OUT/$name.tgz" "$name" logs 2>/dev/null
   done

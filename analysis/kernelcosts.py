@@ -2,7 +2,8 @@
 its achieved rates and its class, as NumPy arrays made into one frame (``kernel_costs``).
 
 - FLOPs and bytes come from the launching op's model (opmodels), or its nearest modelled ancestor, and
-  are split over the op's kernels by duration, per graph replay; the kernel-name class from kernels.
+  are split over the op's kernels by duration, per graph replay; the kernel-name class from kernels. A
+  grouped GEMM's FLOP rate counts the work its tiles issue (each group padded: ``tilepad``).
 - ``roof``: the intensity against the ridge of the ceiling in use. The bound class: compute | memory |
   latency | other | comm | memcpy. Latency: under the line on both peaks of the ceiling in use (Nsight
   Compute's 60% rule: ``latency_threshold`` of a datasheet rate, ``achievable_threshold`` of an
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import kernels as kc
+from tracekit.analysis import tilepad
 from tracekit.analysis.columns import by_value, combine_codes, map_values, matches, unique
 from tracekit.analysis.opmodels import op_costs
 from tracekit.analysis.options import BoundOptions
@@ -164,6 +166,7 @@ def kernel_costs(
         "bytes": np.zeros(n),
         "dtype": np.full(n, None, dtype=object),
         "dur_ns": pd.to_numeric(g["dur_ns"], errors="coerce").to_numpy(dtype=float, na_value=np.nan),
+        "pad": np.ones(n),  # issued over useful FLOPs: a grouped GEMM's tiles pad each group (tilepad)
     }
     tensor = np.zeros(n, dtype=bool)
     is_kernel = kinds == "kernel"
@@ -203,7 +206,9 @@ def kernel_costs(
         bound[resident & ~reach_f] = LATENCY
         # A rate over the peak is no evidence: its model over-counts. What is left decides: the other
         # rate where it reaches its line, else the rules for a kernel without a model.
-        ok_f, ok_b = reach_f & ~over_f, reach_b & ~over_b
+        # a padded grouped GEMM's issued FLOPs count the groups its bytes count: bytes over the peak
+        # (fewer groups touched than counted) leave its FLOP rate no evidence either
+        ok_f, ok_b = reach_f & ~over_f & ~(over_b & (col["pad"] > 1.0)), reach_b & ~over_b
         bound[over] = np.where(ok_f, COMPUTE, np.where(ok_b, MEMORY, OTHER))[over]
         unproven = over & ~ok_f & ~ok_b
     else:  # the roofline alone: the roof under the intensity, whatever the rates (flagged all the same)
@@ -257,6 +262,23 @@ def _shape_costs(g: pd.DataFrame, cpu_ops: pd.DataFrame | None, col: dict[str, A
     col["op_name"][has] = costs["op_name"].to_numpy(dtype=object)[c]
     col["model"][has] = MODEL_SHAPE
     tensor[has] = costs["tensor_core"].to_numpy(dtype=bool)[c]
+    if "groups" in costs:
+        col["pad"][has] = _padding(g["name"].to_numpy(dtype=object)[has], costs["group_rows"].to_numpy()[c],
+                                   costs["groups"].to_numpy()[c])
+
+
+def _padding(names: np.ndarray, rows: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each kernel's issued over useful FLOPs: a grouped GEMM kernel whose name gives its row granule
+    pads each group's rows (tilepad); 1 elsewhere. Made once per distinct (name, rows, groups)."""
+    out = np.ones(len(names))
+    at = np.flatnonzero(np.asarray(groups) > 0)
+    memo: dict[tuple[Any, int, int], float] = {}
+    for i in at.tolist():
+        key = (names[i], int(rows[i]), int(groups[i]))
+        if key not in memo:
+            memo[key] = tilepad.padding_factor(key[1], key[2], tilepad.granule(key[0]))
+        out[i] = memo[key]
+    return out
 
 
 def _intensity(col: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -373,7 +395,7 @@ def _over_peak(col: Mapping[str, np.ndarray], tensor: np.ndarray, ceiling: Ceili
     dur_s = np.where(dur_ns > 0, dur_ns + overhead_ns, np.nan) * 1e-9
     modelled = col["model"] == MODEL_SHAPE
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = col["flops"] / dur_s
+        f = col["flops"] * col["pad"] / dur_s
         b = col["bytes"] / dur_s
     return modelled & (np.nan_to_num(f) > peak_f), modelled & (np.nan_to_num(b) > bw)
 
@@ -396,6 +418,6 @@ def _pct_of_peak(col: Mapping[str, np.ndarray], tensor: np.ndarray, peaks: Ceili
     modelled = col["model"] == MODEL_SHAPE
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = modelled & (dur_s > 0)
-        f = np.where(ok, 100.0 * col["flops"] / dur_s / peak_f, np.nan)
+        f = np.where(ok, 100.0 * col["flops"] * col["pad"] / dur_s / peak_f, np.nan)
         b = np.where(ok, 100.0 * col["bytes"] / dur_s / peaks.peak_bytes_per_s, np.nan)
     return f, b

@@ -635,7 +635,8 @@ def _grouped_mm(ts: list[_Tensor | None]) -> OpCost | None:
     m, k = a.shape
     gsz, n = min(b.shape[0], m), b.shape[2]
     out_size = 2 if a.itemsize == 1 else a.itemsize
-    return OpCost(2.0 * m * k * n, float((m * k + gsz * k * n) * a.itemsize + m * n * out_size), GEMM, _key(a), True)
+    return OpCost(2.0 * m * k * n, float((m * k + gsz * k * n) * a.itemsize + m * n * out_size), GEMM, _key(a), True,
+                  (m, b.shape[0]))
 
 
 _SERVING: dict[str, Callable[..., OpCost | None]] = {
@@ -833,15 +834,19 @@ def _index_shape(dims: Any, types: Any, child_dims: Any, child_concrete: Any) ->
     return json.dumps([d[0], lead, *d[2:]]), json.dumps([t[0] if t else "", "long int", *t[2:]])
 
 
+_COST_COLS = ["flops", "bytes", "op_class", "dtype", "tensor_core", "group_rows", "groups"]
+
+
 def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None = None) -> Any:
-    """Per-op costs of a cpu_ops DataFrame: op_id, op_name, flops, bytes, op_class, dtype, tensor_core.
+    """Per-op costs of a cpu_ops DataFrame: op_id, op_name, flops, bytes, op_class, dtype, tensor_core,
+    group_rows and groups (a grouped GEMM's rows and groups, else 0).
 
     Rows without a model are absent. Each distinct (name, input_dims, input_types, input_strides) is
     modelled once: a decode run repeats the same few hundred shapes thousands of times.
     """
     import pandas as pd
 
-    cols = ["op_id", "op_name", "flops", "bytes", "op_class", "dtype", "tensor_core"]
+    cols = ["op_id", "op_name", "flops", "bytes", "op_class", "dtype", "tensor_core", "group_rows", "groups"]
     if cpu_ops is None or len(cpu_ops) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     list_dtype = list_dtype or dominant_dtype(cpu_ops)
@@ -865,8 +870,9 @@ def op_costs(cpu_ops: Any, *, assume_causal: bool = True, list_dtype: str | None
         c = op_cost(name, dims, types, assume_causal=assume_causal, list_dtype=list_dtype, concrete_inputs=concrete,
                     input_strides=strides)
         if c is not None:
-            rows.append((name, dims, types, concrete, strides, c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
-    costs = pd.DataFrame(rows, columns=[*key_cols, "flops", "bytes", "op_class", "dtype", "tensor_core"])
+            rows.append((name, dims, types, concrete, strides, c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core,
+                         *(c.groups or (0, 0))))
+    costs = pd.DataFrame(rows, columns=[*key_cols, *_COST_COLS])
     costs[key_cols] = costs[key_cols].astype(str)  # an empty frame's columns are float
     merged = keys.assign(op_id=df["op_id"].to_numpy()).merge(costs, on=key_cols, how="inner")
     return merged.rename(columns={"name": "op_name"})[cols].reset_index(drop=True)
@@ -922,11 +928,11 @@ def _op_costs_by_code(cpu_ops: Any, cols: list[str], assume_causal: bool, list_d
                         input_strides=texts[4])
             at = found[texts] = -1 if c is None else len(costs_rows)
             if c is not None:
-                costs_rows.append((c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core))
+                costs_rows.append((c.flops, c.bytes, c.op_class, c.dtype, c.tensor_core, *(c.groups or (0, 0))))
         of_key[k] = at
     if not costs_rows:
         return None
-    costs = pd.DataFrame(costs_rows, columns=["flops", "bytes", "op_class", "dtype", "tensor_core"])
+    costs = pd.DataFrame(costs_rows, columns=_COST_COLS)
     at = of_key[key]
     keep = at >= 0
     sel, at = rows[keep], at[keep]

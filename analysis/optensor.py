@@ -64,6 +64,7 @@ class OpCost:
     op_class: str
     dtype: str  # ceiling dtype key of the compute (fp16, bf16, fp32, ...)
     tensor_core: bool  # True: compare with the dtype's tensor-core peak; False: the fp32 (vector) peak
+    groups: tuple[int, int] | None = None  # a grouped GEMM's (rows, groups): its kernels' tiles pad each group
 
     @property
     def intensity(self) -> float:

@@ -63,7 +63,10 @@ def run(torch, label, c, k, n, experts, reps):
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); f(); b.record(); b.synchronize()
+        a.record()
+        f()
+        b.record()
+        b.synchronize()
         times.append(a.elapsed_time(b) * 1e-3)
     times.sort()
     t = times[len(times) // 2]

@@ -135,15 +135,16 @@ def test_an_expanded_index_is_read_once() -> None:
 
 
 H100 = [FIXTURES / "ncu" / f"h100_{cell}" for cell in ("eager_llama-3.2-1b_b8", "compiled_llama-3.2-1b_b8",
-                                                       "eager_qwen2.5-0.5b_b8", "compiled_qwen2.5-0.5b_b1")]
+                                                       "eager_qwen2.5-0.5b_b8", "compiled_qwen2.5-0.5b_b1",
+                                                       "compiled_llama-3.2-1b_b64")]
 
 
 @pytest.mark.parametrize("kind", ["achievable", "datasheet"])
 @pytest.mark.parametrize("pair", H100, ids=lambda p: p.name)
 def test_an_h100_pair_agrees_with_nsight_compute_against_either_ceiling(pair: Any, kind: str) -> None:
-    """Pairs recorded on an NVIDIA H100 80GB HBM3 (Llama-3.2-1B shape at batch 8, Qwen2.5-0.5B eager at
-    batch 8 and compiled at batch 1; a 128-token prefill and a decode step, eager and compiled with CUDA
-    graphs; torch 2.11 + CUDA 13): the model-only class
+    """Pairs recorded on an NVIDIA H100 80GB HBM3 (Llama-3.2-1B shape at batch 8 and compiled at 64,
+    Qwen2.5-0.5B eager at batch 8 and compiled at batch 1; a 128-token prefill and a decode step, eager and
+    compiled with CUDA graphs; torch 2.11 + CUDA 13): the model-only class
     against the H100's achievable rates (794.5 bf16 TFLOP/s, 3.18 TB/s) and against its datasheet
     (989.5, 3.35 TB/s) is Nsight Compute's on nine tenths of each step's kernel time."""
     kb, counters = _analysed(pair, gpu="NVIDIA H100 80GB HBM3", kind=kind)
@@ -168,6 +169,33 @@ def test_moe_decode_agrees_with_nsight_compute_and_no_kernel_passes_the_roof(pai
     decode = max(agree)  # the later measured step is the decode
     assert agree[decode] >= 0.9, agree
     assert not kb.loc[kb["step_id"] == decode, "over_peak"].any()
+
+
+def test_moe_prefill_grouped_gemms_are_compute_bound_by_their_padded_tiles() -> None:
+    """Mixtral-shaped prefill (8 x 128 tokens, top-2 of 8 experts: 2,048 rows): the cutlass grouped GEMMs run
+    at 49-55% of the achievable bf16 rate by their useful FLOPs, which alone would class them latency-bound;
+    Nsight Compute finds the tensor pipe 72-81% busy (compute). Each expert's rows rounded up to the
+    kernel's 256-row granule (1.48x expected under uniform routing) put them at 73-81%: compute, and the
+    step agrees on nine tenths of its kernel time."""
+    kb, counters = _analysed(FIXTURES / "ncu" / "eager_mixtral-8x7b_b8")
+    agree = _agreement(kb, counters)
+    assert min(agree.values()) >= 0.9, agree
+    g = kb[kb["op_name"].eq("aten::_grouped_mm") & kb["name"].astype(str).str.contains("GroupProblemShape")]
+    assert len(g) == 4 and (g["bound"] == "compute").all()
+    useful = g["flops"] / (g["dur_ns"] * 1e-9) / 788e12 * 100  # the H200's achievable bf16 rate
+    assert (useful < 60).all() and (g["flops_pct_of_peak"] / useful).round(2).eq(1.48).all()
+
+
+def test_moe_prefill_of_one_prompt_flags_the_experts_it_did_not_touch() -> None:
+    """Qwen3-MoE-shaped prefill (128 tokens of one prompt, top-8 of 128 experts): uniform routing would touch
+    every expert, but one prompt's tokens route alike (Nsight Compute reads about half the weights). The
+    model's weight bytes then run past the peak bandwidth: the kernels are flagged over_peak, and neither
+    their bytes nor their tile-padded FLOPs are taken as evidence (class other)."""
+    kb, _ = _analysed(FIXTURES / "ncu" / "eager_qwen3-30b-a3b_b1")
+    g = kb[kb["op_name"].eq("aten::_grouped_mm") & kb["name"].astype(str).str.contains("GroupProblemShape")
+           & kb["step_id"].eq(3)]
+    over = g[g["over_peak"].astype(bool)]
+    assert len(over) == 2 and (over["bw_pct_of_peak"] > 100).all() and (over["bound"] == "other").all()
 
 
 def test_the_routed_experts_gather_moves_what_it_gathered() -> None:

@@ -56,8 +56,9 @@ def test_element_sizes_and_compute_dtypes(dtype: str, size: int, key: str) -> No
         "logical_and", "abs", "log", "maximum", "minimum", "fmod", "remainder")],
 ])
 def test_elementwise_flops_per_element(op: str, k: int) -> None:
-    assert fb(f"aten::{op}", [[3, 4]], [F]) == (12 * k, 2 * 48)
-    assert fb(f"aten::{op}_", [[3, 4]], [F]) == (12 * k, 2 * 48)  # the in-place variant
+    written = 12 if op in ("eq", "ne", "lt", "gt", "le", "ge", "logical_and") else 48  # a comparison writes bool
+    assert fb(f"aten::{op}", [[3, 4]], [F]) == (12 * k, 48 + written)
+    assert fb(f"aten::{op}_", [[3, 4]], [F]) == (12 * k, 2 * 48)  # the in-place variant writes its self
     assert is_modelled(f"aten::{op}")
 
 
@@ -68,8 +69,8 @@ def test_elementwise_broadcasting_and_zero_dim_tensors() -> None:
     assert fb("aten::add", [[4], []], [F, F]) == (4, 4 * (4 + 1 + 4))
     assert fb("aten::add", [[4], []], [F, "Scalar"]) == (4, 4 * (4 + 4))
     assert fb("aten::neg", [[]], [H]) == (1, 2 * 2)
-    # the output has the first tensor's dtype: half + float -> half output
-    assert fb("aten::add", [[8], [8]], [H, F]) == (8, 8 * 2 + 8 * 4 + 8 * 2)
+    # the output has the inputs' promoted dtype: half + float -> float output
+    assert fb("aten::add", [[8], [8]], [H, F]) == (8, 8 * 2 + 8 * 4 + 8 * 4)
     c = cost("aten::cumsum", [[4, 8], []], [F, ""])
     assert (c.flops, c.bytes, c.op_class) == (32, 2 * 128, "reduction")
 
@@ -256,3 +257,18 @@ def test_a_step_attention_with_an_fp8_cache_computes_in_the_query_dtype() -> Non
     # new tokens' q, out, k, v in bf16: 2 x (32 + 32 + 16 + 16) x 2 B = 384; 10 cached tokens' k and v
     # in fp8: 10 x 2 x 16 x 1 B = 320
     assert c.bytes == 384 + 320
+
+
+def test_an_elementwise_op_writes_its_inputs_promoted_dtype() -> None:
+    """The logits mask of a compiled generate: where(bool [V], 0-d float, float [64, V]) writes float rows
+    (Nsight Compute read 67 MB for it on an H100; taking the bool condition's dtype modelled 41 MB). A
+    comparison writes bool; an op in place writes its self's dtype."""
+    v = 128256
+    c = op_cost("aten::where", json.dumps([[v], [], [64, v]]), json.dumps(["bool", "float", "float"]))
+    assert c is not None and c.bytes == v * 1 + 4 + 64 * v * 4 + 64 * v * 4
+    bf, f32 = json.dumps(["c10::BFloat16", "float"]), json.dumps([[10], [10]])
+    assert op_cost("aten::add", f32, bf).bytes == 10 * 2 + 10 * 4 + 10 * 4  # bf16 + float -> float
+    assert op_cost("aten::add_", f32, bf).bytes == 10 * 2 + 10 * 4 + 10 * 2  # in place: bf16
+    assert op_cost("aten::eq", f32, bf).bytes == 10 * 2 + 10 * 4 + 10 * 1  # a comparison: bool
+    # a 0-d float tensor does not promote a bf16 tensor (torch's rule for dimensioned operands)
+    assert op_cost("aten::mul", json.dumps([[10], []]), bf).bytes == 10 * 2 + 4 + 10 * 2

@@ -1,7 +1,7 @@
 """A fleet of traces analysed into one dataset, one task per run: wall time, per-task peak RSS, the query.
 
     [TRACEKIT_CORPUS=DIR] .venv/bin/python benchmarks/fleet.py [--runs 200] [--engine ray|process|serial] [--jobs 2]
-        [--task-memory 1GB] [--work /tmp/tracekit-fleet-bench]
+        [--task-memory 1GB] [--address ADDRESS] [--work /tmp/tracekit-fleet-bench]
 
 Builds a directory of --runs traces under --work (never under the corpus): copies of the corpus'
 traces (../shared/corpus: engines/ with their capture_traces/ beside, hta/), of the repository's
@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--engine", default="ray", choices=["ray", "process", "serial"])
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--task-memory", default=None)
+    ap.add_argument("--address", default=None, help="with --engine ray: the cluster to join (passed to analyze)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/tracekit-fleet-bench"))
     args = ap.parse_args()
     fleet = build(args.work, args.runs)
@@ -112,6 +113,7 @@ def main() -> None:
     cmd = [sys.executable, "-m", "tracekit", "analyze", str(fleet), "--out", str(ds), "--engine", args.engine]
     cmd += ["--jobs", str(args.jobs)] if args.jobs else []
     cmd += ["--task-memory", args.task_memory] if args.task_memory else []
+    cmd += ["--address", args.address] if args.address else []
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -13,6 +13,7 @@ the last kernel. Hand-worked: TTFT = the prefill kernel's end = 90 µs; e2e = la
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -151,6 +152,9 @@ def test_the_fleet_on_ray_gives_the_local_paths_tables(traces: Path, local: tupl
                                                          ("solo", "complete")]
     assert _query(TPOT_P99, tmp_path / "ds_ray") == _query(TPOT_P99, local[1])
     assert all(o.peak_rss_bytes for o in s.outcomes)
+    # each run's row names the Ray node and the worker process that analysed it
+    workers = _query("select distinct run_id, worker from fleet_runs order by 1", tmp_path / "ds_ray")
+    assert len(workers) == 3 and all(r["worker"].startswith("ray-node-") for r in workers), workers
 
 
 def test_report_of_the_dataset_is_one_row_per_run_and_rank(local: tuple[int, Path, str], capsys) -> None:
@@ -179,3 +183,7 @@ def test_a_worker_is_replaced_after_its_share_of_tasks(traces: Path, tmp_path: P
                                                          ("solo", "complete")]
     pids = [o.pid for o in s.outcomes]
     assert None not in pids and len(set(pids)) == 3
+    # fleet_runs names each run's worker: this host and the process that ran it
+    workers = {r["run_id"]: r["worker"] for r in _query("select distinct run_id, worker from fleet_runs",
+                                                        tmp_path / "ds_pool")}
+    assert workers == {o.run_id: f"{socket.gethostname()}:{o.pid}" for o in s.outcomes}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -66,6 +67,7 @@ class RunOutcome:
     seconds: float = 0.0
     peak_rss_bytes: int | None = None
     pid: int | None = None
+    worker: str | None = None  # the node that ran the task (worker_name) and its process id
     parts: list[dict[str, Any]] = field(default_factory=list)
 
     def status_entry(self) -> dict[str, Any]:
@@ -198,7 +200,7 @@ def analyze_run_task(job: RunJob, root: str, options: FleetOptions) -> RunOutcom
 
     t0 = time.perf_counter()
     reset = _reset_peak_rss()
-    out = RunOutcome(job.run_id, pid=os.getpid())
+    out = RunOutcome(job.run_id, pid=os.getpid(), worker=f"{worker_name()}:{os.getpid()}")
     scratch = Path(tempfile.mkdtemp(prefix="tracekit-fleet-", dir=options.scratch))
     tables: dict[str, Any] = {}
     manifest: dict[str, Any] = {}
@@ -222,6 +224,18 @@ def analyze_run_task(job: RunJob, root: str, options: FleetOptions) -> RunOutcom
     except Exception as exc:
         out.status, out.error = "failed", f"cannot write its tables: {_one_line(exc)}"
     return out
+
+
+def worker_name() -> str:
+    """The node a task runs on: its Ray node id inside a Ray worker (one per raylet, so two nodes of a
+    cluster on one host differ), else the host name."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            return f"ray-node-{ray.get_runtime_context().get_node_id()[:12]}"
+    except Exception:  # a Ray that cannot say: the host name is still true
+        pass
+    return socket.gethostname()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -254,6 +268,7 @@ def _fleet_rows(job: RunJob, out: RunOutcome, tables: dict[str, Any], manifest: 
         "source": [job.files[0] if job.files else SOURCE_DATASET] * n,
         "analysis_s": [out.seconds] * n,
         "peak_rss_bytes": pa.array([out.peak_rss_bytes] * n, pa.int64()),
+        "worker": pa.array([out.worker] * n, pa.string()),
     })
 
 

@@ -562,6 +562,7 @@ SCHEMAS["fleet_runs"] = _schema(
     ("source", _str),  # the run's first trace file, or "dataset"
     ("analysis_s", _f64),  # the task's wall time, ingest and analysis, s
     ("peak_rss_bytes", _i64),  # the task's peak resident set
+    ("worker", _str),  # the node that ran the task (Ray node id, else host name) : its process id
     doc="A fleet's runs: one row per (run, rank) of the last analysis, failed runs included",
 )
 

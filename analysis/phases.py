@@ -22,6 +22,8 @@ the bound pass (analysis/bound.py) to fill.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -94,9 +96,9 @@ def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int]
     n = len(steps)
     groups: list[tuple[object, np.ndarray]] = []
     if n and steps["request_id"].notna().any():
-        rid = steps["request_id"]
-        has = rid.notna().to_numpy(dtype=bool)
-        for r, pos in _positions_by_value(rid[has]):
+        req = steps["request_id"]
+        has = req.notna().to_numpy(dtype=bool)
+        for r, pos in _positions_by_value(req[has]):
             groups.append((int(r), np.flatnonzero(has)[pos]))
     groups.append((None, np.arange(n)))
     if acts is None and not ks.empty:
@@ -142,7 +144,7 @@ def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int]
     return df
 
 
-def _positions_by_value(values: pd.Series) -> list[tuple[object, np.ndarray]]:
+def _positions_by_value(values: pd.Series) -> list[tuple[Any, np.ndarray]]:
     """(value, positions of its rows, in order) for each distinct value, values sorted: the groups
     ``groupby(sort=True)`` makes of a column without nulls."""
     codes, uniq = pd.factorize(values.to_numpy(), sort=True)

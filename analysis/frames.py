@@ -9,6 +9,7 @@ the store writes (mixed object columns as text, as NumPy prints them).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,25 @@ def as_df(table: Any) -> pd.DataFrame:
 
 
 _FRAMES: dict[int, tuple[Any, pd.DataFrame]] = {}
+
+
+def derived(tables: tuple[Any, ...], tag: str, make: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+    """``make()``, a frame made from ``tables`` alone, made once while those Arrow tables live (several
+    passes ask for the same one); each call returns its own copy (copy-on-write: cheap). Made anew
+    where any of ``tables`` is not an Arrow table. ``tag`` names what ``make`` makes."""
+    if not all(isinstance(t, pa.Table) for t in tables):
+        return make()
+    key = (tag, *map(id, tables))
+    hit = _DERIVED.get(key)
+    if hit is None or any(ref() is not t for ref, t in zip(hit[0], tables, strict=True)):
+        hit = (tuple(weakref.ref(t) for t in tables), make())
+        _DERIVED[key] = hit
+        for t in tables:
+            weakref.finalize(t, _DERIVED.pop, key, None)
+    return hit[1].copy(deep=False)
+
+
+_DERIVED: dict[tuple[Any, ...], tuple[tuple[Any, ...], pd.DataFrame]] = {}
 
 
 def _arrow_frame(table: Any) -> pd.DataFrame:

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from tracekit.analysis import timeline, workload
 from tracekit.analysis.columns import is_in, matches
-from tracekit.analysis.frames import as_df
+from tracekit.analysis.frames import as_df, derived
 from tracekit.analysis.opmodels import is_shape
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
@@ -130,7 +130,13 @@ def annotation_rows(annotations: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.Data
 
 def host_annotations(annotations: Any, cpu_ops: Any, live: bool = True) -> pd.DataFrame:
     """``annotation_rows`` of the raw tables (Arrow tables or frames); ``live``: of ``live_ops(cpu_ops)``.
-    From an Arrow cpu_ops the user annotations are picked on its columns, before a frame is made of them."""
+    From an Arrow cpu_ops the user annotations are picked on its columns, before a frame is made of
+    them; from Arrow tables the rows are made once (tracekit.analysis.frames.derived)."""
+    return derived((annotations, cpu_ops), f"host_annotations live={live}",
+                   lambda: _host_annotations(annotations, cpu_ops, live))
+
+
+def _host_annotations(annotations: Any, cpu_ops: Any, live: bool) -> pd.DataFrame:
     if not isinstance(cpu_ops, pa.Table) or "cat" not in cpu_ops.column_names:
         cpu = as_df(cpu_ops)
         return annotation_rows(as_df(annotations), live_ops(cpu) if live else cpu)

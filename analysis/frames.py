@@ -103,8 +103,11 @@ def output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Tabl
     # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.
     frame = plain_frame(df, gpu)
     if name == "kernel_bound" and "name" in frame:
-        frame.insert(list(frame.columns).index("name") + 1, "short_name", short_names(frame["name"]))
-    return pa.Table.from_pandas(frame, preserve_index=False)
+        frame.insert(list(frame.columns).index("name") + 1, "short_name",
+                     pd.Series(short_names(frame["name"]), index=frame.index, dtype=object))
+    # One thread: the conversion is short, and a pool's threads cost more to start than they save
+    # on a busy machine of few cores.
+    return pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
 
 
 def short_names(names: pd.Series) -> list[str | None]:
@@ -127,7 +130,8 @@ def plain_frame(df: pd.DataFrame, source: pa.Table | None = None) -> pd.DataFram
         if out[c].dtype == object and pd.api.types.infer_dtype(out[c], skipna=True) not in ("string", "empty"):
             values = out[c].to_numpy()
             text = _source_texts(values, source, c) if source is not None else None
-            out[c] = text if text is not None else _as_text(values)
+            # an object column, as the values were (a list would be made a pandas string column first)
+            out[c] = pd.Series(text if text is not None else _as_text(values), index=out.index, dtype=object)
     return out
 
 

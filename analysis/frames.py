@@ -2,7 +2,8 @@
 
 ``as_df(table)`` takes an Arrow table, a pandas frame or anything pandas can frame, and returns a
 pandas frame with dictionary columns as plain strings (object, None where null): what the passes that
-work on pandas read. ``output_table(name, frame, rank, gpu)`` turns a pass's frame into the Arrow table
+work on pandas read. ``derived(tables, tag, make)`` keeps a frame made from raw Arrow tables (the host
+annotations) while they live, so that the passes that ask for it make it once. ``output_table(name, frame, rank, gpu)`` turns a pass's frame into the Arrow table
 the store writes (mixed object columns as text, as NumPy prints them).
 """
 

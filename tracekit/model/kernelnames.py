@@ -19,7 +19,7 @@ def _strip_nested(text: str, opening: str) -> str:
     Only the brackets are visited (a regular expression finds them); the text between them is
     copied in slices. At depth 0 a bracket other than ``opening`` is text; inside, every opening
     bracket nests, a closing one that does not match the innermost is dropped with the rest, and an
-    unclosed part runs to the end."""
+    unclosed part is dropped up to the end."""
     out: list[str] = []
     stack: list[str] = []
     last = 0

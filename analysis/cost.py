@@ -39,7 +39,7 @@ import pandas as pd
 from tracekit.analysis.energy import window_energy_j
 from tracekit.analysis.frames import as_df
 from tracekit.analysis.intervals import step_windows
-from tracekit.analysis.steps import annotation_rows
+from tracekit.analysis.steps import host_annotations
 from tracekit.model.stepnames import parse_step
 
 # Time classes of the bound pass (analysis/bound.py TIME_COLUMNS) and how each is split.
@@ -203,7 +203,7 @@ def _num(v: Any) -> float | None:
 
 def from_annotations(annotations: Any, cpu_ops: Any = None) -> pd.DataFrame:
     """step_requests rows from tracekit's batch step annotations in a trace (``seqs=``)."""
-    ann = annotation_rows(as_df(annotations), as_df(cpu_ops))
+    ann = host_annotations(annotations, cpu_ops, live=False)
     rows = []
     for name in ann["name"]:
         lab = parse_step(name)

@@ -2,13 +2,15 @@
 
 ``as_df(table)`` takes an Arrow table, a pandas frame or anything pandas can frame, and returns a
 pandas frame with dictionary columns as plain strings (object, None where null): what the passes that
-work on pandas read. ``output_table(name, frame, rank, gpu)`` turns a pass's frame into the Arrow table
+work on pandas read. ``derived(tables, tag, make)`` keeps a frame made from raw Arrow tables (the host
+annotations) while they live, so that the passes that ask for it make it once. ``output_table(name, frame, rank, gpu)`` turns a pass's frame into the Arrow table
 the store writes (mixed object columns as text, as NumPy prints them).
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,25 @@ def as_df(table: Any) -> pd.DataFrame:
 
 
 _FRAMES: dict[int, tuple[Any, pd.DataFrame]] = {}
+
+
+def derived(tables: tuple[Any, ...], tag: str, make: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+    """``make()``, a frame made from ``tables`` alone, made once while those Arrow tables live (several
+    passes ask for the same one); each call returns its own copy (copy-on-write: cheap). Made anew
+    where any of ``tables`` is not an Arrow table. ``tag`` names what ``make`` makes."""
+    if not all(isinstance(t, pa.Table) for t in tables):
+        return make()
+    key = (tag, *map(id, tables))
+    hit = _DERIVED.get(key)
+    if hit is None or any(ref() is not t for ref, t in zip(hit[0], tables, strict=True)):
+        hit = (tuple(weakref.ref(t) for t in tables), make())
+        _DERIVED[key] = hit
+        for t in tables:
+            weakref.finalize(t, _DERIVED.pop, key, None)
+    return hit[1].copy(deep=False)
+
+
+_DERIVED: dict[tuple[Any, ...], tuple[tuple[Any, ...], pd.DataFrame]] = {}
 
 
 def _arrow_frame(table: Any) -> pd.DataFrame:
@@ -83,8 +104,11 @@ def output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Tabl
     # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.
     frame = plain_frame(df, gpu)
     if name == "kernel_bound" and "name" in frame:
-        frame.insert(list(frame.columns).index("name") + 1, "short_name", short_names(frame["name"]))
-    return pa.Table.from_pandas(frame, preserve_index=False)
+        frame.insert(list(frame.columns).index("name") + 1, "short_name",
+                     pd.Series(short_names(frame["name"]), index=frame.index, dtype=object))
+    # One thread: the conversion is short, and a pool's threads cost more to start than they save
+    # on a busy machine of few cores.
+    return pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
 
 
 def short_names(names: pd.Series) -> list[str | None]:
@@ -107,7 +131,8 @@ def plain_frame(df: pd.DataFrame, source: pa.Table | None = None) -> pd.DataFram
         if out[c].dtype == object and pd.api.types.infer_dtype(out[c], skipna=True) not in ("string", "empty"):
             values = out[c].to_numpy()
             text = _source_texts(values, source, c) if source is not None else None
-            out[c] = text if text is not None else _as_text(values)
+            # an object column, as the values were (a list would be made a pandas string column first)
+            out[c] = pd.Series(text if text is not None else _as_text(values), index=out.index, dtype=object)
     return out
 
 

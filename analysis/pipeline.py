@@ -12,9 +12,11 @@ The order (PASSES): steps, requests, phases, bound, energy, cost, warmup, opclas
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.analysis import bound as _bound
 from tracekit.analysis import cost as _cost
@@ -116,21 +118,52 @@ def ceiling_warnings(inp: AnalysisInput) -> list[str]:
 
 def trace_span(tables: Mapping[str, Any]) -> tuple[int, int] | None:
     """[first, last) ns over every timed event of the raw tables; not the ops of graph-capture traces
-    (``cpu_ops.captured``), which ran at capture time on another clock (steps.live_ops)."""
+    (``cpu_ops.captured``), which ran at capture time on another clock (steps.live_ops). An event's
+    end is ts_ns + dur_ns (a missing duration: 0); events without a start are not counted."""
     lo, hi = np.inf, -np.inf
     for name in ("gpu_activity", "cpu_ops", "runtime", "annotations"):
-        df = tables.get(name)
-        if df is None or len(df) == 0:
+        t = tables.get(name)
+        if t is None or len(t) == 0:
             continue
-        df = as_df(df)
-        if name == "cpu_ops":
-            df = _steps.live_ops(df)
-        ts = df["ts_ns"].dropna().astype("int64")
-        if ts.empty:
-            continue
-        end = ts + df.loc[ts.index, "dur_ns"].fillna(0).astype("int64")
-        lo, hi = min(lo, int(ts.min())), max(hi, int(end.max()))
+        got = _arrow_span(t, live=name == "cpu_ops") if isinstance(t, pa.Table) else False
+        if got is False:
+            got = _frame_span(t, live=name == "cpu_ops")
+        if got is not None:
+            lo, hi = min(lo, got[0]), max(hi, got[1])
     return None if lo == np.inf else (int(lo), int(hi))
+
+
+def _arrow_span(t: pa.Table, live: bool) -> tuple[int, int] | Literal[False] | None:
+    """(first start, last end) of an Arrow table's rows (None: no row has a start), read from its
+    columns; False where its ts_ns / dur_ns are not integer columns (``_frame_span`` decides then)."""
+    names = t.column_names
+    if "ts_ns" not in names or not pa.types.is_integer(t.schema.field("ts_ns").type) or (
+            "dur_ns" in names and not pa.types.is_integer(t.schema.field("dur_ns").type)):
+        return False
+    ts = t.column("ts_ns").cast(pa.int64())
+    keep = pc.is_valid(ts)
+    if live and "captured" in names:
+        keep = pc.and_(keep, pc.invert(pc.fill_null(t.column("captured").cast(pa.bool_()), False)))
+    ts = ts.filter(keep)
+    if not len(ts):
+        return None
+    dur = (t.column("dur_ns").cast(pa.int64()).filter(keep).fill_null(0) if "dur_ns" in names
+           else pa.chunked_array([pa.array([0] * len(ts), pa.int64())]))
+    first = pc.min(ts).as_py()
+    last = pc.max(pc.add(ts, dur)).as_py()  # int64 addition, wrapping as NumPy's does
+    return int(first), int(last)
+
+
+def _frame_span(t: Any, live: bool) -> tuple[int, int] | None:
+    """``_arrow_span`` of a table given as a pandas frame (or a table whose times are not integers)."""
+    df = as_df(t)
+    if live:
+        df = _steps.live_ops(df)
+    ts = df["ts_ns"].dropna().astype("int64")
+    if ts.empty:
+        return None
+    end = ts + df.loc[ts.index, "dur_ns"].fillna(0).astype("int64")
+    return int(ts.min()), int(end.max())
 
 
 def opclass_pass(cpu_ops: Any, steps: Any, gpu_activity: Any, span: tuple[int, int] | None) -> Any:

@@ -32,7 +32,7 @@ import pandas as pd
 from tracekit.analysis import workload as _workload
 from tracekit.analysis.columns import is_in, matches
 from tracekit.analysis.frames import as_df
-from tracekit.analysis.steps import MATMUL_OPS, annotation_rows, live_ops, request_labels
+from tracekit.analysis.steps import MATMUL_OPS, host_annotations, live_ops, request_labels
 from tracekit.model.stats import percentile
 from tracekit.model.stepnames import looks_like_engine_step
 
@@ -118,7 +118,7 @@ def _windows(steps: pd.DataFrame, annotations: Any, cpu_ops: Any, runtime: Any =
     labels = request_labels(annotations, cpu_ops)
     if labels:
         return [(s, e, lab.name, "tracekit", lab) for s, e, lab in labels]
-    ann = annotation_rows(as_df(annotations), as_df(cpu_ops))
+    ann = host_annotations(annotations, cpu_ops, live=False)
     pre = steps[steps["kind"].isin(["prefill", "mixed"])]["cpu_start_ns"].to_numpy(dtype=np.int64)
     starts = steps["cpu_start_ns"].to_numpy(dtype=np.int64)
     step_names = {"tracekit.step", "execute_", "step["}
@@ -423,7 +423,7 @@ def _diffusion(steps: pd.DataFrame, kernel_steps: pd.DataFrame, annotations: Any
     """Requests of a diffusion trace (tracekit.analysis.workload): e2e from each window's start to its
     end or its last step's GPU end, whichever is later; no tokens, TTFT or TPOT (a denoising step emits
     no token)."""
-    ann = annotation_rows(as_df(annotations), live_ops(as_df(cpu_ops)))
+    ann = host_annotations(annotations, cpu_ops)
     rid_of_step = pd.Series(pd.NA, index=steps.index, dtype="Int64")
     rows = []
     for r in _workload.diffusion_requests(steps, ann):

@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.analysis import timeline, workload
 from tracekit.analysis.columns import is_in, matches
-from tracekit.analysis.frames import as_df
+from tracekit.analysis.frames import as_df, derived
 from tracekit.analysis.opmodels import is_shape
 from tracekit.model.stepnames import (
     ENGINE_FORMATS,
@@ -103,7 +105,8 @@ def live_ops(cpu: pd.DataFrame) -> pd.DataFrame:
     another clock, and only lend their shapes to the kernels the graphs replay."""
     if cpu.empty or "captured" not in cpu:
         return cpu
-    cap = cpu["captured"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    col = cpu["captured"]
+    cap = col.to_numpy() if col.dtype == bool else col.astype("boolean").fillna(False).to_numpy(dtype=bool)
     return cpu[~cap] if cap.any() else cpu
 
 
@@ -119,15 +122,44 @@ def _dims(text: Any) -> list[Any] | None:
 
 def annotation_rows(annotations: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
     """Host-side annotations from both tables, deduplicated (ingest may put them in either)."""
+    user = None
+    if not cpu_ops.empty and "cat" in cpu_ops:
+        user = cpu_ops[matches(cpu_ops["cat"], "user_annotation".__eq__)]
+    return _annotation_rows(annotations, user)
+
+
+def host_annotations(annotations: Any, cpu_ops: Any, live: bool = True) -> pd.DataFrame:
+    """``annotation_rows`` of the raw tables (Arrow tables or frames); ``live``: of ``live_ops(cpu_ops)``.
+    From an Arrow cpu_ops the user annotations are picked on its columns, before a frame is made of
+    them; from Arrow tables the rows are made once (tracekit.analysis.frames.derived)."""
+    return derived((annotations, cpu_ops), f"host_annotations live={live}",
+                   lambda: _host_annotations(annotations, cpu_ops, live))
+
+
+def _host_annotations(annotations: Any, cpu_ops: Any, live: bool) -> pd.DataFrame:
+    if not isinstance(cpu_ops, pa.Table) or "cat" not in cpu_ops.column_names:
+        cpu = as_df(cpu_ops)
+        return annotation_rows(as_df(annotations), live_ops(cpu) if live else cpu)
+    keep = None
+    if live and "captured" in cpu_ops.column_names:
+        keep = pc.invert(pc.fill_null(cpu_ops.column("captured").cast(pa.bool_()), False))
+    if (int(pc.sum(keep).as_py() or 0) if keep is not None else cpu_ops.num_rows) == 0:
+        return _annotation_rows(as_df(annotations), None)  # no live op: annotation_rows skips cpu_ops
+    user = pc.is_in(cpu_ops.column("cat"), value_set=pa.array(["user_annotation"]))
+    picked = cpu_ops.filter(pc.and_(user, keep) if keep is not None else user)
+    return _annotation_rows(as_df(annotations), as_df(picked))
+
+
+def _annotation_rows(annotations: pd.DataFrame, user_ops: pd.DataFrame | None) -> pd.DataFrame:
+    """annotation_rows from the annotations and cpu_ops' user annotations (None: cpu_ops left out)."""
     parts = []
     if not annotations.empty:
         a = annotations
         if "cat" in a:
             a = a[~matches(a["cat"], "gpu_user_annotation".__eq__)]
         parts.append(a[["ts_ns", "dur_ns", "name", "cat"]])
-    if not cpu_ops.empty and "cat" in cpu_ops:
-        u = cpu_ops[matches(cpu_ops["cat"], "user_annotation".__eq__)]
-        parts.append(u[["ts_ns", "dur_ns", "name", "cat"]])
+    if user_ops is not None:
+        parts.append(user_ops[["ts_ns", "dur_ns", "name", "cat"]])
     if not parts:
         return pd.DataFrame(columns=["ts_ns", "dur_ns", "name", "cat"])
     out = pd.concat(parts, ignore_index=True)
@@ -623,7 +655,7 @@ def detect(
     Pure: inputs (pa.Table or DataFrame) are never modified.
     """
     cpu = live_ops(as_df(cpu_ops))
-    ann = annotation_rows(as_df(annotations), cpu)
+    ann = host_annotations(annotations, cpu_ops)
     rt = as_df(runtime)
     gpu = as_df(gpu_activity)
     warnings: list[str] = []
@@ -796,7 +828,7 @@ def fill_gpu_columns(steps: pd.DataFrame, kernel_steps: pd.DataFrame) -> pd.Data
 
 def request_labels(annotations: Any, cpu_ops: Any) -> list[tuple[int, int, Any]]:
     """(start, end, RequestLabel) of tracekit's own request annotations."""
-    ann = annotation_rows(as_df(annotations), live_ops(as_df(cpu_ops)))
+    ann = host_annotations(annotations, cpu_ops)
     out = []
     for ts, dur, name in zip(ann["ts_ns"], ann["dur_ns"], ann["name"], strict=True):
         lab = parse_request(name)

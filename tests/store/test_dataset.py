@@ -115,3 +115,16 @@ def test_tracekit_query_reads_a_dataset(root, capsys) -> None:
     assert main(["query", "select count(*) as n, max(run_id) as r, max(rank) as k, max(ttft_ns) as t from requests",
                  "--runs", str(root), "--format", "json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out) == {"n": 0, "r": None, "k": None, "t": None}
+
+
+def test_the_dataset_module_does_not_import_pandas() -> None:
+    # GIVEN a fresh process WHEN it imports the dataset module and the fleet use case (what `tracekit
+    # analyze` imports to tell a fleet from one run) THEN pandas is not loaded: pyarrow.dataset, which
+    # would load it, is imported only where a dataset table is read
+    import subprocess
+    import sys
+
+    code = ("import sys, tracekit.store.dataset, tracekit.app.fleet; "
+            "print('pandas' in sys.modules, 'pyarrow.dataset' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

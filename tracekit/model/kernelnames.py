@@ -7,23 +7,34 @@ std::array<char*, 3ul> >(int, ...)`` reads ``vectorized_elementwise_kernel``; a 
 
 from __future__ import annotations
 
+import re
+
 _OPEN = {"<": ">", "(": ")", "[": "]"}
+_BRACKET = re.compile(r"[<>()\[\]]")
 
 
 def _strip_nested(text: str, opening: str) -> str:
-    """``text`` without any bracketed part opened by ``opening`` (nesting of every bracket kind followed)."""
-    out, depth, stack = [], 0, []
-    for ch in text:
-        if ch in _OPEN and (ch == opening or depth):
+    """``text`` without any bracketed part opened by ``opening`` (nesting of every bracket kind followed).
+
+    Only the brackets are visited (a regular expression finds them); the text between them is
+    copied in slices. At depth 0 a bracket other than ``opening`` is text; inside, every opening
+    bracket nests, a closing one that does not match the innermost is dropped with the rest, and an
+    unclosed part is dropped up to the end."""
+    out: list[str] = []
+    stack: list[str] = []
+    last = 0
+    for m in _BRACKET.finditer(text):
+        ch = m.group()
+        if ch in _OPEN and (ch == opening or stack):
+            if not stack:
+                out.append(text[last:m.start()])
             stack.append(_OPEN[ch])
-            depth += 1
-            continue
-        if depth and ch == stack[-1]:
+        elif stack and ch == stack[-1]:
             stack.pop()
-            depth -= 1
-            continue
-        if not depth:
-            out.append(ch)
+            if not stack:
+                last = m.end()
+    if not stack:
+        out.append(text[last:])
     return "".join(out)
 
 

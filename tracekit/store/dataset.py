@@ -32,7 +32,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from tracekit.errors import CorruptRunError, RunExistsError, UsageError, visible
 from tracekit.model import schema as _schema
@@ -247,6 +246,8 @@ def read_dataset(
         if sch is None:
             raise UsageError(f"{root}: no table {table!r}; tables: {', '.join(tables_in(root))}")
         return _with_partitions(sch.empty_table(), sch)
+    import pyarrow.dataset as ds  # here, not at the top: importing it imports pandas, which analyze and export avoid
+
     part = ds.partitioning(pa.schema([("run_id", pa.string()), ("rank", pa.int32())]), flavor="hive")
     dset = ds.dataset(tdir, format="parquet", partitioning=part, exclude_invalid_files=False)
     flt = None

@@ -29,7 +29,8 @@ class CalibrateConfig:
     device: int = 0
 
 
-def _time_ms(torch: Any, fn: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+def time_ms(torch: Any, fn: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+    """``fn``'s GPU time per call, ms, by CUDA events: ``repeats`` calls after ``warmup`` unmeasured ones."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -65,7 +66,7 @@ def measure(config: CalibrateConfig | None = None) -> dict[str, Any]:
     def copy() -> Any:
         return bufs[1].copy_(bufs[0])
 
-    copy_ms = _time_ms(torch, copy, cfg.warmup, cfg.repeats)
+    copy_ms = time_ms(torch, copy, cfg.warmup, cfg.repeats)
     copy_bps = 2 * nbytes / (statistics.median(copy_ms) / 1e3)
     bufs.clear()  # free before the matmuls need the memory
 
@@ -85,7 +86,7 @@ def measure(config: CalibrateConfig | None = None) -> dict[str, Any]:
             def mm(a: Any = a, b: Any = b, c: Any = c) -> Any:
                 return torch.mm(a, b, out=c)
 
-            ms = _time_ms(torch, mm, cfg.warmup, reps)
+            ms = time_ms(torch, mm, cfg.warmup, reps)
             flops[key] = 2.0 * n**3 / (statistics.median(ms) / 1e3)
             times[key] = ms
             a = b = c = None

@@ -56,19 +56,9 @@ def run(torch, label, c, k, n, experts, reps):
     x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)  # [E, K, N], as traced
     offs = torch.tensor(c, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    f = lambda: torch._grouped_mm(x, w, offs=offs)  # noqa: E731
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    times.sort()
+    from tracekit.collectors.calibrate import time_ms
+
+    times = sorted(ms * 1e-3 for ms in time_ms(torch, lambda: torch._grouped_mm(x, w, offs=offs), 3, reps))
     t = times[len(times) // 2]
     pad = {q: sum(-(-r // q) * q for r in c if r) for q in (128, 256)}
     useful = 2.0 * rows * k * n

@@ -212,3 +212,26 @@ def test_the_routed_experts_gather_moves_what_it_gathered() -> None:
     assert set(big["bytes"]) == {8 * 8 + 2 * 8 * 1536 * 2048 * 2, 8 * 8 + 2 * 8 * 2048 * 768 * 2}
     ratio = big["dram_bytes"].astype(float) / big["bytes"].astype(float)
     assert ((ratio > 0.5) & (ratio < 1.0)).all(), ratio.tolist()
+
+
+def test_the_h100_batch_64_prefill_disagrees_only_near_the_l2_size_and_the_lines() -> None:
+    """Compiled Qwen2.5-0.5B at batch 64 on the H100 (134/134 and 76/76 kernels joined): decode agrees
+    whole; prefill on 88.6% against the achievable ceiling. What differs there is named: copies and adds of
+    44 MB, inside the H100's 50 MiB L2, that the L2-resident rule calls latency where Nsight Compute reads
+    two thirds of their bytes from DRAM (memory), and kernels within seven or eight points of a line
+    (Nsight Compute's 60%, the model's 65% of the achievable rates)."""
+    pair = FIXTURES / "ncu" / "h100_compiled_qwen2.5-0.5b_b64"
+    kb, counters = _analysed(pair, gpu="NVIDIA H100 80GB HBM3")
+    agree = _agreement(kb, counters)
+    assert agree[5] == 1.0 and 0.85 < agree[3] < 0.9, agree
+    order = C.launch_order(kb)
+    joined, rep = C.join(order[order["step_id"] == 3], counters[counters["step_id"] == 3])
+    assert rep.kernels_matched == (order["step_id"] == 3).sum() == 134
+    joined = joined.assign(ncu=C.counter_classes(joined).to_numpy())
+    differ = joined[joined["model_bound"] != joined["ncu"]]
+    l2 = differ[(differ["model_bound"] == "latency") & (differ["ncu"] == "memory")]
+    assert len(l2) and l2["bytes"].between(40e6, 50 * 2**20).all() and (l2["dram_pct"] > 60).all()
+    rest = differ.drop(l2.index)
+    near = ((rest["dram_pct"].sub(60).abs() < 7) | (rest["tensor_pct"].sub(60).abs() < 8)
+            | (rest["bw_pct_of_peak"].sub(65).abs() < 7) | (rest["flops_pct_of_peak"].sub(65).abs() < 7))
+    assert near.all(), rest[["name", "dram_pct", "tensor_pct"]]

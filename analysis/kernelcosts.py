@@ -192,6 +192,8 @@ def kernel_costs(
     l2 = l2_bytes(ceiling.gpu) if opts.l2_resident else None
     resident = shape & np.isin(col["kclass"], [kc.ELEMENTWISE, kc.REDUCTION, kc.COPY]) & (
         col["bytes"] <= l2) if l2 else np.zeros(n, dtype=bool)
+    # the share of a resident kernel's bytes that DRAM still serves: its footprint's share of the L2
+    dram_share = np.where(resident, col["bytes"] / l2, 1.0) if l2 else np.ones(n)
     over_f, over_b = _over_peak(col, tensor, ceiling, opts.kernel_overhead_ns)
     over_b &= ~resident  # an L2-resident kernel's bytes are served from L2, not rated against DRAM
     over = shape & (over_f | over_b)
@@ -203,7 +205,7 @@ def kernel_costs(
         below = np.fmax(flops_pct - f_line, bw_pct - b_line) < 0  # NaN (no duration) -> False
         bound[shape & below] = LATENCY
         reach_f, reach_b = flops_pct >= f_line, bw_pct >= b_line
-        bound[resident & ~reach_f] = LATENCY
+        bound[resident & ~reach_f & ~(bw_pct * dram_share >= b_line)] = LATENCY
         # A rate over the peak is no evidence: its model over-counts. What is left decides: the other
         # rate where it reaches its line, else the rules for a kernel without a model.
         # a padded grouped GEMM's issued FLOPs count the groups its bytes count: bytes over the peak

@@ -83,14 +83,14 @@ def test_model_class_agrees_with_nsight_compute_on_nine_tenths_of_kernel_time(pa
 
 def test_each_rule_carries_real_kernel_time() -> None:
     """Without the kernel overhead or the L2-resident rule, some measured step of these pairs loses at least
-    five points of agreement with Nsight Compute."""
+    three points of agreement with Nsight Compute (the overhead: 5; the L2 rule: 3.8)."""
     cases = [("llama-3.2-1b_b1", BoundOptions(kernel_overhead_ns=0.0)),
              ("llama-3.2-1b_b8", BoundOptions(l2_resident=False))]
     for cell, worse in cases:
         pair = FIXTURES / "ncu" / f"compiled_{cell}"
         kb, counters = _analysed(pair)
         best, worse_agree = _agreement(kb, counters), _agreement(*_analysed(pair, worse))
-        assert max(best[s] - worse_agree[s] for s in best) >= 0.05, (cell, best, worse_agree)
+        assert max(best[s] - worse_agree[s] for s in best) >= 0.03, (cell, best, worse_agree)
 
 
 def test_inductor_kernels_split_k_reduces_and_index_copies_get_their_bytes() -> None:
@@ -136,14 +136,14 @@ def test_an_expanded_index_is_read_once() -> None:
 
 H100 = [FIXTURES / "ncu" / f"h100_{cell}" for cell in ("eager_llama-3.2-1b_b8", "compiled_llama-3.2-1b_b8",
                                                        "eager_qwen2.5-0.5b_b8", "compiled_qwen2.5-0.5b_b1",
-                                                       "compiled_llama-3.2-1b_b64")]
+                                                       "compiled_llama-3.2-1b_b64", "compiled_qwen2.5-0.5b_b64")]
 
 
 @pytest.mark.parametrize("kind", ["achievable", "datasheet"])
 @pytest.mark.parametrize("pair", H100, ids=lambda p: p.name)
 def test_an_h100_pair_agrees_with_nsight_compute_against_either_ceiling(pair: Any, kind: str) -> None:
     """Pairs recorded on an NVIDIA H100 80GB HBM3 (Llama-3.2-1B shape at batch 8 and compiled at 64,
-    Qwen2.5-0.5B eager at batch 8 and compiled at batch 1; a 128-token prefill and a decode step, eager and
+    Qwen2.5-0.5B eager at batch 8 and compiled at batch 1 and 64; a 128-token prefill and a decode step, eager and
     compiled with CUDA graphs; torch 2.11 + CUDA 13): the model-only class
     against the H100's achievable rates (794.5 bf16 TFLOP/s, 3.18 TB/s) and against its datasheet
     (989.5, 3.35 TB/s) is Nsight Compute's on nine tenths of each step's kernel time."""
@@ -214,24 +214,20 @@ def test_the_routed_experts_gather_moves_what_it_gathered() -> None:
     assert ((ratio > 0.5) & (ratio < 1.0)).all(), ratio.tolist()
 
 
-def test_the_h100_batch_64_prefill_disagrees_only_near_the_l2_size_and_the_lines() -> None:
-    """Compiled Qwen2.5-0.5B at batch 64 on the H100 (134/134 and 76/76 kernels joined): decode agrees
-    whole; prefill on 88.6% against the achievable ceiling. What differs there is named: copies and adds of
-    44 MB, inside the H100's 50 MiB L2, that the L2-resident rule calls latency where Nsight Compute reads
-    two thirds of their bytes from DRAM (memory), and kernels within seven or eight points of a line
-    (Nsight Compute's 60%, the model's 65% of the achievable rates)."""
+def test_a_footprint_near_the_l2_size_is_read_from_dram() -> None:
+    """Compiled Qwen2.5-0.5B at batch 64 on the H100 (134/134 and 76/76 kernels joined): copies and residual
+    adds of 44 MB fill 84% of the 50 MiB L2, and Nsight Compute reads two thirds of their bytes from DRAM
+    (67-70% of its peak: memory). Taken as wholly L2-resident (latency) the prefill step agreed on 88.6%;
+    with the share of their bytes DRAM serves taken as their footprint's share of the L2, the step agrees
+    on nine tenths."""
     pair = FIXTURES / "ncu" / "h100_compiled_qwen2.5-0.5b_b64"
     kb, counters = _analysed(pair, gpu="NVIDIA H100 80GB HBM3")
     agree = _agreement(kb, counters)
-    assert agree[5] == 1.0 and 0.85 < agree[3] < 0.9, agree
-    order = C.launch_order(kb)
-    joined, rep = C.join(order[order["step_id"] == 3], counters[counters["step_id"] == 3])
-    assert rep.kernels_matched == (order["step_id"] == 3).sum() == 134
-    joined = joined.assign(ncu=C.counter_classes(joined).to_numpy())
-    differ = joined[joined["model_bound"] != joined["ncu"]]
-    l2 = differ[(differ["model_bound"] == "latency") & (differ["ncu"] == "memory")]
-    assert len(l2) and l2["bytes"].between(40e6, 50 * 2**20).all() and (l2["dram_pct"] > 60).all()
-    rest = differ.drop(l2.index)
-    near = ((rest["dram_pct"].sub(60).abs() < 7) | (rest["tensor_pct"].sub(60).abs() < 8)
-            | (rest["bw_pct_of_peak"].sub(65).abs() < 7) | (rest["flops_pct_of_peak"].sub(65).abs() < 7))
-    assert near.all(), rest[["name", "dram_pct", "tensor_pct"]]
+    assert min(agree.values()) >= 0.9, agree
+    joined, _ = C.join(C.launch_order(kb), counters)
+    near = joined[joined["kclass"].isin(["elementwise", "copy"]) & joined["bytes"].between(0.8 * 50 * 2**20, 50 * 2**20)
+                  & joined["dram_pct"].notna()]
+    ncu = C.counter_classes(near).to_numpy()
+    # the fast ones Nsight Compute calls memory (67-70% of DRAM peak), the slower copies of the same bytes
+    # latency (38-48% of DRAM peak): the model's class is its class for all 16
+    assert len(near) == 16 and (ncu == "memory").sum() == 9 and (near["bound"].to_numpy() == ncu).all()

@@ -119,10 +119,11 @@ def test_an_over_peak_elementwise_kernel_takes_the_size_rule() -> None:
     add = ("aten::add", [[16384, 4096], [16384, 4096]], ["c10::Half", "c10::Half"])
     nbytes = 3 * 16384 * 4096 * 2  # 402.65 MB: over the 60 MiB L2
     # 6 TB/s: over the achievable 4.48 and the datasheet's 4.8 -> over the peak; 67 us: the size rule says memory,
-    # 12 TB/s: 33.6 us, also memory by size; a 16 MiB add at 6 TB/s fits in L2: rated against L2, not flagged
-    small = ("aten::add", [[2048, 4096], [2048, 4096]], ["c10::Half", "c10::Half"])
+    # 12 TB/s: 33.6 us, also memory by size; a 24 MiB add at 6 TB/s fits in L2 (0.4 of it): not flagged, and
+    # the DRAM share of its bytes (0.4 x 134% of the bandwidth) is under the line: latency
+    small = ("aten::add", [[1024, 4096], [1024, 4096]], ["c10::Half", "c10::Half"])
     k = kernels([(add, nbytes / 6e12 * 1e9, "vectorized_elementwise_kernel"),
-                 (small, 3 * 2048 * 4096 * 2 / 6e12 * 1e9, "vectorized_elementwise_kernel")], h200,
+                 (small, 3 * 1024 * 4096 * 2 / 6e12 * 1e9, "vectorized_elementwise_kernel")], h200,
                 bound.BoundOptions(kernel_overhead_ns=0.0))
     assert list(k["over_peak"]) == [True, False]
     assert k["bound"].iloc[0] == "memory"  # by the size rule (67 us > 20 us), not by its rate

@@ -127,6 +127,12 @@ def test_an_elementwise_kernel_that_fits_in_l2_is_not_bound_by_dram() -> None:
     assert k["bw_pct_of_peak"].tolist() == pytest.approx([90, 90], abs=0.01)
     assert list(k["bound"]) == ["latency", "memory"]
     assert list(_kernels(rows, cpu, bound.BoundOptions(l2_resident=False))["bound"]) == ["memory", "memory"]
+    # DRAM serves the footprint's share of the L2: 3 x 15 MiB = 45 MiB of the 60 MiB L2 (0.75) at 90% of
+    # the peak over its bytes is 67.5% of it in DRAM (memory, over the 60% line); at 75%, 56.25% (latency)
+    cpu = pd.DataFrame([_op(i, "aten::add", [[1920, 2048], [1920, 2048]], [F, F]) for i in (1, 2)])
+    rows = [(i, "vectorized_elementwise_kernel", round(45 * 2**20 / (pct * 4.8e12) * 1e9 - 1300))
+            for i, pct in ((1, 0.9), (2, 0.75))]
+    assert list(_kernels(rows, cpu)["bound"]) == ["memory", "latency"]
     # a GEMM's operands are not subject to the rule
     cpu = pd.DataFrame([_op(1, "aten::mm", [[8, 2048], [2048, 2048]], [BF, BF])])
     g = _kernels([(1, "gemv", 1_500)], cpu)

@@ -9,7 +9,8 @@ its achieved rates and its class, as NumPy arrays made into one frame (``kernel_
   Compute's 60% rule: ``latency_threshold`` of a datasheet rate, ``achievable_threshold`` of an
   achievable one), rates taken over the kernel's duration plus its fixed overhead
   (``kernel_overhead_ns``), and an elementwise / reduction / copy kernel whose footprint fits in the
-  GPU's L2 cache (its bandwidth is not DRAM's); other: no model and no counters. ``over_peak``: a
+  GPU's L2 cache unless the share of its bytes DRAM serves (its footprint's share of the L2) reaches the
+  line; other: no model and no counters. ``over_peak``: a
   modelled rate above every peak (its model over-counts); that rate is no evidence for the class.
 
 Pure: the input frames are never modified. Method and conventions: docs/roofline.md.

@@ -744,8 +744,8 @@ def op_cost(
         if n in _ATTN:
             layout, at = _ATTN[n]
             return _attention(ts, layout, assume_causal, causal_flag(_parse(concrete_inputs), at))
-        in_place = name.endswith("_") and name.split("::", 1)[-1] == n + "_"
-        model = _IN_PLACE.get(n) if in_place and n in _IN_PLACE else _MODELS.get(n)
+        in_place = name.split("::", 1)[-1] == n + "_"  # base_name took the trailing underscore off
+        model = (_IN_PLACE.get(n) if in_place else None) or _MODELS.get(n)
         return model(ts) if model else None
     except (ValueError, TypeError, IndexError, OverflowError):
         return None  # malformed shapes: unmodelled, never a crash

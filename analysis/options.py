@@ -41,9 +41,9 @@ class BoundOptions:
     # 50 us kernels (docs/roofline.md section 2, "Latency-bound").
     kernel_overhead_ns: float = 1300.0
     # An elementwise / reduction / copy kernel whose modelled bytes fit in the GPU's L2 cache reads
-    # operands the previous kernels left there and writes into lines the allocator reuses: its DRAM
-    # traffic is a fraction of its bytes (1-60% on the H200), so it is latency-bound unless its FLOPs
-    # reach the threshold. False: rate every kernel's bytes against DRAM.
+    # operands the previous kernels left there and writes into lines the allocator reuses: DRAM serves
+    # only its footprint's share of the L2 of its bytes, and its class is rated on that share (latency
+    # unless that or its FLOPs reach the line). False: rate every kernel's bytes against DRAM.
     l2_resident: bool = True
 
 

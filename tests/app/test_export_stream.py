@@ -59,12 +59,16 @@ def test_many_small_windows_write_the_whole_runs_bytes(run: RunDir, tmp_path: Pa
     assert counts["slices"] > 0
 
 
-def test_export_run_streams_a_whole_proto_export(run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a sorted run, WHEN export_run writes its whole Perfetto trace, THEN it goes window by window
+@pytest.mark.parametrize(("fmt", "writer", "name"), [("proto", "stream_proto", "t.pftrace"),
+                                                     ("json", "stream_json", "t.json.gz")])
+def test_export_run_streams_a_whole_export(run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str,
+                                           writer: str, name: str) -> None:
+    # GIVEN a sorted run, WHEN export_run writes its whole Perfetto trace or Chrome JSON, THEN it goes
+    # window by window
     called: list[int] = []
-    real = export.stream_proto
-    monkeypatch.setattr(export, "stream_proto", lambda *a, **k: called.append(1) or real(*a, **k))
-    export.export_run(run, "proto", tmp_path / "t.pftrace", None)
+    real = getattr(export, writer)
+    monkeypatch.setattr(export, writer, lambda *a, **k: called.append(1) or real(*a, **k))
+    export.export_run(run, fmt, tmp_path / name, None)
     assert called == [1]
 
 
@@ -97,15 +101,6 @@ def test_many_small_windows_write_the_whole_runs_chrome_json(run: RunDir, tmp_pa
         assert max(rows) <= 300 + 50  # ties at a cut
     assert counts["events"] > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["streamed.json.gz", "whole.json.gz"]
-
-
-def test_export_run_streams_a_whole_json_export(run: RunDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a sorted run, WHEN export_run writes its whole Chrome JSON, THEN it goes window by window
-    called: list[int] = []
-    real = export.stream_json
-    monkeypatch.setattr(export, "stream_json", lambda *a, **k: called.append(1) or real(*a, **k))
-    export.export_run(run, "json", tmp_path / "t.json.gz", None)
-    assert called == [1]
 
 
 @pytest.mark.parametrize("fmt", ["proto", "json"])

@@ -159,6 +159,7 @@ class _Ctx:
     c_to: Ceiling | None
     k: Constants
     notes: list[str]
+    rates: wc.Rates | None = None  # linear GEMM families' marginal rates
 
 
 def project(profile: Profile, change: Change, ceiling_of: CeilingOf, constants: Constants = DEFAULT) -> Projection:
@@ -188,7 +189,8 @@ def project(profile: Profile, change: Change, ceiling_of: CeilingOf, constants: 
             ex = _execution(profile, change, ph)
             if (change.quant, ex) not in constants.quant:
                 raise WhatifError(f"no measured dequantization cost for {change.quant} {ex} ({ph}): no projection")
-    ctx = _Ctx(profile, change, c_from, c_to, constants, notes)
+    ctx = _Ctx(profile, change, c_from, c_to, constants, notes,
+               wc.marginal_rates(s.kernels for s in profile.phases.values()))
     phases = {ph: _phase(ctx, ph, step) for ph, step in profile.phases.items()}
     notes.extend(_assumptions(ctx))
     return Projection(
@@ -232,7 +234,7 @@ def _costed(ctx: _Ctx, step: PhaseStep, shape: wc.Shape, ceiling: Ceiling | None
     if quant:
         new = _quantized(new, quant, shape)
     out = new.copy()
-    dur = wc.retime(k, new, ctx.c_from, ceiling)
+    dur = wc.retime(k, new, ctx.c_from, ceiling, ctx.rates)
     none = wc.unmodelled(k, old, shape, step.graph_launches > 0)
     out["dur_ns"] = np.where(none != k["dur_ns"].to_numpy(dtype=float), none, dur)
     return out

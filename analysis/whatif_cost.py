@@ -17,12 +17,15 @@ Time (``retime``), from the roofline time t = max(F / peak FLOP/s of its dtype, 
 compute- and memory-bound kernels scale with t (new work on the new GPU over old work on the old);
 a latency-bound kernel's measured time d is a floor plus its work at ``ROOF_FRACTION`` of the peaks:
 d' = d + (t' - t) / ROOF_FRACTION, never under ``LATENCY_FLOOR_NS`` (or d where d is less); kernels
-with no model keep their measured time.
+with no model keep their measured time. A linear GEMM whose weight the trace ran at two row counts
+(prefill and decode) has a measured marginal rate, FLOPs per ns of added rows (``marginal_rates``); where
+that is below ``ROOF_FRACTION`` of the peak (a kernel slow by construction, such as a dequantizing int4
+GEMM), its latency-bound time grows at least at that rate: d' >= d + (F' - F) / rate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,8 +135,79 @@ def roof_ns(flops: np.ndarray, nbytes: np.ndarray, dtypes: pd.Series, ceiling: C
     return np.where(np.isfinite(flops) | np.isfinite(nbytes), t, np.nan)
 
 
-def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_ceiling: Ceiling) -> np.ndarray:
-    """New durations (ns) of the kernels of ``old_k`` doing ``new_k``'s work on ``new_ceiling``'s GPU."""
+# Weights whose elements differ by less than this (relative) are one family: traces round FLOPs.
+FAMILY_TOLERANCE = 0.02
+
+
+def _families(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: its linear GEMM's op and dtype as text ("" outside linear GEMMs) and its weight
+    elements F / (2 M) (NaN outside)."""
+    rows = k["rows"].to_numpy(dtype=float)
+    w = k["flops"].to_numpy(dtype=float) / (2 * np.where(rows > 0, rows, np.nan))
+    ok = linear_mask(k) & np.isfinite(w) & (w > 0)
+    kind = np.char.add(np.char.add(text(k, "op_name"), "|"), text(k, "dtype"))
+    return np.asarray(np.where(ok, kind, "")), np.where(ok, w, np.nan)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Measured marginal rates (FLOPs per ns of added rows) of linear GEMM families, by op and dtype:
+    sorted (weight elements, rate) pairs."""
+
+    by_kind: Mapping[str, tuple[tuple[float, float], ...]]
+
+    def of(self, k: pd.DataFrame) -> np.ndarray:
+        """Per kernel of ``k``: its family's rate, NaN where none was measured."""
+        kinds, w = _families(k)
+        out = np.full(len(k), np.nan)
+        for i in np.flatnonzero(kinds != ""):
+            for wf, r in self.by_kind.get(str(kinds[i]), ()):
+                if abs(w[i] - wf) <= FAMILY_TOLERANCE * wf:
+                    out[i] = r
+                    break
+        return out
+
+
+def marginal_rates(steps: Iterable[pd.DataFrame]) -> Rates:
+    """Per linear GEMM family (one op, dtype and weight size, whatever its rows) run at two or more row
+    counts across ``steps``: the FLOPs per ns its kernels added per added row, from the median kernel
+    time at the fewest and at the most rows. Families whose time did not grow with the rows are left out."""
+    pts: dict[str, list[tuple[float, float, float]]] = {}
+    for k in steps:
+        kinds, w = _families(k)
+        rows, d = k["rows"].to_numpy(dtype=float), k["dur_ns"].to_numpy(dtype=float)
+        for i in np.flatnonzero(kinds != ""):
+            pts.setdefault(str(kinds[i]), []).append((float(w[i]), float(rows[i]), float(d[i])))
+    out: dict[str, tuple[tuple[float, float], ...]] = {}
+    for kind, p in pts.items():
+        p.sort()
+        fams: list[list[tuple[float, float, float]]] = []
+        for x in p:
+            if fams and x[0] - fams[-1][0][0] <= FAMILY_TOLERANCE * fams[-1][0][0]:
+                fams[-1].append(x)
+            else:
+                fams.append([x])
+        found: list[tuple[float, float]] = []
+        for f in fams:
+            by_rows: dict[float, list[float]] = {}
+            for _, n_rows, dur in f:
+                by_rows.setdefault(n_rows, []).append(dur)
+            if len(by_rows) < 2:
+                continue
+            lo, hi = min(by_rows), max(by_rows)
+            d_lo, d_hi = float(np.median(by_rows[lo])), float(np.median(by_rows[hi]))
+            elems = float(np.median([x[0] for x in f]))
+            if d_hi > d_lo:
+                found.append((elems, 2 * elems * (hi - lo) / (d_hi - d_lo)))
+        if found:
+            out[kind] = tuple(found)
+    return Rates(out)
+
+
+def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_ceiling: Ceiling,
+           rates: Rates | None = None) -> np.ndarray:
+    """New durations (ns) of the kernels of ``old_k`` doing ``new_k``'s work on ``new_ceiling``'s GPU;
+    ``rates``: measured marginal rates of linear GEMM families (``marginal_rates``), on the old GPU."""
     d = old_k["dur_ns"].to_numpy(dtype=float)
     t0 = roof_ns(old_k["flops"].to_numpy(dtype=float), old_k["bytes"].to_numpy(dtype=float), old_k["dtype"],
                  old_ceiling)
@@ -146,6 +220,14 @@ def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_c
     # latency-bound: its measured time is a floor plus its work at ROOF_FRACTION of the peaks; the work
     # part follows the new work, the floor stays (never under LATENCY_FLOOR_NS or its own time if less)
     grown = np.maximum(d + (np.nan_to_num(t1) - np.nan_to_num(t0)) / ROOF_FRACTION, np.minimum(d, LATENCY_FLOOR_NS))
+    if rates is not None and rates.by_kind:
+        # a family measured below ROOF_FRACTION of the peak keeps that rate (scaled to the new GPU's peak)
+        f0, f1 = old_k["flops"].to_numpy(dtype=float), new_k["flops"].to_numpy(dtype=float)
+        peak0 = per_dtype(old_k["dtype"], lambda x: old_ceiling.flops(x) or old_ceiling.flops("fp16") or np.nan)
+        peak1 = per_dtype(new_k["dtype"], lambda x: new_ceiling.flops(x) or new_ceiling.flops("fp16") or np.nan)
+        r = rates.of(old_k) * peak1 / peak0
+        slow = lat & np.isfinite(r) & (r * 1e9 < ROOF_FRACTION * peak1) & (f1 > f0)
+        grown = np.where(slow, np.maximum(grown, d + np.divide(f1 - f0, r, out=np.zeros_like(r), where=slow)), grown)
     return np.where(lat, grown, scaled)
 
 

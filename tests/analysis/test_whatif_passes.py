@@ -114,6 +114,34 @@ def test_retime_latency_kernel_keeps_its_floor_and_follows_its_work() -> None:
     assert got[3] == 2 * US  # 3 us - 10 us / 0.75 is under the floor
 
 
+
+def test_a_slow_gemm_family_grows_at_its_measured_marginal_rate() -> None:
+    # torchao's int4 weight-only GEMM (aten::_weight_int4pack_mm) on an H100, weight 2048 x 2048
+    # (w = 4,194,304 elements): 3.55 us at M = 1 (decode), 40.2 us at M = 128 (prefill): 2 w x 127 FLOPs
+    # in 36.65 us = 29.07 TFLOP/s, under 0.75 of the bf16 peak. At M = 1,024 (batch 8) its time is
+    # 40.2 us + 2 w x 896 / 29.07e3 FLOP/ns = 298.8 us (measured: 298 us); the peak rule would give
+    # 40.2 us + (2 w x 896 / 989.4e3 FLOP/ns) / 0.75 = 50.3 us.
+    h100 = datasheet("H100 SXM")
+    assert h100 is not None
+    w = 2048 * 2048
+    gemm = {"kclass": "gemm", "op_name": "aten::_weight_int4pack_mm", "dtype": "bf16", "bytes": w / 2}
+    decode = _kernels([{**gemm, "rows": 1.0, "flops": 2.0 * w, "dur_ns": 3.55 * US}] * 3)
+    prefill = _kernels([{**gemm, "rows": 128.0, "flops": 2.0 * w * 128 * 1.0004, "dur_ns": 40.2 * US}] * 3)
+    rates = wc.marginal_rates([prefill, decode])  # the traced FLOPs rounded: one family within 2%
+    r = rates.of(prefill)
+    assert r == pytest.approx([2 * w * 127 / (36.65 * US)] * 3, rel=1e-3)
+    new = prefill.assign(flops=2.0 * w * 1024, rows=1024.0)
+    got = wc.retime(prefill, new, h100, h100, rates)
+    assert got[0] == pytest.approx(40.2 * US + 2 * w * (1024 - 128 * 1.0004) / r[0], rel=1e-9)
+    assert got[0] == pytest.approx(298.8 * US, rel=2e-3)
+    # without the family's rate (or for a GEMM fast at its rows) the peak rule stands
+    assert wc.retime(prefill, new, h100, h100)[0] < 60 * US
+    fast = _kernels([{**gemm, "op_name": "aten::mm", "rows": 1.0, "flops": 2.0 * w, "dur_ns": 8 * US},
+                     {**gemm, "op_name": "aten::mm", "rows": 128.0, "flops": 2.0 * w * 128, "dur_ns": 9 * US}])
+    rates = wc.marginal_rates([fast])
+    assert wc.retime(fast, fast.assign(flops=2.0 * w * 1024), h100, h100, rates)[1] == pytest.approx(
+        wc.retime(fast, fast.assign(flops=2.0 * w * 1024), h100, h100)[1])
+
 def test_fuse_keeps_gemms_and_merges_elementwise_runs() -> None:
     # gemm | ew 2, ew 5, red 3 | gemm | copy 1  ->  gemm, one kernel of 5, gemm, one of 1
     k = _kernels([{"kclass": "gemm", "dur_ns": 10.0}, {"dur_ns": 2.0}, {"dur_ns": 5.0},

@@ -20,7 +20,8 @@
 #   bound_rest  bound classes vs Nsight Compute: every eager cell, compiled Qwen2.5-0.5B, compiled batch 64
 #               of the other shapes; each part packed into $OUT as it ends (a call cut short keeps what ran)
 #   bound_cells bound classes vs Nsight Compute for CELLS (env; traces kept), packed per part; GROUPED=1 adds
-#               scripts/gpu/grouped_mm.py (MoE grouped GEMM rates at three routings, and their counters)
+#               scripts/gpu/grouped_mm.py (MoE grouped GEMM rates at three routings, and their counters),
+#               QGEMM=1 scripts/gpu/quant_gemm.py (torchao linears per call at many row counts)
 #   bound_data  bound classes vs Nsight Compute for MODES/SHAPES (env), every cell's trace kept (gzip)
 #               with the counters, so that the comparison can be re-run offline (--analyse-only)
 set -u
@@ -116,9 +117,13 @@ bound_rest)  # per part: MODE|SHAPES|BATCHES|BUDGET_S; results.json per part, pa
     tar -C "$W" -czf "$OUT/$name.tgz" "$name" logs 2>/dev/null
   done
   ;;
-bound_cells)  # CELLS="MODE|SHAPES|BATCHES|BUDGET_S;..." (traces kept); GROUPED=1 first runs scripts/gpu/grouped_mm.py
+bound_cells)  # CELLS="MODE|SHAPES|BATCHES|BUDGET_S;..." (traces kept); GROUPED=1 first runs scripts/gpu/grouped_mm.py,
+  # QGEMM=1 scripts/gpu/quant_gemm.py (torchao linears' GPU and host time per call)
   [ "${GROUPED:-0}" = 1 ] && { TAIL=40 run grouped_mm 120 python3 scripts/gpu/grouped_mm.py "$W/grouped_mm";
     tar -C "$W" -czf "$OUT/grouped_mm.tgz" grouped_mm logs 2>/dev/null; }
+  [ "${QGEMM:-0}" = 1 ] && { TAIL=110 run quant_gemm 150 python3 scripts/gpu/quant_gemm.py "$W/quant_gemm";
+    tar -C "$W" -czf "$OUT/quant_gemm.tgz" quant_gemm logs 2>/dev/null; }
+  [ -z "${CELLS:-}" ] && exit 0
   IFS=';' read -r -a SPECS <<< "${CELLS:?CELLS}"
   for spec in "${SPECS[@]}"; do
     IFS='|' read -r m s b lim <<< "$spec"

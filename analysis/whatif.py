@@ -60,13 +60,15 @@ class Change:
     quant: str | None = None
     no_profiler: bool = False
     use_run_timers: bool = True
+    cache_len: int | None = None  # a compiled decode's static cache, slots per sequence (None: see the doc)
 
     def describe(self) -> str:
         bits = []
         if self.graphs:
             bits.append("CUDA graphs" + (" + fusion" if self.fuse else ""))
         for name, v in (("batch", self.batch), ("input tokens", self.input_tokens),
-                        ("output tokens", self.output_tokens), ("GPU", self.gpu), ("quant", self.quant)):
+                        ("output tokens", self.output_tokens), ("GPU", self.gpu), ("quant", self.quant),
+                        ("static cache", self.cache_len)):
             if v is not None:
                 bits.append(f"{name} {v}")
         if self.no_profiler:
@@ -223,9 +225,10 @@ def _workload(ctx: _Ctx, step: PhaseStep) -> tuple[wc.Shape, wc.Shape]:
     return (wc.Shape(b0, 1, int(in0 + out0 / 2), b0), wc.Shape(b1, 1, int(in1 + out1 / 2), b1))
 
 
-def _costed(ctx: _Ctx, step: PhaseStep, shape: wc.Shape, ceiling: Ceiling | None, quant: str | None
-            ) -> pd.DataFrame:
-    """The step's kernels doing ``shape``'s work on ``ceiling``'s GPU (durations replaced)."""
+def _costed(ctx: _Ctx, step: PhaseStep, shape: wc.Shape, ceiling: Ceiling | None, quant: str | None,
+            static: bool = False) -> pd.DataFrame:
+    """The step's kernels doing ``shape``'s work on ``ceiling``'s GPU (durations replaced); ``static``:
+    graph-replayed kernels without a model keep their time (the static cache's term covers them)."""
     k = step.kernels
     if ctx.c_from is None or ceiling is None:
         return k.copy()
@@ -235,7 +238,7 @@ def _costed(ctx: _Ctx, step: PhaseStep, shape: wc.Shape, ceiling: Ceiling | None
         new = _quantized(new, quant, shape)
     out = new.copy()
     dur = wc.retime(k, new, ctx.c_from, ceiling, ctx.rates)
-    none = wc.unmodelled(k, old, shape, step.graph_launches > 0)
+    none = wc.unmodelled(k, old, old if static else shape, step.graph_launches > 0)
     out["dur_ns"] = np.where(none != k["dur_ns"].to_numpy(dtype=float), none, dur)
     return out
 
@@ -252,6 +255,39 @@ def _quantized(k: pd.DataFrame, mode: str, shape: wc.Shape) -> pd.DataFrame:
     w = wc.weight_bytes(k, shape)  # 0 outside linear GEMMs
     out["bytes"] = k["bytes"].to_numpy(dtype=float) - w * (1 - ratio)
     return out
+
+
+def _static_extra(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> float | None:
+    """Decode under CUDA graphs over a static cache: the GPU time its non-GEMM kernels add (ns) for the
+    keys and values attention reads over every slot (whatif_cost.static_cache_bytes x the measured
+    ns per byte, scaled by the bandwidths on another GPU): all of it for an eager source, the difference
+    for a graphed one whose cache length is known. None where it does not apply or a size is unknown."""
+    p, c, per_byte = ctx.profile, ctx.change, ctx.k.static_decode_ns_per_byte
+    if step.phase != "decode" or per_byte <= 0:
+        return None
+    if ctx.c_from is not None and ctx.c_to is not None and ctx.c_to.peak_bytes_per_s > 0:
+        per_byte *= ctx.c_from.peak_bytes_per_s / ctx.c_to.peak_bytes_per_s  # measured on the run's GPU
+    if step.graph_launches > 0:
+        if not p.cache_len:
+            return None
+        x0 = wc.static_cache_bytes(p.model, src.batch, p.cache_len)
+        x1 = wc.static_cache_bytes(p.model, new.batch, c.cache_len or p.cache_len)
+        return None if x0 is None or x1 is None else per_byte * (x1 - x0)
+    if not c.graphs:
+        return None
+    slots = c.cache_len or ((c.input_tokens or p.input_tokens or src.kv_len) + (c.output_tokens or p.output_tokens or 2))
+    x1 = wc.static_cache_bytes(p.model, new.batch, int(slots))
+    return None if x1 is None else per_byte * x1
+
+
+def _grow_non_gemm(k: pd.DataFrame, extra: float) -> pd.DataFrame:
+    """``k`` with its non-GEMM kernels lasting ``extra`` ns more in all, in proportion to their time."""
+    d = k["dur_ns"].to_numpy(dtype=float)
+    mask = wc.text(k, "kclass") != "gemm"
+    total = float(d[mask].sum())
+    if total <= 0:
+        return k
+    return k.assign(dur_ns=np.where(mask, d * max(1.0 + extra / total, 0.0), d))
 
 
 def _rerouted(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> PhaseStep:
@@ -343,7 +379,13 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     base = _costed(ctx, step, src, ctx.c_from, None)
     quant = c.quant if c.quant not in (None, "none") else None
     rstep = _rerouted(ctx, step, src, new)
-    proj = _costed(ctx, rstep, new, ctx.c_to, quant)
+    static = _static_extra(ctx, step, src, new)
+    proj = _costed(ctx, rstep, new, ctx.c_to, quant, static=static is not None)
+    if static is not None and step.graph_launches > 0:
+        proj = _grow_non_gemm(proj, static)
+        ctx.notes.append(f"{ph}: the static cache's keys and values read at the query heads' count over every slot "
+                         f"({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps per byte, measured): "
+                         f"{static / 1e6:+,.2f} ms of GPU time")
     s, how = _host_scale(ctx, step, base, key)
     if how:
         ctx.notes.append(how)
@@ -369,6 +411,11 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
                          f"paths), weights read at {quant}'s width")
     if c.graphs and ph == "decode" and not graphed_now:
         g = wc.fuse(proj) if c.fuse else proj
+        if static is not None:
+            g = _grow_non_gemm(g, static)
+            ctx.notes.append(f"{ph}: a static cache of {c.cache_len or 'prompt + answer'} slots: attention reads its keys "
+                             f"and values at the query heads' count over every slot, {static / 1e6:,.2f} ms of GPU "
+                             f"time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps per byte, measured)")
         gpu = float(g["dur_ns"].sum()) + len(g) * ctx.k.graph_gap_ns
         t_new = ctx.k.graph_host_ns + gpu
         lat = t_new

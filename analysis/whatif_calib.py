@@ -14,7 +14,10 @@ measure on ``profiles`` replaced (the others kept): the median over the runs of
 - graph_host_ns: unprofiled TPOT - the decode step's GPU time (kernels + graph gaps), over runs whose
   decode launches CUDA graphs;
 - graph_gap_ns: the median gap between consecutive kernels of one graph replay;
-- static_prefill_ns: compiled TTFT - eager TTFT over pairs of runs of one model, GPU and workload.
+- static_prefill_ns: compiled TTFT - eager TTFT over pairs of runs of one model, GPU and workload;
+- static_decode_ns_per_byte: over compiled runs of one model and GPU at two or more batches (their static
+  cache's length known), the slope of the decode step's non-GEMM GPU time against the bytes attention
+  reads over the cache (tracekit.analysis.whatif_cost.static_cache_bytes), fewest to most sequences.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from tracekit.analysis.whatif_constants import DEFAULT, Constants
+from tracekit.analysis.whatif_cost import static_cache_bytes
 from tracekit.analysis.whatif_profile import Profile
 
 HOST_BOUND = 0.4  # a step whose kernels are busy under this fraction of its period is host-bound
@@ -115,6 +119,29 @@ def static_prefill(profiles: Iterable[Profile]) -> list[float]:
     return [p.unprofiled["ttft_ns"] - eager[_key(p)] for p in ps if p.mode == "compiled" and _key(p) in eager]
 
 
+def static_decode(profiles: Iterable[Profile]) -> list[float]:
+    """Per model and GPU with compiled runs at two or more batches: ns of non-GEMM decode GPU time per
+    byte of static_cache_bytes, from the fewest sequences to the most."""
+    groups: dict[tuple[object, ...], dict[float, list[float]]] = {}
+    for p in profiles:
+        s = p.phases.get("decode")
+        if p.mode != "compiled" or s is None or not s.graph_launches or not p.cache_len or not p.batch:
+            continue
+        x = static_cache_bytes(p.model, p.batch, p.cache_len)
+        if x is None:
+            continue
+        k = s.kernels
+        key = (p.gpu, tuple(sorted((str(a), str(b)) for a, b in p.model.items())))
+        groups.setdefault(key, {}).setdefault(x, []).append(float(k.loc[k["kclass"].astype(str) != "gemm", "dur_ns"].sum()))
+    out = []
+    for by_x in groups.values():
+        if len(by_x) < 2:
+            continue
+        x0, x1 = min(by_x), max(by_x)
+        out.append(max((float(np.median(by_x[x1])) - float(np.median(by_x[x0]))) / (x1 - x0), 0.0))
+    return out
+
+
 def calibrate(profiles: Iterable[Profile], base: Constants = DEFAULT) -> Constants:
     """``base`` with the constants ``profiles`` measure replaced (see the module doc)."""
     ps = list(profiles)
@@ -129,4 +156,7 @@ def calibrate(profiles: Iterable[Profile], base: Constants = DEFAULT) -> Constan
     pre = static_prefill(ps)
     if pre:
         c = replace(c, static_prefill_ns=float(np.median(pre)))
+    dec = static_decode(ps)
+    if dec:
+        c = replace(c, static_decode_ns_per_byte=float(np.median(dec)))
     return c

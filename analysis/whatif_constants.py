@@ -26,6 +26,11 @@ class QuantCost:
     host_ref_ns_per_linear: float = 124_400.0
 
 
+# whatif_calib.static_decode over the committed H100 sweeps (TinyLlama-1.1B and Llama-3.2-1B, compiled,
+# batch 1 / 8 / 32, a 1,040-slot static cache): the slope of the decode step's non-GEMM GPU time.
+STATIC_DECODE_NS_PER_BYTE = 0.000777
+
+
 @dataclass(frozen=True)
 class Constants:
     # Host time of one decode step under CUDA graphs outside the graph's GPU work (generate's loop,
@@ -36,6 +41,10 @@ class Constants:
     static_prefill_ns: float = 4_940_000.0
     # Gap between two kernels of one CUDA graph replay, ns.
     graph_gap_ns: float = 448.0
+    # A compiled decode step over a static cache: its non-GEMM GPU time per byte of the keys and values
+    # attention reads at the query heads' count over every slot (batch x slots x query heads x head dim
+    # x layers x 2 B), ns per byte (whatif_calib.static_decode).
+    static_decode_ns_per_byte: float = STATIC_DECODE_NS_PER_BYTE
     # The profiler's cost (record_shapes on), ns of host time: per CPU op it records and per kernel
     # launch (its CUPTI activity); least squares over the host-bound steps of runs with both timers
     # (whatif_calib).

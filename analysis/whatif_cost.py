@@ -113,6 +113,21 @@ def rescale(k: pd.DataFrame, old: Shape, new: Shape, phase: str) -> pd.DataFrame
     return out
 
 
+def static_cache_bytes(model: Mapping[str, object], batch: int, slots: int) -> float | None:
+    """The keys and values a decode step's attention reads over a static cache at the query heads'
+    count (Transformers' SDPA path repeats the KV heads): batch x slots x query heads x head dim x layers
+    x 2 (K and V) x 2 B; None where the config lacks the sizes."""
+    def num(key: str) -> float | None:
+        v = model.get(key)
+        return float(v) if isinstance(v, (int, float)) and v > 0 else None
+
+    heads, layers, hidden = num("num_attention_heads"), num("num_hidden_layers"), num("hidden_size")
+    if heads is None or layers is None or hidden is None or batch <= 0 or slots <= 0:
+        return None
+    head_dim = num("head_dim") or hidden / heads
+    return float(batch * slots * heads * head_dim * layers * 2 * 2)
+
+
 def unmodelled(k: pd.DataFrame, old: Shape, new: Shape, graphed: bool) -> np.ndarray:
     """New durations of kernels without FLOPs or bytes: attention's work part (over the floor) scales
     with batch x KV length (batch alone under CUDA graphs: a static cache's length does not change);

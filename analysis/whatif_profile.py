@@ -94,13 +94,14 @@ class Profile:
     launch_ns: float = 2000.0  # issue-to-start latency of a kernel on an idle GPU (median)
     model: Mapping[str, Any] = field(default_factory=dict)  # model config
     has_shapes: bool = True  # the trace recorded op input shapes (FLOPs / bytes modelled)
+    cache_len: int | None = None  # a compiled run's static KV cache: slots per sequence (None: unknown)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "gpu": self.gpu, "dtype": self.dtype, "mode": self.mode, "quant": self.quant,
                 "batch": self.batch, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "phases": {p: s.to_dict() for p, s in self.phases.items()}, "profiled": dict(self.profiled),
                 "unprofiled": dict(self.unprofiled), "launch_ns": self.launch_ns, "model": dict(self.model),
-                "has_shapes": self.has_shapes}
+                "has_shapes": self.has_shapes, "cache_len": self.cache_len}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Profile:
@@ -110,7 +111,7 @@ class Profile:
                    phases={p: PhaseStep.from_dict(s) for p, s in d.get("phases", {}).items()},
                    profiled=dict(d.get("profiled") or {}), unprofiled=dict(d.get("unprofiled") or {}),
                    launch_ns=float(d.get("launch_ns", 2000.0)), model=dict(d.get("model") or {}),
-                   has_shapes=bool(d.get("has_shapes", True)))
+                   has_shapes=bool(d.get("has_shapes", True)), cache_len=_opt_int(d.get("cache_len")))
 
 
 def _plain(v: Any) -> Any:
@@ -345,7 +346,8 @@ def profile(kernels: pd.DataFrame, steps: pd.DataFrame, runtime: pd.DataFrame | 
         dtype=wl.get("dtype"), mode=point.get("mode") or wl.get("mode"), quant=str(quant),
         batch=batch, input_tokens=n_in, output_tokens=n_out,
         phases=phases, profiled=prof, unprofiled=timers(manifest), launch_ns=launch_latency(kernels),
-        model=dict((manifest.get("model") or {}).get("config") or {}), has_shapes=shapes)
+        model=dict((manifest.get("model") or {}).get("config") or {}), has_shapes=shapes,
+        cache_len=_opt_int((manifest.get("compiled") or {}).get("max_cache_len")))
 
 
 def _opt_int(v: Any) -> int | None:

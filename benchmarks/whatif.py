@@ -34,7 +34,7 @@ import json
 import statistics
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,19 @@ class Point:
     profile: Profile
     source: str  # the data file
     same_process: bool = False  # its traced timers compare with those of the file's other points
+    cache_len: int | None = None  # compiled: the static cache's slots per sequence
+
+
+def sweep_cache_len(points: Iterable[Any]) -> int | None:
+    """The static cache a sweep's compiled points ran with: tracekit sweep sizes it once for its longest
+    compiled point (prompt + answer; tracekit.collectors.sweep_runner.load)."""
+    lens = [int(_get(p, "input_tokens")) + int(_get(p, "output_tokens")) for p in points
+            if str(_get(p, "mode")) == "compiled" and str(_get(p, "group")) not in ("record", "load")]
+    return max(max(lens), 64) if lens else None
+
+
+def _get(p: Any, key: str) -> Any:
+    return p[key] if isinstance(p, dict) else getattr(p, key)
 
 
 # --- extract ---------------------------------------------------------------------------------------
@@ -130,15 +143,18 @@ def load(files: Iterable[Path]) -> list[Point]:
     for f in files:
         with gzip.open(f, "rt") as fh:
             data = json.load(fh)
+        slots = sweep_cache_len(data["points"])
         for p in data["points"]:
             prof = Profile.from_dict(p["profile"])
             for ph in prof.phases.values():
                 assert tuple(ph.kernels.columns) == KERNEL_COLUMNS
+            cache = prof.cache_len or (slots if str(p["mode"]) == "compiled" and p["group"] != "record" else None)
             out.append(Point(id=p["id"], model=Path(str(p["model"])).name, gpu=str(p["gpu"]), mode=str(p["mode"]),
                              group=str(p["group"]), batch=int(p["batch"]), input_tokens=int(p["input_tokens"]),
                              output_tokens=int(p["output_tokens"]), quant=str(p["quant"] or "none"),
-                             truth={k: float(v) for k, v in p["truth"].items()}, profile=prof, source=f.name,
-                             same_process=bool(p.get("same_process"))))
+                             truth={k: float(v) for k, v in p["truth"].items()},
+                             profile=replace(prof, cache_len=cache), source=f.name,
+                             same_process=bool(p.get("same_process")), cache_len=cache))
     return out
 
 
@@ -148,6 +164,7 @@ def summary_targets(path: Path, model: str, gpu: str) -> list[Point]:
 
     df = pd.read_parquet(path)
     out = []
+    slots = sweep_cache_len([r for r in df.to_dict("records") if r["status"] == "complete"])
     for r in df.itertuples():
         if r.status != "complete" or str(getattr(r, "agent_mode", "nan")) not in ("nan", "None") or r.calls != 1:
             continue
@@ -157,7 +174,7 @@ def summary_targets(path: Path, model: str, gpu: str) -> list[Point]:
                          truth={"ttft_ns": float(r.ttft_ms) * 1e6, "tpot_ns": float(r.tpot_ms) * 1e6},
                          profile=Profile(run="", gpu=gpu, dtype=None, mode=str(r.mode), quant="none", batch=None,
                                          input_tokens=None, output_tokens=None, phases={}),
-                         source=path.name))
+                         source=path.name, cache_len=slots if str(r.mode) == "compiled" else None))
     return out
 
 
@@ -206,7 +223,9 @@ def pairs(points: list[Point]) -> list[tuple[str, Point, Point, Change]]:
                                                  batch=b.batch if b.batch != a.batch else None,
                                                  input_tokens=b.input_tokens if b.input_tokens != a.input_tokens
                                                  else None)))
-    return out
+    # a compiled target ran over its own static cache: its length is part of the projected configuration
+    return [(kind, a, b, replace(ch, cache_len=b.cache_len) if b.mode == "compiled" and b.cache_len else ch)
+            for kind, a, b, ch in out]
 
 
 def constants_for(points: list[Point], a: Point, b: Point) -> Constants:

@@ -226,6 +226,60 @@ def test_project_graphs_is_graph_host_time_plus_fused_kernels() -> None:
     assert any("CUDA graphs" in a for a in p.assumptions)
 
 
+TINYLLAMA = {"num_attention_heads": 32, "num_key_value_heads": 4, "hidden_size": 2048, "num_hidden_layers": 22}
+
+
+def test_static_cache_bytes_count_every_slot_at_the_query_heads() -> None:
+    # TinyLlama at batch 32 over 1,040 slots: 32 x 1040 x 32 heads x 64 x 22 layers x 2 (K, V) x 2 B
+    assert wc.static_cache_bytes(TINYLLAMA, 32, 1040) == 5_997_854_720
+    assert wc.static_cache_bytes({**TINYLLAMA, "head_dim": 128}, 1, 10) == 10 * 32 * 128 * 22 * 4
+    assert wc.static_cache_bytes({"hidden_size": 2048}, 1, 10) is None
+
+
+def test_project_graphs_adds_the_static_caches_reads() -> None:
+    # batch 1 over a 1,040-slot cache: 1040 x 32 x 64 x 22 x 4 B = 187.4 MB at 0.5 ps per byte = 93.7 us
+    # more GPU time on the fused step's non-GEMM kernels; without --cache-len: prompt + answer, 160 slots
+    k = replace(DEFAULT, static_decode_ns_per_byte=0.0005)
+    p = replace(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), model=TINYLLAMA)
+    got = project(p, Change(graphs=True, no_profiler=True, cache_len=1040), datasheet, k)
+    extra = 0.0005 * 1040 * 32 * 64 * 22 * 4
+    assert got.phases["decode"].projected.latency_ns == pytest.approx(
+        k.graph_host_ns + US + extra + k.graph_gap_ns)
+    dflt = project(p, Change(graphs=True, no_profiler=True), datasheet, k)
+    assert dflt.phases["decode"].projected.latency_ns == pytest.approx(
+        k.graph_host_ns + US + extra * 160 / 1040 + k.graph_gap_ns)
+
+
+def test_a_compiled_source_moves_the_static_term_with_the_batch() -> None:
+    # a compiled run (cache 1,040 slots) whose decode replays a graph of unmodelled kernels: batch 1 -> 4
+    # adds 0.5 ps x (4 - 1) x 187.4 MB = 281 us over its non-GEMM kernels; attention is not also scaled
+    k = replace(DEFAULT, static_decode_ns_per_byte=0.0005)
+    p = _profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}, decode_graphs=1)
+    dec = p.phases["decode"]
+    ker = dec.kernels.assign(kclass=["attention", "elementwise", "gemm", "elementwise"], flops=np.nan,
+                             bytes=np.nan, graph=True, dur_ns=[10 * US] * 4)
+    p = replace(p, mode="compiled", model=TINYLLAMA, cache_len=1040,
+                phases={**p.phases, "decode": replace(dec, kernels=ker)})
+    base = project(p, Change(no_profiler=True), datasheet, k).phases["decode"].projected.gpu_ns
+    got = project(p, Change(batch=4, no_profiler=True), datasheet, k).phases["decode"].projected.gpu_ns
+    assert sum(got.values()) - sum(base.values()) == pytest.approx(0.0005 * 3 * 1040 * 32 * 64 * 22 * 4)
+
+
+def test_calibrate_measures_the_static_decode_cost_per_byte() -> None:
+    # compiled decode at batch 1 and 4 over 1,040 slots: non-GEMM 0.7 ms and 1.0 ms; the bytes differ by
+    # 3 x 187.4 MB: 0.3 ms / 562.2 MB = 0.5336 ps per byte
+    def run(b: int, non_gemm_us: float) -> Profile:
+        p = _profile(decode_graphs=1)
+        dec = p.phases["decode"]
+        ker = dec.kernels.assign(kclass=["elementwise", "gemm", "gemm", "gemm"],
+                                 dur_ns=[non_gemm_us * US, 5 * US, 5 * US, 5 * US])
+        return replace(p, mode="compiled", batch=b, model=TINYLLAMA, cache_len=1040,
+                       phases={**p.phases, "decode": replace(dec, kernels=ker)})
+
+    c = calibrate([run(1, 700.0), run(4, 1000.0)])
+    assert c.static_decode_ns_per_byte == pytest.approx(0.3e6 / (3 * 1040 * 32 * 64 * 22 * 4))
+
+
 def test_project_to_another_gpu_keeps_a_host_bound_step() -> None:
     # every kernel is short next to the host's 1 ms gaps: the H100 changes nothing measurable
     p = project(_profile(), Change(gpu="H100 SXM"), datasheet)

@@ -20,16 +20,19 @@ from tracekit.model.quant import MODES
               help="Another GPU of tracekit's ceilings table (e.g. 'H100 SXM', 'A100-SXM4-80GB').")
 @click.option("--quant", type=click.Choice([m for m in MODES if m in ("int8", "int4", "fp8")]), default=None,
               help="Quantized weights (torchao), with their measured dequantization cost.")
+@click.option("--cache-len", type=click.IntRange(min=1), default=None, metavar="SLOTS",
+              help="The static KV cache's slots per sequence under CUDA graphs (default: prompt + answer, as "
+                   "tracekit record --compile sizes it; a compiled run: its own).")
 @click.option("--no-profiler", is_flag=True, help="Without the profiler: the run's own unprofiled timers, else a per-op model.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: measured and projected, per phase, and the assumptions.")
 def command(run: Path, graphs: bool, batch: int | None, input_tokens: int | None, output_tokens: int | None,
-            gpu: str | None, quant: str | None, no_profiler: bool, as_json: bool) -> None:
+            gpu: str | None, quant: str | None, cache_len: int | None, no_profiler: bool, as_json: bool) -> None:
     """Project a run's TTFT, TPOT and step time under a change (changes combine)."""
     from tracekit.analysis.whatif import Change
     from tracekit.app.whatif_load import whatif
     from tracekit.report.whatif import render
 
     change = Change(graphs=graphs, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens, gpu=gpu,
-                    quant=quant, no_profiler=no_profiler)
+                    quant=quant, no_profiler=no_profiler, cache_len=cache_len)
     p = whatif(run, change)
     click.echo(json.dumps(p.to_dict(), indent=1) if as_json else render(p))

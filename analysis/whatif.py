@@ -401,9 +401,15 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
         qc = ctx.k.quant[(quant, ex)]
         n_lin = int(wc.linear_mask(proj).sum())
         gpu_extra = qc.gpu_ns + qc.gpu_ns_per_seq * new.batch
+        lin = wc.linear_mask(proj)
         if gpu_extra > 0:
-            lin = wc.linear_mask(proj)
             proj = proj.assign(dur_ns=proj["dur_ns"].to_numpy(dtype=float) + np.where(lin, gpu_extra, 0.0))
+        peak = ctx.c_to.flops("bf16") if ctx.c_to is not None else None
+        if qc.rate_of_peak and peak:
+            # the quantized kernel's own rate bounds it where the rows are many (its FLOPs at that rate)
+            floor = proj["flops"].fillna(0).to_numpy(dtype=float) / (qc.rate_of_peak * peak) * 1e9
+            proj = proj.assign(dur_ns=np.where(lin, np.maximum(proj["dur_ns"].to_numpy(dtype=float), floor),
+                                               proj["dur_ns"].to_numpy(dtype=float)))
         host_ns = qc.host_ns * _host_speed(ctx, qc.host_ref_ns_per_linear) if qc.host_ns > 0 else 0.0
         proj, pstep = _with_host_quant(proj, rstep, host_ns, s)
         ctx.notes.append(f"{ph}: {quant} ({ex}): {n_lin} linear calls, each {host_ns / 1e3:,.0f} us more host "

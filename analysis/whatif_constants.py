@@ -24,6 +24,9 @@ class QuantCost:
     # the fp16 eager decode step's host time per linear call on the host ``host_ns`` was measured on: a
     # run on another host scales ``host_ns`` by its own (the dispatch runs at the host's pace)
     host_ref_ns_per_linear: float = 124_400.0
+    # the quantized GEMM's compute rate with many rows, as a fraction of the GPU's bf16 peak (None: at
+    # least the fp16 GEMM's): a linear's GPU time is at least its FLOPs at this rate
+    rate_of_peak: float | None = None
 
 
 # whatif_calib.static_decode over the committed H100 sweeps (TinyLlama-1.1B and Llama-3.2-1B, compiled,

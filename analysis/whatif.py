@@ -257,11 +257,12 @@ def _quantized(k: pd.DataFrame, mode: str, shape: wc.Shape) -> pd.DataFrame:
     return out
 
 
-def _static_extra(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> float | None:
+def _static_extra(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> tuple[float, int] | None:
     """Decode under CUDA graphs over a static cache: the GPU time its non-GEMM kernels add (ns) for the
     keys and values attention reads over every slot (whatif_cost.static_cache_bytes x the measured
     ns per byte, scaled by the bandwidths on another GPU): all of it for an eager source, the difference
-    for a graphed one whose cache length is known. None where it does not apply or a size is unknown."""
+    for a graphed one whose cache length is known; with the slots projected. None where it does not apply
+    or a size is unknown."""
     p, c, per_byte = ctx.profile, ctx.change, ctx.k.static_decode_ns_per_byte
     if step.phase != "decode" or per_byte <= 0:
         return None
@@ -270,14 +271,15 @@ def _static_extra(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> f
     if step.graph_launches > 0:
         if not p.cache_len:
             return None
+        slots = c.cache_len or p.cache_len
         x0 = wc.static_cache_bytes(p.model, src.batch, p.cache_len)
-        x1 = wc.static_cache_bytes(p.model, new.batch, c.cache_len or p.cache_len)
-        return None if x0 is None or x1 is None else per_byte * (x1 - x0)
+        x1 = wc.static_cache_bytes(p.model, new.batch, slots)
+        return None if x0 is None or x1 is None else (per_byte * (x1 - x0), slots)
     if not c.graphs:
         return None
     slots = c.cache_len or ((c.input_tokens or p.input_tokens or src.kv_len) + (c.output_tokens or p.output_tokens or 2))
     x1 = wc.static_cache_bytes(p.model, new.batch, int(slots))
-    return None if x1 is None else per_byte * x1
+    return None if x1 is None else (per_byte * x1, int(slots))
 
 
 def _grow_non_gemm(k: pd.DataFrame, extra: float) -> pd.DataFrame:
@@ -382,10 +384,10 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     static = _static_extra(ctx, step, src, new)
     proj = _costed(ctx, rstep, new, ctx.c_to, quant, static=static is not None)
     if static is not None and step.graph_launches > 0:
-        proj = _grow_non_gemm(proj, static)
-        ctx.notes.append(f"{ph}: the static cache's keys and values read at the query heads' count over every slot "
-                         f"({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps per byte, measured): "
-                         f"{static / 1e6:+,.2f} ms of GPU time")
+        proj = _grow_non_gemm(proj, static[0])
+        ctx.notes.append(f"{ph}: attention reads the static cache ({static[1]:,} slots) at the query heads' count: "
+                         f"{static[0] / 1e3:+,.0f} us of GPU time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps "
+                         "per byte, measured)")
     s, how = _host_scale(ctx, step, base, key)
     if how:
         ctx.notes.append(how)
@@ -418,10 +420,10 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     if c.graphs and ph == "decode" and not graphed_now:
         g = wc.fuse(proj) if c.fuse else proj
         if static is not None:
-            g = _grow_non_gemm(g, static)
-            ctx.notes.append(f"{ph}: a static cache of {c.cache_len or 'prompt + answer'} slots: attention reads its keys "
-                             f"and values at the query heads' count over every slot, {static / 1e6:,.2f} ms of GPU "
-                             f"time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps per byte, measured)")
+            g = _grow_non_gemm(g, static[0])
+            ctx.notes.append(f"{ph}: attention reads the static cache ({static[1]:,} slots) at the query heads' count: "
+                             f"{static[0] / 1e3:,.0f} us of GPU time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps "
+                             "per byte, measured)")
         gpu = float(g["dur_ns"].sum()) + len(g) * ctx.k.graph_gap_ns
         t_new = ctx.k.graph_host_ns + gpu
         lat = t_new

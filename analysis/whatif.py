@@ -268,18 +268,31 @@ def _static_extra(ctx: _Ctx, step: PhaseStep, src: wc.Shape, new: wc.Shape) -> t
         return None
     if ctx.c_from is not None and ctx.c_to is not None and ctx.c_to.peak_bytes_per_s > 0:
         per_byte *= ctx.c_from.peak_bytes_per_s / ctx.c_to.peak_bytes_per_s  # measured on the run's GPU
+    unit = _slot_bytes(p, step)  # bytes per sequence and slot
+    if unit is None:
+        return None
     if step.graph_launches > 0:
         if not p.cache_len:
             return None
         slots = c.cache_len or p.cache_len
-        x0 = wc.static_cache_bytes(p.model, src.batch, p.cache_len)
-        x1 = wc.static_cache_bytes(p.model, new.batch, slots)
-        return None if x0 is None or x1 is None else (per_byte * (x1 - x0), slots)
+        return per_byte * unit * (new.batch * slots - src.batch * p.cache_len), slots
     if not c.graphs:
         return None
     slots = c.cache_len or ((c.input_tokens or p.input_tokens or src.kv_len) + (c.output_tokens or p.output_tokens or 2))
-    x1 = wc.static_cache_bytes(p.model, new.batch, int(slots))
-    return None if x1 is None else (per_byte * x1, int(slots))
+    return per_byte * unit * new.batch * int(slots), int(slots)
+
+
+def _slot_bytes(p: Profile, step: PhaseStep) -> float | None:
+    """The bytes decode attention reads per sequence and static-cache slot at the query heads' count
+    (whatif_cost.static_cache_bytes of one): from the model config, else from the step's modelled
+    attention kernels (4 x query heads x head dim FLOPs per layer, sequence and KV position)."""
+    unit = wc.static_cache_bytes(p.model, 1, 1)
+    if unit is not None:
+        return unit
+    k = step.kernels
+    att = (wc.text(k, "kclass") == "attention") & (k["flops"].fillna(0).to_numpy(dtype=float) > 0)
+    flops = float(k.loc[att, "flops"].sum())
+    return flops / (step.batch * step.kv_len) if flops > 0 and step.batch > 0 and step.kv_len > 0 else None
 
 
 def _grow_non_gemm(k: pd.DataFrame, extra: float) -> pd.DataFrame:

@@ -38,6 +38,20 @@ def test_whatif_json_has_measured_and_projected_per_phase(eager: Path, capsys: p
     assert any("CUDA graphs" in a for a in d["assumptions"])
 
 
+
+def test_whatif_cache_len_sizes_the_static_caches_reads(eager: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # TinyLlama at batch 2 under graphs: a 4,096-slot static cache against the default prompt + answer
+    # (32 slots) adds 0.777 ps x 2 x (4096 - 32) x 32 heads x 64 x 22 layers x 4 B = 1.14 ms of decode;
+    # the trace has no model config: the heads, head size and layers come from its attention kernels
+    def tpot(*extra: str) -> float:
+        capsys.readouterr()
+        assert main(["whatif", str(eager), "--graphs", "--no-profiler", "--json", *extra]) == 0
+        d = json.loads(capsys.readouterr().out)
+        return float(d["projected"]["tpot_ms"])
+
+    grown = tpot("--cache-len", "4096") - tpot()
+    assert grown == pytest.approx(0.000777 * 2 * (4096 - 32) * 32 * 64 * 22 * 4 / 1e6, rel=0.01)
+
 def test_whatif_text_prints_measured_beside_projected(eager: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     assert main(["whatif", str(eager), "--batch", "8", "--gpu", "H100 SXM", "--no-profiler"]) == 0

@@ -395,6 +395,11 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     quant = c.quant if c.quant not in (None, "none") else None
     rstep = _rerouted(ctx, step, src, new)
     static = _static_extra(ctx, step, src, new)
+    if static is None and c.cache_len is not None and ph == "decode":
+        ctx.notes.append(f"{ph}: --cache-len not applied: " + (
+            "the run's decode is replayed from graphs over a cache of unknown length (an engine's paged cache reads "
+            "what it holds)" if step.graph_launches > 0 else
+            "no static cache without --graphs" if not c.graphs else "the model's attention sizes are not known"))
     proj = _costed(ctx, rstep, new, ctx.c_to, quant, static=static is not None)
     if static is not None and step.graph_launches > 0:
         proj = _grow_non_gemm(proj, static[0])

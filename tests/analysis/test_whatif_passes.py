@@ -360,3 +360,13 @@ def test_calibrate_fits_the_profiler_cost_per_op_and_launch() -> None:
     c = calibrate([_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6})])
     assert c.profiler_ns_per_op == pytest.approx(5000.0) and c.profiler_ns_per_launch == pytest.approx(0.0, abs=1e-6)
     assert c.graph_host_ns == DEFAULT.graph_host_ns  # no graph-launched run: kept
+
+
+def test_cache_len_says_why_it_was_not_applied() -> None:
+    # a graphed source without a known cache (an engine's paged cache) and an eager one without --graphs
+    graphed = _profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}, decode_graphs=1)
+    got = project(graphed, Change(cache_len=4096, no_profiler=True), datasheet)
+    assert any("--cache-len not applied: the run's decode is replayed from graphs" in a for a in got.assumptions)
+    eager = replace(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), model=TINYLLAMA)
+    got = project(eager, Change(cache_len=4096, no_profiler=True), datasheet)
+    assert any("no static cache without --graphs" in a for a in got.assumptions)

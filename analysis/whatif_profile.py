@@ -111,7 +111,7 @@ class Profile:
                    phases={p: PhaseStep.from_dict(s) for p, s in d.get("phases", {}).items()},
                    profiled=dict(d.get("profiled") or {}), unprofiled=dict(d.get("unprofiled") or {}),
                    launch_ns=float(d.get("launch_ns", 2000.0)), model=dict(d.get("model") or {}),
-                   has_shapes=bool(d.get("has_shapes", True)), cache_len=_opt_int(d.get("cache_len")))
+                   has_shapes=bool(d.get("has_shapes", True)), cache_len=_positive(d.get("cache_len")))
 
 
 def _plain(v: Any) -> Any:
@@ -347,9 +347,15 @@ def profile(kernels: pd.DataFrame, steps: pd.DataFrame, runtime: pd.DataFrame | 
         batch=batch, input_tokens=n_in, output_tokens=n_out,
         phases=phases, profiled=prof, unprofiled=timers(manifest), launch_ns=launch_latency(kernels),
         model=dict((manifest.get("model") or {}).get("config") or {}), has_shapes=shapes,
-        cache_len=_opt_int((manifest.get("compiled") or {}).get("max_cache_len")))
+        cache_len=_positive((manifest.get("compiled") or {}).get("max_cache_len")))
 
 
 def _opt_int(v: Any) -> int | None:
     f = _num(v)
     return int(f) if f is not None else None
+
+
+def _positive(v: Any) -> int | None:
+    """A count that must be at least 1 (a cache's slots); None for anything else."""
+    n = _opt_int(v)
+    return n if n is not None and n >= 1 else None

@@ -370,3 +370,11 @@ def test_cache_len_says_why_it_was_not_applied() -> None:
     eager = replace(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), model=TINYLLAMA)
     got = project(eager, Change(cache_len=4096, no_profiler=True), datasheet)
     assert any("no static cache without --graphs" in a for a in got.assumptions)
+
+
+def test_a_profile_keeps_only_a_real_cache_length() -> None:
+    p = _profile()
+    for bad in (-3, 0, "many", None, float("nan")):
+        d = {**p.to_dict(), "cache_len": bad}
+        assert Profile.from_dict(d).cache_len is None
+    assert Profile.from_dict({**p.to_dict(), "cache_len": 1040}).cache_len == 1040

@@ -7,8 +7,9 @@ measure on ``profiles`` replaced (the others kept): the median over the runs of
 - profiler_ns_per_op and profiler_ns_per_launch: the non-negative least-squares fit of (the profiled
   latency - the run's unprofiled timer) = a x CPU ops + b x kernel launches of the representative step,
   over runs with both (prefill: the trace's TTFT, decode: the representative step's period vs TPOT)
-  whose step is host-bound (kernels busy under ``HOST_BOUND`` of the period: where the GPU sets the
-  pace, the profiler's host cost hides under it and the difference understates it). Where the runs'
+  whose step is host-bound with and without the profiler (kernels busy under ``HOST_BOUND`` of the
+  profiled period and of the unprofiled latency: where the GPU sets the pace, the profiler's host cost
+  hides under it and the difference understates it). Where the runs'
   ops-per-launch ratios span less than ``SPREAD`` (one model's op mix), the two terms cannot be told
   apart: only a common scale of ``base``'s pair is fitted (the host's speed), its mix kept;
 - graph_host_ns: unprofiled TPOT - the decode step's GPU time (kernels + graph gaps), over runs whose
@@ -31,7 +32,7 @@ from tracekit.analysis.whatif_constants import DEFAULT, Constants
 from tracekit.analysis.whatif_cost import static_cache_bytes
 from tracekit.analysis.whatif_profile import Profile
 
-HOST_BOUND = 0.4  # a step whose kernels are busy under this fraction of its period is host-bound
+HOST_BOUND = 0.4  # a step whose kernels are busy under this fraction of its time is host-bound
 SPREAD = 2.0  # the ops-per-launch ratios must span this factor for the two-term fit
 
 
@@ -45,7 +46,7 @@ def profiler_costs(profiles: Iterable[Profile]) -> list[tuple[int, int, float]]:
             prof = p.profiled.get(key) if ph == "prefill" else (s.period_ns if s is not None else None)
             if s is None or own is None or prof is None or s.cpu_ops < 50:
                 continue
-            if float(s.kernels["dur_ns"].sum()) >= HOST_BOUND * s.period_ns:
+            if float(s.kernels["dur_ns"].sum()) >= HOST_BOUND * min(s.period_ns, own):
                 continue
             out.append((s.cpu_ops, s.launches, max(prof - own, 0.0)))
     return out

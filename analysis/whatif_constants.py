@@ -51,8 +51,8 @@ class Constants:
     # The profiler's cost (record_shapes on), ns of host time: per CPU op it records and per kernel
     # launch (its CUPTI activity); least squares over the host-bound steps of runs with both timers
     # (whatif_calib).
-    profiler_ns_per_op: float = 661.0
-    profiler_ns_per_launch: float = 7_783.0
+    profiler_ns_per_op: float = 764.0
+    profiler_ns_per_launch: float = 8_479.0
     # (mode, execution) -> cost per quantized linear call; a pair absent here cannot be projected.
     quant: Mapping[tuple[str, str], QuantCost] = field(default_factory=lambda: dict(QUANT))
 

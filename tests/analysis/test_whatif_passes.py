@@ -185,6 +185,14 @@ def test_calibrate_leaves_out_a_gpu_bound_step() -> None:
     p = replace(p, phases={**p.phases, "decode": replace(dec, kernels=busy)})
     c = calibrate([p], replace(DEFAULT, profiler_ns_per_op=1000.0, profiler_ns_per_launch=0.0))
     assert c.profiler_ns_per_op == pytest.approx(5000.0)
+    # kernels busy 0.5 ms: a quarter of the profiled 2 ms period, but 42% of the 1.2 ms unprofiled TPOT:
+    # without the profiler the GPU sets the pace, so the decode step is left out as well (kept, its
+    # 0.8 ms over 200 ops would pull the fit to 4.8 us per op)
+    p = _profile({"ttft_ns": 2.5e6, "tpot_ns": 1.2e6})
+    half = dec.kernels.assign(dur_ns=[125 * US] * 4)
+    p = replace(p, phases={**p.phases, "decode": replace(dec, kernels=half)})
+    c = calibrate([p], replace(DEFAULT, profiler_ns_per_op=1000.0, profiler_ns_per_launch=0.0))
+    assert c.profiler_ns_per_op == pytest.approx(5000.0)
 
 
 def test_a_one_off_host_stall_is_cut_out_of_the_step() -> None:

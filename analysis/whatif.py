@@ -295,6 +295,13 @@ def _slot_bytes(p: Profile, step: PhaseStep) -> float | None:
     return flops / (step.batch * step.kv_len) if flops > 0 and step.batch > 0 and step.kv_len > 0 else None
 
 
+def _static_note(ctx: _Ctx, ph: str, static: tuple[float, int], signed: bool) -> str:
+    """The assumption line of a static-cache term: its slots and its GPU time (a change where ``signed``)."""
+    us = f"{static[0] / 1e3:+,.0f}" if signed else f"{static[0] / 1e3:,.0f}"
+    return (f"{ph}: attention reads the static cache ({static[1]:,} slots) at the query heads' count: {us} us of "
+            f"GPU time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps per byte, measured)")
+
+
 def _grow_non_gemm(k: pd.DataFrame, extra: float) -> pd.DataFrame:
     """``k`` with its non-GEMM kernels lasting ``extra`` ns more in all, in proportion to their time."""
     d = k["dur_ns"].to_numpy(dtype=float)
@@ -403,9 +410,7 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     proj = _costed(ctx, rstep, new, ctx.c_to, quant, static=static is not None)
     if static is not None and step.graph_launches > 0:
         proj = _grow_non_gemm(proj, static[0])
-        ctx.notes.append(f"{ph}: attention reads the static cache ({static[1]:,} slots) at the query heads' count: "
-                         f"{static[0] / 1e3:+,.0f} us of GPU time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps "
-                         "per byte, measured)")
+        ctx.notes.append(_static_note(ctx, ph, static, signed=True))
     s, how = _host_scale(ctx, step, base, key)
     if how:
         ctx.notes.append(how)
@@ -419,9 +424,9 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
     if quant:
         ex = _execution(p, c, ph)
         qc = ctx.k.quant[(quant, ex)]
-        n_lin = int(wc.linear_mask(proj).sum())
-        gpu_extra = qc.gpu_ns + qc.gpu_ns_per_seq * new.batch
         lin = wc.linear_mask(proj)
+        n_lin = int(lin.sum())
+        gpu_extra = qc.gpu_ns + qc.gpu_ns_per_seq * new.batch
         if gpu_extra > 0:
             proj = proj.assign(dur_ns=proj["dur_ns"].to_numpy(dtype=float) + np.where(lin, gpu_extra, 0.0))
         peak = ctx.c_to.flops("bf16") if ctx.c_to is not None else None
@@ -439,9 +444,7 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
         g = wc.fuse(proj) if c.fuse else proj
         if static is not None:
             g = _grow_non_gemm(g, static[0])
-            ctx.notes.append(f"{ph}: attention reads the static cache ({static[1]:,} slots) at the query heads' count: "
-                             f"{static[0] / 1e3:,.0f} us of GPU time ({ctx.k.static_decode_ns_per_byte * 1e3:.2f} ps "
-                             "per byte, measured)")
+            ctx.notes.append(_static_note(ctx, ph, static, signed=False))
         gpu = float(g["dur_ns"].sum()) + len(g) * ctx.k.graph_gap_ns
         t_new = ctx.k.graph_host_ns + gpu
         lat = t_new

@@ -141,9 +141,14 @@ def unmodelled(k: pd.DataFrame, old: Shape, new: Shape, graphed: bool) -> np.nda
     return np.where(att, floor + (d - floor) * r, d)
 
 
+def peak_flops(dtypes: pd.Series, ceiling: Ceiling) -> np.ndarray:
+    """Per kernel, ``ceiling``'s FLOP/s for its dtype (fp16's where the dtype has none; NaN if neither)."""
+    return per_dtype(dtypes, lambda d: ceiling.flops(d) or ceiling.flops("fp16") or np.nan)
+
+
 def roof_ns(flops: np.ndarray, nbytes: np.ndarray, dtypes: pd.Series, ceiling: Ceiling) -> np.ndarray:
     """max(F / peak of the dtype, B / peak bandwidth), ns; NaN where neither is known."""
-    peak = per_dtype(dtypes, lambda d: ceiling.flops(d) or ceiling.flops("fp16") or np.nan)
+    peak = peak_flops(dtypes, ceiling)
     tf = np.where(np.isfinite(flops) & (flops > 0), flops / peak * 1e9, 0.0)
     tb = np.where(np.isfinite(nbytes) & (nbytes > 0), nbytes / ceiling.peak_bytes_per_s * 1e9, 0.0)
     t = np.maximum(tf, tb)
@@ -238,8 +243,7 @@ def retime(old_k: pd.DataFrame, new_k: pd.DataFrame, old_ceiling: Ceiling, new_c
     if rates is not None and rates.by_kind:
         # a family measured below ROOF_FRACTION of the peak keeps that rate (scaled to the new GPU's peak)
         f0, f1 = old_k["flops"].to_numpy(dtype=float), new_k["flops"].to_numpy(dtype=float)
-        peak0 = per_dtype(old_k["dtype"], lambda x: old_ceiling.flops(x) or old_ceiling.flops("fp16") or np.nan)
-        peak1 = per_dtype(new_k["dtype"], lambda x: new_ceiling.flops(x) or new_ceiling.flops("fp16") or np.nan)
+        peak0, peak1 = peak_flops(old_k["dtype"], old_ceiling), peak_flops(new_k["dtype"], new_ceiling)
         r = rates.of(old_k) * peak1 / peak0
         slow = lat & np.isfinite(r) & (r * 1e9 < ROOF_FRACTION * peak1) & (f1 > f0)
         grown = np.where(slow, np.maximum(grown, d + np.divide(f1 - f0, r, out=np.zeros_like(r), where=slow)), grown)

@@ -33,7 +33,7 @@ import gzip
 import json
 import statistics
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -71,16 +71,12 @@ class Point:
     cache_len: int | None = None  # compiled: the static cache's slots per sequence
 
 
-def sweep_cache_len(points: Iterable[Any]) -> int | None:
+def sweep_cache_len(points: Iterable[Mapping[Any, Any]]) -> int | None:
     """The static cache a sweep's compiled points ran with: tracekit sweep sizes it once for its longest
     compiled point (prompt + answer; tracekit.collectors.sweep_runner.load)."""
-    lens = [int(_get(p, "input_tokens")) + int(_get(p, "output_tokens")) for p in points
-            if str(_get(p, "mode")) == "compiled" and str(_get(p, "group")) not in ("record", "load")]
+    lens = [int(p["input_tokens"]) + int(p["output_tokens"]) for p in points
+            if str(p["mode"]) == "compiled" and str(p["group"]) not in ("record", "load")]
     return max(max(lens), 64) if lens else None
-
-
-def _get(p: Any, key: str) -> Any:
-    return p[key] if isinstance(p, dict) else getattr(p, key)
 
 
 # --- extract ---------------------------------------------------------------------------------------

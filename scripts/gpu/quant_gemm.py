@@ -11,9 +11,11 @@ tracekit.model.quant (none = bf16, int8, int4, fp8; quantized with the same torc
 ``tracekit record --quant``), one ``nn.Linear`` without bias:
 
   * GPU time per call at each row count M: CUDA events around 50 calls after 10 warm-up calls, the
-    median of 5 such runs; the rate 2 M N K / time;
-  * host time per call: wall time of 200 calls at M = 1 issued back to back (no sync inside), where
-    the GPU work per call is shorter than the host's (checked: the events' GPU time is printed beside).
+    median of 5 such runs; the rate 2 M N K / time. The calls are queued behind a GPU sleep long
+    enough for the host to issue them all, so that the events time the kernels back to back and not
+    the host's dispatch (torchao's calls cost more host time than a small-M kernel takes);
+  * host time per call: wall time of 200 calls at the first row count (M = 1) issued back to back (no
+    sync inside), where the GPU work per call is shorter than the host's (the GPU time is printed beside).
 
 Writes OUT_DIR/quant_gemm.json; prints one table.
 """
@@ -44,15 +46,20 @@ def build(n: int, k: int, mode: str, device: str, dtype: Any) -> Any:
     return lin
 
 
-def gpu_us(lin: Any, x: Any, reps: int = 50, runs: int = 5) -> float:
+def gpu_us(lin: Any, x: Any, host_us_per_call: float, reps: int = 50, runs: int = 5) -> float:
+    """Median GPU time per call (us): each run's calls queued behind a sleep kernel that outlasts the
+    host issuing them (twice ``host_us_per_call`` x reps, at least 2 ms), the events around the calls."""
     import torch
 
+    cycles = int(max(2 * host_us_per_call * reps, 2000.0) * 1e-6 * _clock_hz(torch))
     with torch.no_grad():
         for _ in range(10):
             lin(x)
         times = []
         for _ in range(runs):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            torch.cuda._sleep(cycles)
             a.record()
             for _ in range(reps):
                 lin(x)
@@ -60,6 +67,18 @@ def gpu_us(lin: Any, x: Any, reps: int = 50, runs: int = 5) -> float:
             b.synchronize()
             times.append(a.elapsed_time(b) * 1e3 / reps)
     return statistics.median(times)
+
+
+def _clock_hz(torch: Any) -> float:
+    """The GPU's SM clock (Hz) for sizing the sleep: NVML's maximum, else 2 GHz (a longer sleep only costs time)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)) * 1e6
+    except Exception:
+        return 2e9
 
 
 def host_us(lin: Any, x: Any, calls: int = 200) -> float:
@@ -124,18 +143,18 @@ def main(argv: list[str] | None = None) -> int:
                             lin(x)
                         t = (time.perf_counter() - t0) * 1e6 / 20
                     else:
-                        t = gpu_us(lin, x)
-                        if m == 1:
+                        if host is None:  # at the first row count (M = 1): it sizes every sleep
                             host = host_us(lin, x)
+                        t = gpu_us(lin, x, host)
                 except Exception as exc:
                     print(f"{mode:6} {n}x{k} M={m}: {type(exc).__name__}: {str(exc)[:200]}")
                     out["cases"].append({"mode": mode, "n": n, "k": k, "m": m, "error": str(exc)[:300]})
                     continue
                 tf = 2.0 * m * n * k / (t * 1e-6) / 1e12
                 out["cases"].append({"mode": mode, "n": n, "k": k, "m": m, "gpu_us": round(t, 3),
-                                     "tflops": round(tf, 2), "host_us": round(host, 2) if m == 1 and host else None})
+                                     "tflops": round(tf, 2), "host_us": round(host, 2) if m == rows[0] and host else None})
                 print(f"{mode:6} {f'{n}x{k}':>12} {m:6d} {t:10.2f} {tf:8.1f} "
-                      f"{(f'{host:8.1f}' if m == 1 and host else ''):>8}", flush=True)
+                      f"{(f'{host:8.1f}' if m == rows[0] and host else ''):>8}", flush=True)
             del lin
             if not a.cpu:
                 torch.cuda.empty_cache()

@@ -29,6 +29,7 @@ from tracekit.errors import (
     TracekitError,
     address_space_failure,
     address_space_limit,
+    address_space_too_small,
     visible,
 )
 from tracekit.model.version import VERSION
@@ -94,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     fit_address_space()
+    tight = address_space_too_small()
+    if tight is not None and not set(args) <= {"--help", "-h", "--version"}:
+        _say(f"tracekit: error: {tight.message}")
+        return tight.exit_code
     safe_streams()
     _RECEIVED.clear()
     try:

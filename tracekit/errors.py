@@ -151,3 +151,20 @@ def address_space_failure(exc: BaseException) -> AddressSpaceError | None:
         return None
     return AddressSpaceError(f"{what} (ulimit -v {limit // 1024}; what was being written was left as it was): "
                              "raise the limit (ulimit -v unlimited) and run it again")
+
+
+# The address space tracekit's libraries need to load (NumPy, Arrow with its compute and Parquet
+# modules, DuckDB) under one malloc arena: 350-400 MB measured on x86-64 Linux. Below it an import can
+# throw in a C++ static initialiser or a stack cannot grow, and the process dies without a word.
+ADDRESS_SPACE_FLOOR = 512 << 20
+
+
+def address_space_too_small() -> AddressSpaceError | None:
+    """One honest line when the address-space limit (``ulimit -v``) is below ``ADDRESS_SPACE_FLOOR``:
+    said before any library loads, so that a too-tight limit is never a crash; None otherwise."""
+    limit = address_space_limit()
+    if limit is None or limit >= ADDRESS_SPACE_FLOOR:
+        return None
+    return AddressSpaceError(f"out of memory: not enough address space (ulimit -v {limit // 1024}; tracekit's "
+                             f"libraries need {ADDRESS_SPACE_FLOOR >> 20} MiB to load; nothing was written): "
+                             "raise the limit (ulimit -v unlimited) and run it again")

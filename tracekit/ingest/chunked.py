@@ -149,7 +149,7 @@ class _Keys:
         """The column of every chunk, as one array (``keep``: not dropped from here)."""
         parts = self.parts[name] if keep else self.parts.pop(name)
         if not parts:
-            return pa.array([], type=like)
+            return pa.nulls(0, like)  # pa.array([]) would load pandas (tracekit.model.npa)
         out = pa.chunked_array(parts).unify_dictionaries().combine_chunks() \
             if pa.types.is_dictionary(like) else pa.concat_arrays(parts)
         del parts

@@ -22,6 +22,7 @@ import pyarrow.compute
 from tracekit.ingest import arrays as A
 from tracekit.ingest import duckdb_reader, linkage, native
 from tracekit.ingest.result import TABLES_OUT, Counts, FileResult, RawScan
+from tracekit.model import npa
 from tracekit.model import schema as _schema
 from tracekit.store import heap
 
@@ -117,11 +118,11 @@ def skip_overflowing_ends(raw: RawScan) -> RawScan:
     for name, t in list(raw.tables.items()):
         if t is None or t.num_rows == 0 or "ts_ns" not in t.column_names or "dur_ns" not in t.column_names:
             continue
-        ts, dur = (pyarrow.compute.fill_null(t.column(c).cast(pa.int64()), 0).to_numpy() for c in ("ts_ns", "dur_ns"))
+        ts, dur = (npa.values(t.column(c), fill=0) for c in ("ts_ns", "dur_ns"))  # never pyarrow's pandas shim
         over = (dur > 0) & (ts > _I64_MAX - np.maximum(dur, 0))
         n = int(np.count_nonzero(over))
         if n:
-            raw.tables[name] = t.filter(pa.array(~over))
+            raw.tables[name] = t.filter(npa.array(~over))
             raw.counts.events_by_table[name] -= n
             raw.counts.skipped[END_RANGE] += n
     return raw

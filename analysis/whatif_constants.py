@@ -57,13 +57,18 @@ class Constants:
     quant: Mapping[tuple[str, str], QuantCost] = field(default_factory=lambda: dict(QUANT))
 
 
-# From docs/sweep.md's H200 table (TinyLlama-1.1B, 155 linear calls per step, 128 prompt / 16 answer
-# tokens): (quantized TPOT - fp16 TPOT) / 155 at batch 1 (and 16 for the per-sequence GPU term); the
-# fp16 TPOT there, 19.28 ms / 155 calls = 124.4 us, is the host reference.
+# Eager: scripts/gpu/quant_gemm.py on an H100 (torchao 0.18, one nn.Linear per call, weights 4096 x
+# 4096, 11008 x 4096 and 4096 x 11008): the host time per call over bf16's, the median of the three
+# shapes (int8 69.7, int4 19.7, fp8 320.1 us), on the reference host's scale (x 124.4 / 85.2: the
+# fp16 eager decode step's host time per linear call on the H200 sweep's host, docs/sweep.md, and on
+# the H100's, its TinyLlama sweep); and the rate of its GEMM at 4,096 rows, the median of the three
+# shapes over the H100's achievable bf16 rate (794.5 TFLOP/s: int8 512, int4 30.2, fp8 444 TFLOP/s).
+# Compiled: docs/sweep.md's H200 table (TinyLlama-1.1B, 155 linear calls per step, 128 prompt / 16
+# answer tokens), (quantized TPOT - fp16 TPOT) / 155 at batch 1 (and 16 for the per-sequence term).
 QUANT: dict[tuple[str, str], QuantCost] = {
-    ("int8", "eager"): QuantCost(host_ns=92_000.0, gpu_ns=0.0),
-    ("int4", "eager"): QuantCost(host_ns=148_000.0, gpu_ns=0.0),
-    ("fp8", "eager"): QuantCost(host_ns=506_000.0, gpu_ns=0.0),
+    ("int8", "eager"): QuantCost(host_ns=101_900.0, gpu_ns=0.0, rate_of_peak=0.645),
+    ("int4", "eager"): QuantCost(host_ns=28_700.0, gpu_ns=0.0, rate_of_peak=0.038),
+    ("fp8", "eager"): QuantCost(host_ns=467_600.0, gpu_ns=0.0, rate_of_peak=0.558),
     ("int8", "compiled"): QuantCost(host_ns=0.0, gpu_ns=19_200.0, gpu_ns_per_seq=1_000.0),
     ("int4", "compiled"): QuantCost(host_ns=0.0, gpu_ns=15_900.0, gpu_ns_per_seq=1_100.0),
 }

@@ -307,11 +307,48 @@ def test_project_refuses_what_the_run_lacks() -> None:
 
 
 def test_quant_adds_the_measured_host_cost_per_linear_call() -> None:
-    # eager int4: each of the prefill's 4 linear calls costs 148 us more host time: TTFT +592 us
+    # eager int4: each of the prefill's 4 linear calls costs the measured host time more (QuantCost.host_ns)
     base = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(no_profiler=True), datasheet)
     q = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(quant="int4", no_profiler=True), datasheet)
     diff = q.phases["prefill"].projected.latency_ns - base.phases["prefill"].projected.latency_ns
     assert diff == pytest.approx(4 * DEFAULT.quant[("int4", "eager")].host_ns, rel=1e-3)
+
+
+def test_a_quantized_gemm_runs_no_faster_than_its_measured_rate() -> None:
+    # the prefill's 4 GEMMs of 2 GFLOP took 10 us each in fp16 (200 TFLOP/s). int4's tinygemm reaches
+    # 0.038 of the bf16 rate at any row count (scripts/gpu/quant_gemm.py on an H100: 30.2 of 794.5
+    # TFLOP/s): on the H200 datasheet's 989.5, 2e9 / (0.038 x 989.5e12) = 53.2 us each
+    qc = DEFAULT.quant[("int4", "eager")]
+    assert qc.rate_of_peak == pytest.approx(0.038)
+    q = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(quant="int4", no_profiler=True), datasheet)
+    gpu = sum(q.phases["prefill"].projected.gpu_ns.values())
+    peak = datasheet("NVIDIA H200").flops("bf16")
+    assert gpu == pytest.approx(4 * 2e9 / (0.038 * peak) * 1e9, rel=1e-6)
+    assert gpu == pytest.approx(4 * 53.2e3, rel=2e-3)
+    # fp8's rate (0.558) leaves the 10 us GEMMs as they were: 2e9 / (0.558 x 989.5e12) = 3.6 us
+    f = project(_profile({"ttft_ns": 2.5e6, "tpot_ns": 1e6}), Change(quant="fp8", no_profiler=True), datasheet)
+    assert sum(f.phases["prefill"].projected.gpu_ns.values()) < 4 * 10.5e3
+
+
+def test_the_eager_quant_constants_are_the_per_call_measurements() -> None:
+    # scripts/gpu/quant_gemm.py's H100 output (benchmarks/whatif/quant_gemm_h100.json): host time per
+    # call over bf16's and the rate at 4,096 rows, medians of the three weight shapes; the host put on the
+    # reference host's scale (124.4 us per fp16 linear call of a decode step there, 85.2 on the H100's)
+    import statistics
+
+    from helpers import REPO
+
+    cases = json.loads((REPO / "benchmarks" / "whatif" / "quant_gemm_h100.json").read_text())["cases"]
+    host = {(c["mode"], c["n"], c["k"]): c["host_us"] for c in cases if c.get("host_us") is not None}
+    rate = {(c["mode"], c["n"], c["k"]): c["tflops"] for c in cases if c["m"] == 4096}
+    shapes = sorted({(n, k) for _, n, k in host})
+    assert len(shapes) == 3
+    for mode in ("int8", "int4", "fp8"):
+        qc = DEFAULT.quant[(mode, "eager")]
+        extra = statistics.median(host[(mode, n, k)] - host[("none", n, k)] for n, k in shapes)
+        assert qc.host_ns == pytest.approx(extra * 1e3 * 124.4 / 85.2, rel=2e-3), mode
+        assert qc.rate_of_peak == pytest.approx(statistics.median(rate[(mode, n, k)] for n, k in shapes) / 794.5,
+                                                abs=6e-4), mode
 
 
 def test_projection_json_has_the_latencies_per_phase() -> None:

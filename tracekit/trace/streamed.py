@@ -190,10 +190,13 @@ class _Stream:
 
         t, kind, grp, k1, k2, k3, k4, inst_, tag = (np.concatenate(c) for c in cols)
         ref = np.concatenate(refs)
+        del cols, refs  # the parts, and below the sort keys: the window's peak is its event columns
         if len(t):
             check_time(int(t.min()))
         ev = np.lexsort((inst_, k4, k3, k2, k1, grp, kind, t))
+        del kind, grp, k1, k2, k3, k4, inst_
         t, tag, ref = t[ev], tag[ev], ref[ev]
+        del ev
         interning = self._intern(blocks, blk, local, tag, ref)
         for c0 in range(0, len(t), _CHUNK):
             progress.report("writing the Perfetto trace", c0, len(t))

@@ -94,7 +94,13 @@ def test_signals_leave_no_staging_or_temp_files(tmp_path: Path, sig: int) -> Non
     env = {**os.environ, **ENV}
     p = subprocess.Popen([sys.executable, "-m", "tracekit", "analyze", str(big), "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
-    time.sleep(2.5)
+    # the signal once the work is under way (its staging folder is there), not after a fixed wait: on a
+    # loaded machine a start-up slower than the wait met the signal before any handler was set
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline and not any(
+            q.name.startswith(".") for q in tmp_path.iterdir()):
+        time.sleep(0.01)
+    time.sleep(0.3)
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
     assert "Traceback" not in err, err

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 EMPTY = np.empty((0, 2), dtype=np.int64)
 
@@ -65,12 +64,15 @@ def clip(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.stack([s[keep], e[keep]], axis=1)
 
 
-def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
+def step_windows(steps: Any) -> Any:
     """steps plus start_ns / end_ns / time_ns: the window [cpu_start, max(cpu_end, gpu_end)) of each step.
 
     Host-bound time is GPU idle inside these windows, so a window opens when the host starts the
-    forward pass, not at its first kernel. Steps without a start or an end are dropped.
+    forward pass, not at its first kernel. Steps without a start or an end are dropped. ``steps``: a
+    pandas frame; so is the result (pandas is imported here, not with the module).
     """
+    import pandas as pd
+
     s = steps.copy()
     cpu_s = pd.to_numeric(s["cpu_start_ns"], errors="coerce") if "cpu_start_ns" in s else None
     gpu_s = pd.to_numeric(s["gpu_start_ns"], errors="coerce") if "gpu_start_ns" in s else None
@@ -90,6 +92,6 @@ def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
     return s.reset_index(drop=True)
 
 
-def window_union(windows: pd.DataFrame) -> np.ndarray:
+def window_union(windows: Any) -> np.ndarray:
     """The union of step_windows' [start_ns, end_ns) rows."""
     return union(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())

@@ -72,3 +72,12 @@ def flags(table: Any, column: str) -> np.ndarray:
         col = pc.fill_null(pc.cast(table.column(column), pa.bool_()), False)
         return np.asarray(col.to_numpy(zero_copy_only=False), dtype=bool)
     return np.asarray(table[column].astype(bool).to_numpy(dtype=bool), dtype=bool)
+
+
+def table(t: Any) -> pa.Table:
+    """``t`` as an Arrow table: an Arrow table as it is, a pandas frame converted (its index dropped;
+    categorical columns as their values: Arrow has no dictionary of an all-null categorical's type)."""
+    if isinstance(t, pa.Table):
+        return t
+    plain = {c: object for c in t.columns if str(t[c].dtype) == "category"}
+    return pa.Table.from_pandas(t.astype(plain) if plain else t, preserve_index=False)

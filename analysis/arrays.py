@@ -52,6 +52,29 @@ def ints(table: Any, column: str) -> np.ndarray:
     return np.asarray(table[column].to_numpy(dtype="int64"), dtype=np.int64)
 
 
+def is_integer(table: Any, column: str) -> bool:
+    """Whether the column holds integers (nullable ones included), not floats or text."""
+    if isinstance(table, pa.Table):
+        return pa.types.is_integer(table.schema.field(column).type)
+    return getattr(table[column].dtype, "kind", "") in "iu"
+
+
+def ints_or_null(table: Any, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, present mask) of an integer column, exactly (0 where missing); a float column's
+    values truncated to int64 (its NaN missing)."""
+    if not is_integer(table, column):
+        f = floats(table, column)
+        present = ~np.isnan(f)
+        return np.where(present, f, 0).astype(np.int64), present
+    if isinstance(table, pa.Table):
+        col = table.column(column)
+        present = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+        return np.asarray(pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)), present
+    values = table[column]
+    present = np.asarray(values.notna().to_numpy(dtype=bool), dtype=bool)
+    return np.asarray(values.to_numpy(dtype="int64", na_value=0), dtype=np.int64), present
+
+
 def objects(table: Any, column: str) -> np.ndarray:
     """The column's values as a Python-object array, None where missing."""
     if isinstance(table, pa.Table):

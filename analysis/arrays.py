@@ -1,9 +1,15 @@
-"""A table's columns as NumPy arrays, whichever kind the table is, without importing pandas.
+"""A table's columns as NumPy arrays and back, whichever kind the table is, without importing pandas.
 
 The passes that run on arrays read their inputs here: an Arrow table (the store's, or a pass's
 output) or a pandas frame (a pass not yet on arrays, or a table built in code). Every reader returns
-a fresh NumPy array of the column's rows in order; a missing value is NaN (``floats``), None
-(``objects``) or False (``flags``).
+a NumPy array of the column's rows in order; a missing value is NaN (``floats``), None
+(``objects``) or False (``flags``). ``column`` and ``texts`` build Arrow columns from NumPy arrays
+and lists of str.
+
+pyarrow imports pandas, where it is installed, the first time it converts between Arrow and NumPy or
+Python values (``Array.to_numpy``, ``pa.array``, ``pa.scalar``: its pandas shim). Arrow tables are
+therefore read and built here through their buffers (tracekit.model.npa), and text through
+``to_pylist``, which do not.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from tracekit.model import npa
 
 
 def rows(table: Any) -> int:
@@ -28,6 +36,13 @@ def has(table: Any, column: str) -> bool:
     return column in names
 
 
+def _values(col: Any, typ: pa.DataType, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present mask) of an Arrow column cast to ``typ`` (int64, float64 or bool), 0 where
+    missing."""
+    cast = pc.cast(col, typ, safe=False)
+    return npa.values(cast, fill=0, dtype=dtype), npa.valid(cast)
+
+
 def floats(table: Any, column: str) -> np.ndarray:
     """The column as float64, NaN where missing."""
     if isinstance(table, pa.Table):
@@ -35,7 +50,8 @@ def floats(table: Any, column: str) -> np.ndarray:
         if pa.types.is_dictionary(col.type) or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
                                                    or pa.types.is_boolean(col.type) or pa.types.is_null(col.type)):
             return np.array([np.nan if v is None else float(v) for v in col.to_pylist()], dtype=np.float64)
-        return np.asarray(pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+        v, present = _values(col, pa.float64(), np.float64)
+        return np.where(present, v, np.nan)
     values = table[column]
     if values.dtype == object:
         return np.array([np.nan if v is None or v != v else float(v) for v in values.tolist()], dtype=np.float64)
@@ -48,7 +64,7 @@ def ints(table: Any, column: str) -> np.ndarray:
         col = table.column(column)
         if col.null_count:
             raise ValueError(f"column {column} has missing values")
-        return np.asarray(pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return _values(col, pa.int64(), np.int64)[0].copy()
     return np.asarray(table[column].to_numpy(dtype="int64"), dtype=np.int64)
 
 
@@ -67,9 +83,8 @@ def ints_or_null(table: Any, column: str) -> tuple[np.ndarray, np.ndarray]:
         present = ~np.isnan(f)
         return np.where(present, f, 0).astype(np.int64), present
     if isinstance(table, pa.Table):
-        col = table.column(column)
-        present = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
-        return np.asarray(pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)), present
+        v, present = _values(table.column(column), pa.int64(), np.int64)
+        return np.where(present, v, 0), present
     values = table[column]
     present = np.asarray(values.notna().to_numpy(dtype=bool), dtype=bool)
     return np.asarray(values.to_numpy(dtype="int64", na_value=0), dtype=np.int64), present
@@ -92,8 +107,8 @@ def objects(table: Any, column: str) -> np.ndarray:
 def flags(table: Any, column: str) -> np.ndarray:
     """The column as bool, False where missing."""
     if isinstance(table, pa.Table):
-        col = pc.fill_null(pc.cast(table.column(column), pa.bool_()), False)
-        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=bool)
+        v, present = _values(table.column(column), pa.bool_(), bool)
+        return v & present
     return np.asarray(table[column].astype(bool).to_numpy(dtype=bool), dtype=bool)
 
 
@@ -104,3 +119,38 @@ def table(t: Any) -> pa.Table:
         return t
     plain = {c: object for c in t.columns if str(t[c].dtype) == "category"}
     return pa.Table.from_pandas(t.astype(plain) if plain else t, preserve_index=False)
+
+
+def column(values: np.ndarray, typ: pa.DataType, present: np.ndarray | None = None) -> pa.Array:
+    """An Arrow int64, float64 or bool column (cast to ``typ``) from NumPy ``values``, null where
+    ``present`` is False (float64: also where a value is NaN, as Arrow makes of a pandas column)."""
+    base = np.float64 if pa.types.is_floating(typ) else bool if pa.types.is_boolean(typ) else np.int64
+    values = np.asarray(values, dtype=base)
+    missing = np.zeros(len(values), dtype=bool) if present is None else ~np.asarray(present, dtype=bool)
+    if base is np.float64:
+        missing |= np.isnan(values)
+    arr = npa.array(values, mask=missing)
+    return arr if arr.type == typ else pc.cast(arr, typ)
+
+
+def texts(values: list[Any]) -> pa.Array:
+    """An Arrow string column from Python values: str() of each, null for None."""
+    arr = npa.binary([str(v).encode() if v is not None else b"" for v in values]).cast(pa.string())
+    present = np.array([v is not None for v in values], dtype=bool)
+    return arr if present.all() else pc.if_else(npa.array(present), arr, pa.nulls(len(values), pa.string()))
+
+
+def ints_column(values: list[Any]) -> pa.Array:
+    """An Arrow int64 column from Python ints (None: null)."""
+    present = np.array([v is not None for v in values], dtype=bool)
+    return column(np.array([0 if v is None else int(v) for v in values], dtype=np.int64), pa.int64(), present)
+
+
+def floats_column(values: list[Any]) -> pa.Array:
+    """An Arrow float64 column from Python numbers (None or NaN: null)."""
+    return column(np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64), pa.float64())
+
+
+def from_columns(columns: dict[str, pa.Array]) -> pa.Table:
+    """A table of the given columns, in order."""
+    return pa.Table.from_arrays(list(columns.values()), names=list(columns))

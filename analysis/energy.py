@@ -141,7 +141,7 @@ class StepGroups:
 def _with(table: pa.Table, columns: dict[str, np.ndarray]) -> pa.Table:
     """``table`` with float64 columns set (replaced or added at the end), NaN as null."""
     for name, values in columns.items():
-        col = pa.array(values, type=pa.float64(), from_pandas=True)
+        col = arrays.column(values, pa.float64())
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, col) if i >= 0 else table.append_column(name, col)
     return table

@@ -169,9 +169,8 @@ def _class_rows(out: dict[str, list[Any]], step_id: int, phase: str, key: int, w
 
 
 def _step_table(out: dict[str, list[Any]]) -> pa.Table:
-    return pa.table({"step_id": pa.array(out["step_id"], pa.int64()), "phase": pa.array(out["phase"], pa.string()),
-                     "op_class": pa.array(out["op_class"], pa.string()),
-                     "time_ns": pa.array(out["time_ns"], pa.int64())})
+    return arrays.from_columns({"step_id": arrays.ints_column(out["step_id"]), "phase": arrays.texts(out["phase"]),
+                                "op_class": arrays.texts(out["op_class"]), "time_ns": arrays.ints_column(out["time_ns"])})
 
 
 def split(per_step: Any) -> pa.Table:
@@ -197,9 +196,9 @@ def split(per_step: Any) -> pa.Table:
                 for col, x in zip(SPLIT_COLUMNS, (p, c, v, v / total[p] if total[p] else None,
                                                   len(steps.get(p, ()))), strict=True):
                     rows[col].append(x)
-    return pa.table({"phase": pa.array(rows["phase"], pa.string()), "op_class": pa.array(rows["op_class"], pa.string()),
-                     "time_ns": pa.array(rows["time_ns"], pa.int64()), "share": pa.array(rows["share"], pa.float64()),
-                     "steps": pa.array(rows["steps"], pa.int64())})
+    return arrays.from_columns({"phase": arrays.texts(rows["phase"]), "op_class": arrays.texts(rows["op_class"]),
+                                "time_ns": arrays.ints_column(rows["time_ns"]),
+                                "share": arrays.floats_column(rows["share"]), "steps": arrays.ints_column(rows["steps"])})
 
 
 def is_cpu_run(gpu_activity: object) -> bool:

@@ -69,8 +69,8 @@ def _row(rid: object, phase: str, steps: int, captured: int, time_ns: int, split
 
 def _table(rows: list[dict[str, object]], columns: list[str], text: tuple[str, ...] = ()) -> pa.Table:
     """Rows as an Arrow table of int64 columns (``text``: string columns), nulls where None."""
-    return pa.table({c: pa.array([r[c] for r in rows], type=pa.string() if c in text else pa.int64())
-                     for c in columns})
+    return arrays.from_columns({c: arrays.texts([r[c] for r in rows]) if c in text
+                                else arrays.ints_column([r[c] for r in rows]) for c in columns})
 
 
 def phases_pass(steps: Any, kernel_steps: Any, span: tuple[int, int] | None) -> tuple[pa.Table, pa.Table]:

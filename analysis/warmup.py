@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.analysis import arrays
 
@@ -103,6 +104,7 @@ def rebase(phases: Any, remove: Iterable[int] = (), add: Iterable[int] = ()) -> 
     rid = _num(table, "request_id")
     phase = np.array([str(p) for p in cols["phase"]], dtype=object)
     keep = np.ones(table.num_rows, dtype=bool)
+    changed: set[str] = set()
     for idx in np.flatnonzero(np.isnan(rid)).tolist():
         if phase[idx] == "outside":
             continue
@@ -114,20 +116,28 @@ def rebase(phases: Any, remove: Iterable[int] = (), add: Iterable[int] = ()) -> 
         row = _rebased_row(table, {c: v[idx] for c, v in cols.items()}, same, minus, plus)
         for c, v in row.items():
             cols[c][idx] = v
+        changed.update(row)
         if "steps" in cols and _f(row.get("steps", cols["steps"][idx])) <= 0:
             keep[idx] = False
-    out = pa.Table.from_arrays([_column(cols[f.name], f.type) for f in table.schema], schema=table.schema)
-    return out.filter(pa.array(keep)) if not keep.all() else out
+    out = table
+    for c in changed:
+        i = out.schema.get_field_index(c)
+        out = out.set_column(i, out.schema.field(i), _column(cols[c], out.schema.field(i).type))
+    return out.filter(arrays.column(keep, pa.bool_())) if not keep.all() else out
 
 
 def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
-    """``values`` as a column of type ``typ``: NaN as null (a frame's missing float), whole floats in
-    an integer column as integers."""
+    """A rebased numeric column of type ``typ``: NaN as null (a frame's missing float), whole floats
+    in an integer column as integers (ValueError for any other)."""
     if pa.types.is_integer(typ):
-        values = [None if _missing(v) else int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
-    elif pa.types.is_floating(typ):
-        values = [None if _missing(v) else v for v in values]
-    return pa.array(values, type=typ)
+        def whole(v: Any) -> Any:
+            if isinstance(v, float) and not v.is_integer():
+                raise ValueError(f"{v} in an integer column")
+            return int(v)
+        return pc.cast(arrays.ints_column([None if _missing(v) else whole(v) for v in values]), typ)
+    if pa.types.is_floating(typ):
+        return pc.cast(arrays.floats_column([None if _missing(v) else v for v in values]), typ)
+    raise ValueError(f"a rebased column of type {typ}")
 
 
 def _rebased_row(table: pa.Table, old: dict[str, Any], same: np.ndarray, minus: np.ndarray, plus: np.ndarray

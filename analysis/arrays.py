@@ -96,12 +96,12 @@ def objects(table: Any, column: str) -> np.ndarray:
         out = np.empty(len(table), dtype=object)
         out[:] = table.column(column).to_pylist()
         return out
-    values = table[column].to_numpy(dtype=object)
-    missing = np.array([v is None or (isinstance(v, float) and v != v) or type(v).__name__ == "NAType"
-                        for v in values.tolist()], dtype=bool)
-    values = values.copy()
-    values[missing] = None
-    return values
+    values = table[column]
+    missing = np.asarray(values.isna().to_numpy(dtype=bool), dtype=bool)  # None, NaN, NA (the frame's own test)
+    out = np.array(values.to_numpy(dtype=object), dtype=object, copy=True)
+    if missing.any():
+        out[missing] = None
+    return out
 
 
 def flags(table: Any, column: str) -> np.ndarray:

@@ -559,6 +559,7 @@ def bound_pass(
     from tracekit.analysis.frames import as_df
 
     view = captured_steps(steps)
+    phases = as_df(phases) if phases is not None else None
     out = _classes(gpu_activity, cpu_ops, view, kernel_steps, phases, runtime, ncu_counters, ceilings, manifest,
                    options)
     if "kernel_bound" in out:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
-from tracekit.analysis.intervals import step_windows, union
+from tracekit.analysis import arrays
+from tracekit.analysis.intervals import union, window_arrays
 from tracekit.model.ceilings import Ceiling
 
 METRIC_ENERGY = "energy"  # J, cumulative
@@ -31,15 +32,19 @@ METRIC_DRAM_BW_UTIL = "dram_bw_util"  # %, GPM, over the interval starting at th
 METRIC_MEM_USED = "mem_used"  # bytes
 
 
-def series(counters: pd.DataFrame, metric: str, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(ts_ns, value) of one metric, sorted by time, NaNs dropped."""
-    if counters is None or len(counters) == 0:
+def series(counters: Any, metric: str, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ts_ns, value) of one metric, sorted by time, NaNs dropped. ``counters``: Arrow or pandas."""
+    if counters is None or arrays.rows(counters) == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    c = counters[counters["metric"].astype(str) == metric]
-    if device is not None and "device" in c:
-        c = c[c["device"] == device]
-    c = c.dropna(subset=["ts_ns", "value"]).sort_values("ts_ns", kind="stable")
-    return c["ts_ns"].to_numpy(dtype=np.int64), c["value"].to_numpy(dtype=float)
+    keep = np.array([str(m) == metric for m in arrays.objects(counters, "metric").tolist()], dtype=bool)
+    if device is not None and arrays.has(counters, "device"):
+        keep &= arrays.floats(counters, "device") == device
+    ts, value = arrays.floats(counters, "ts_ns"), arrays.floats(counters, "value")
+    keep &= ~np.isnan(ts) & ~np.isnan(value)
+    rows = np.flatnonzero(keep)
+    exact, _ = arrays.ints_or_null(counters, "ts_ns")
+    order = rows[np.argsort(exact[rows], kind="stable")]
+    return exact[order], value[order]
 
 
 def _integral(ts: np.ndarray, v: np.ndarray, lo: int, hi: int) -> float:
@@ -64,12 +69,12 @@ def _change_points(ts: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return ts[keep], v[keep]
 
 
-def window_energy_j(counters: pd.DataFrame, windows: np.ndarray, device: int | None = None) -> np.ndarray:
+def window_energy_j(counters: Any, windows: np.ndarray, device: int | None = None) -> np.ndarray:
     """Energy (J) in each [start, end) window: from the energy counter where it covers it, else from power."""
     return _energy(_energy_series(counters, device), windows)
 
 
-def _energy_series(counters: pd.DataFrame, device: int | None) -> tuple[np.ndarray, ...]:
+def _energy_series(counters: Any, device: int | None) -> tuple[np.ndarray, ...]:
     """(energy change points ts, values, power ts, values): what window_energy_j reads, read once."""
     ets, ev = _change_points(*series(counters, METRIC_ENERGY, device))
     pts, pv = series(counters, METRIC_POWER, device)
@@ -87,7 +92,7 @@ def _energy(s: tuple[np.ndarray, ...], windows: np.ndarray) -> np.ndarray:
     return out
 
 
-def window_mean(counters: pd.DataFrame, metric: str, windows: np.ndarray, device: int | None = None) -> float:
+def window_mean(counters: Any, metric: str, windows: np.ndarray, device: int | None = None) -> float:
     """Time-weighted mean of a metric over the union of windows (step-hold between samples); NaN if unsampled."""
     return _mean(*series(counters, metric, device), windows)
 
@@ -111,23 +116,19 @@ def _mean(ts: np.ndarray, v: np.ndarray, windows: np.ndarray) -> float:
 
 class StepGroups:
     """The step windows of each (request, phase) as arrays, made once per pass: the steps whose kind
-    is the phase (and whose request is the request, where one is given), as the frame filters
-    ``kind.astype(str) == phase`` and ``request_id == request`` pick them, in the steps' order."""
+    is the phase (and whose request is the request, where one is given), in the steps' order.
+    ``steps``: Arrow or pandas."""
 
-    def __init__(self, steps: pd.DataFrame) -> None:
-        w = step_windows(steps)
-        self.kind = w["kind"].astype(str).to_numpy(dtype=object)
-        self.start = w["start_ns"].to_numpy(dtype=np.int64)
-        self.end = w["end_ns"].to_numpy(dtype=np.int64)
-        self.request = (pd.to_numeric(w["request_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-                        if "request_id" in w else None)
-        self.tokens = (pd.to_numeric(w["tokens"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-                       if "tokens" in w else None)
+    def __init__(self, steps: Any) -> None:
+        rows, self.start, self.end = window_arrays(steps)
+        self.kind = np.array([str(k) for k in arrays.objects(steps, "kind")[rows].tolist()], dtype=object)
+        self.request = arrays.floats(steps, "request_id")[rows] if arrays.has(steps, "request_id") else None
+        self.tokens = arrays.floats(steps, "tokens")[rows] if arrays.has(steps, "tokens") else None
 
     def rows(self, phase: Any, request: Any) -> np.ndarray:
         """The steps of ``phase`` (and of ``request`` where it is not null)."""
         mask = self.kind == str(phase)
-        if pd.notna(request):
+        if request is not None and request == request:
             if self.request is None:
                 raise KeyError("request_id")
             mask &= self.request == float(request)
@@ -137,25 +138,38 @@ class StepGroups:
         return union(self.start[rows], self.end[rows])
 
 
-def phase_energy(
-    phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None = None,
-    groups: StepGroups | None = None,
-) -> pd.DataFrame:
-    """phases plus energy_j and energy_j_per_token, from the steps of each (request, phase).
+def _with(table: pa.Table, columns: dict[str, np.ndarray]) -> pa.Table:
+    """``table`` with float64 columns set (replaced or added at the end), NaN as null."""
+    for name, values in columns.items():
+        col = arrays.column(values, pa.float64())
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, col) if i >= 0 else table.append_column(name, col)
+    return table
+
+
+def _keys(phases: pa.Table) -> tuple[list[Any], list[Any]]:
+    """Each phase row's (phase, request_id); request_id None where the table has none."""
+    n = phases.num_rows
+    rids = phases.column("request_id").to_pylist() if "request_id" in phases.column_names else [None] * n
+    return phases.column("phase").to_pylist(), rids
+
+
+def phase_energy(phases: Any, steps: Any, counters: Any, device: int | None = None, groups: StepGroups | None = None
+                 ) -> pa.Table:
+    """phases (Arrow or pandas) plus energy_j and energy_j_per_token, from the steps of each (request,
+    phase), as an Arrow table.
 
     A step's window is [cpu_start, max(cpu_end, gpu_end)) (the bound pass's). Tokens:
     the steps table's ``tokens`` (query tokens; for decode, tokens generated). ``groups``:
     StepGroups(steps) where the caller has it.
     """
-    out = phases.copy()
-    n = len(out)
+    out = arrays.table(phases)
+    n = out.num_rows
     energy_j, per_token = np.full(n, np.nan), np.full(n, np.nan)
-    if n and len(steps) and counters is not None and len(counters):
+    if n and arrays.rows(steps) and counters is not None and arrays.rows(counters):
         g = groups if groups is not None else StepGroups(steps)
         energy = _energy_series(counters, device)
-        has_request = "request_id" in out
-        rids = out["request_id"].tolist() if has_request else [None] * n
-        for i, (phase, rid) in enumerate(zip(out["phase"].tolist(), rids, strict=True)):
+        for i, (phase, rid) in enumerate(zip(*_keys(out), strict=True)):
             rows = g.rows(phase, rid if g.request is not None else None)
             if not len(rows):
                 continue
@@ -164,46 +178,41 @@ def phase_energy(
             tokens = np.nansum(g.tokens[rows]) if g.tokens is not None else np.nan
             if tokens and tokens > 0:
                 per_token[i] = e / tokens
-    out["energy_j"] = energy_j
-    out["energy_j_per_token"] = per_token
-    return out
+    return _with(out, {"energy_j": energy_j, "energy_j_per_token": per_token})
 
 
-def gpm_dram_columns(phases: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame, device: int | None,
-                     peak_bytes_per_s: float, groups: StepGroups | None = None) -> pd.DataFrame:
-    """phases plus gpm_dram_bw_util_pct (GPM's DRAM bandwidth utilisation, time-weighted over each
-    (request, phase)'s step windows) and gpm_dram_tbps (that share of ``peak_bytes_per_s``).
-    ``groups``: StepGroups(steps) where the caller has it."""
-    out = phases.copy()
+def gpm_dram_columns(phases: Any, steps: Any, counters: Any, device: int | None, peak_bytes_per_s: float,
+                     groups: StepGroups | None = None) -> pa.Table:
+    """phases (Arrow or pandas) plus gpm_dram_bw_util_pct (GPM's DRAM bandwidth utilisation,
+    time-weighted over each (request, phase)'s step windows) and gpm_dram_tbps (that share of
+    ``peak_bytes_per_s``), as an Arrow table. ``groups``: StepGroups(steps) where the caller has it."""
+    out = arrays.table(phases)
     g = groups if groups is not None else StepGroups(steps)
     util, tbps = [], []
     dram = series(counters, METRIC_DRAM_BW_UTIL, device)
-    for phase, rid in zip(out["phase"].tolist(), out["request_id"].tolist(), strict=True):
+    for phase, rid in zip(*_keys(out), strict=True):
         u = _mean(*dram, g.windows(g.rows(phase, rid)))
         util.append(u)
         tbps.append(u / 100.0 * peak_bytes_per_s / 1e12)
-    out["gpm_dram_bw_util_pct"] = util
-    out["gpm_dram_tbps"] = tbps
-    return out
+    return _with(out, {"gpm_dram_bw_util_pct": np.array(util, dtype=np.float64),
+                       "gpm_dram_tbps": np.array(tbps, dtype=np.float64)})
 
 
 def energy_pass(gpu_activity: Any, steps: Any, phases: Any, counters: Any, *, bound_ran: bool,
-                ceiling: Ceiling | None) -> pd.DataFrame | None:
+                ceiling: Ceiling | None) -> pa.Table | None:
     """The energy pass, after the bound pass: the phases with energy and GPM DRAM columns, from the
-    counters. None (the phases unchanged) unless the bound pass classed kernels (``bound_ran``), there
-    are counters and a ceiling. ``steps``: the captured steps; the device is the one most GPU
-    activities ran on.
+    counters, as an Arrow table. None (the phases unchanged) unless the bound pass classed kernels
+    (``bound_ran``), there are counters and a ceiling. ``steps``: the captured steps; the device is
+    the one most GPU activities ran on. Every table: Arrow or pandas.
     """
-    from tracekit.analysis.frames import as_df
-
-    if not bound_ran or counters is None:
+    if not bound_ran or counters is None or not arrays.rows(counters) or ceiling is None:
         return None
-    counters = as_df(counters)
-    if not len(counters) or ceiling is None:
-        return None
-    gpu, steps = as_df(gpu_activity), as_df(steps)
-    devs = gpu["device"].dropna() if "device" in gpu else pd.Series(dtype=float)
-    dev = int(devs.mode().iloc[0]) if len(devs) else None
-    groups = StepGroups(steps) if len(steps) else None
-    ph = phase_energy(as_df(phases), steps, counters, dev, groups)
+    devs = arrays.floats(gpu_activity, "device") if arrays.has(gpu_activity, "device") else np.zeros(0)
+    devs = devs[~np.isnan(devs)]
+    dev = None
+    if len(devs):
+        values, counts = np.unique(devs, return_counts=True)
+        dev = int(values[np.argmax(counts)])  # the most frequent; the least of a tie (Series.mode)
+    groups = StepGroups(steps) if arrays.rows(steps) else None
+    ph = phase_energy(phases, steps, counters, dev, groups)
     return gpm_dram_columns(ph, steps, counters, dev, ceiling.peak_bytes_per_s, groups)

@@ -98,7 +98,7 @@ def output_table(name: str, df: Any, rank: int, gpu: pa.Table | None) -> pa.Tabl
     its ``rank`` column filled with ``rank``. ``gpu``: the raw gpu_activity kernel_bound's frame was
     made from (its grid / block text comes from the Arrow lists)."""
     if name not in ("kernel_bound", "step_bound"):
-        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else df
+        table = _schema.from_pandas(name, df) if isinstance(df, pd.DataFrame) else _schema.conform(name, df)
         return _schema.fill_rank(table, rank)
     # kernel_bound / step_bound: mixed object columns as text; the store fits them to their schemas.
     # kernel_bound carries gpu_activity's grid and block: their text comes from its list columns.

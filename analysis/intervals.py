@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from tracekit.analysis import arrays
 
 EMPTY = np.empty((0, 2), dtype=np.int64)
 
@@ -65,12 +66,15 @@ def clip(intervals: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.stack([s[keep], e[keep]], axis=1)
 
 
-def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
+def step_windows(steps: Any) -> Any:
     """steps plus start_ns / end_ns / time_ns: the window [cpu_start, max(cpu_end, gpu_end)) of each step.
 
     Host-bound time is GPU idle inside these windows, so a window opens when the host starts the
-    forward pass, not at its first kernel. Steps without a start or an end are dropped.
+    forward pass, not at its first kernel. Steps without a start or an end are dropped. ``steps``: a
+    pandas frame; so is the result (pandas is imported here, not with the module).
     """
+    import pandas as pd
+
     s = steps.copy()
     cpu_s = pd.to_numeric(s["cpu_start_ns"], errors="coerce") if "cpu_start_ns" in s else None
     gpu_s = pd.to_numeric(s["gpu_start_ns"], errors="coerce") if "gpu_start_ns" in s else None
@@ -90,6 +94,40 @@ def step_windows(steps: pd.DataFrame) -> pd.DataFrame:
     return s.reset_index(drop=True)
 
 
-def window_union(windows: pd.DataFrame) -> np.ndarray:
+def window_arrays(steps: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``step_windows`` without a frame: (the kept rows' positions, start_ns, end_ns) of a steps table
+    (Arrow or pandas). Integer columns are read exactly; where a float column takes part, the window
+    is worked out in float64 and truncated, as pandas does."""
+    n = arrays.rows(steps)
+    has = [c for c in ("cpu_start_ns", "gpu_start_ns", "cpu_end_ns", "gpu_end_ns") if arrays.has(steps, c)]
+    starts = [c for c in ("cpu_start_ns", "gpu_start_ns") if c in has]
+    if not starts:
+        raise ValueError("steps need cpu_start_ns or gpu_start_ns")
+    ends = [c for c in ("cpu_end_ns", "gpu_end_ns") if c in has]
+    if not n or not ends:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if all(arrays.is_integer(steps, c) for c in has):
+        cols = {c: arrays.ints_or_null(steps, c) for c in has}
+        start, ok = cols[starts[0]]
+        if len(starts) > 1:
+            other, other_ok = cols[starts[1]]
+            start, ok = np.where(ok, start, other), ok | other_ok
+        end, end_ok = cols[ends[0]]
+        for c in ends[1:]:
+            v, v_ok = cols[c]
+            end = np.where(end_ok & v_ok, np.maximum(end, v), np.where(end_ok, end, v))
+            end_ok = end_ok | v_ok
+    else:
+        fl = {c: arrays.floats(steps, c) for c in has}
+        fs = fl[starts[0]] if len(starts) == 1 else np.where(np.isnan(fl[starts[0]]), fl[starts[1]], fl[starts[0]])
+        with np.errstate(invalid="ignore"):
+            fe = np.fmax.reduce([fl[c] for c in ends]) if len(ends) > 1 else fl[ends[0]]
+        ok, end_ok = ~np.isnan(fs), ~np.isnan(fe)
+        start, end = np.where(ok, fs, 0).astype(np.int64), np.where(end_ok, fe, 0).astype(np.int64)
+    rows = np.flatnonzero(ok & end_ok)
+    return rows, start[rows], np.maximum(end[rows], start[rows])
+
+
+def window_union(windows: Any) -> np.ndarray:
     """The union of step_windows' [start_ns, end_ns) rows."""
     return union(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())

@@ -25,40 +25,31 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
-from tracekit.analysis import intervals, timeline
+from tracekit.analysis import arrays, intervals
+from tracekit.analysis.activities import Activities
 
 PHASES = ("prefill", "decode", "mixed", "draft", "verify", "denoise", "iteration")
 # draft / verify: speculative decoding; denoise: a diffusion step; iteration: a ProfilerStep window
 PHASE_COLUMNS = ["request_id", "phase", "steps", "steps_captured", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
+TIMELINE_COLUMNS = ["device", "span_ns", "busy_ns", "compute_ns", "memcpy_ns", "comm_ns", "idle_ns", "activities",
+                    "outside_steps"]
 
 
-def _windows(steps: pd.DataFrame) -> np.ndarray:
-    s, e = _row_windows(steps)
-    return intervals.union(s, e) if len(s) else np.empty((0, 2), dtype=np.int64)
+def _row_windows(steps: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``rows``' step window [cpu_start, max(cpu_end, gpu_end)) as two int64 arrays."""
+    s = arrays.ints(steps, "cpu_start_ns")[rows]
+    cpu_end = arrays.floats(steps, "cpu_end_ns")[rows]
+    e = np.maximum(cpu_end, arrays.floats(steps, "gpu_end_ns")[rows])
+    return s, np.where(np.isnan(e), cpu_end, e).astype(np.int64)
 
 
-def _row_windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's [cpu_start, max(cpu_end, gpu_end)) as two int64 arrays (the union is _windows')."""
-    if steps.empty:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    s = steps["cpu_start_ns"].astype("int64").to_numpy()
-    e = np.maximum(steps["cpu_end_ns"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan),
-                   steps["gpu_end_ns"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan))
-    e = np.where(np.isnan(e), steps["cpu_end_ns"].astype("float64").to_numpy(), e).astype(np.int64)
-    return s, e
-
-
-def _captured(steps: pd.DataFrame) -> pd.DataFrame:
-    return steps[steps["captured"].astype(bool)] if "captured" in steps and not steps.empty else steps
-
-
-def _captured_mask(steps: pd.DataFrame) -> np.ndarray:
-    """Which rows ``_captured`` keeps."""
-    if "captured" in steps and not steps.empty:
-        return steps["captured"].astype(bool).to_numpy(dtype=bool)
-    return np.ones(len(steps), dtype=bool)
+def _captured_mask(steps: Any) -> np.ndarray:
+    """The steps the trace has kernels for (all where the table has no ``captured`` column)."""
+    if arrays.has(steps, "captured") and arrays.rows(steps):
+        return arrays.flags(steps, "captured")
+    return np.ones(arrays.rows(steps), dtype=bool)
 
 
 def _row(rid: object, phase: str, steps: int, captured: int, time_ns: int, split: dict[str, int], n_dev: int
@@ -76,88 +67,94 @@ def _row(rid: object, phase: str, steps: int, captured: int, time_ns: int, split
     }
 
 
-def phases_pass(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int] | None
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The phases pass: (phases, gpu_timeline) over the trace's [first, last) ns ``span``."""
-    acts = timeline.Activities.of(kernel_steps) if not kernel_steps.empty else None
+def _table(rows: list[dict[str, object]], columns: list[str], text: tuple[str, ...] = ()) -> pa.Table:
+    """Rows as an Arrow table of int64 columns (``text``: string columns), nulls where None."""
+    return arrays.from_columns({c: arrays.texts([r[c] for r in rows]) if c in text
+                                else arrays.ints_column([r[c] for r in rows]) for c in columns})
+
+
+def phases_pass(steps: Any, kernel_steps: Any, span: tuple[int, int] | None) -> tuple[pa.Table, pa.Table]:
+    """The phases pass: (phases, gpu_timeline) over the trace's [first, last) ns ``span``, as Arrow
+    tables (``steps`` and ``kernel_steps``: Arrow tables or pandas frames)."""
+    acts = Activities.of(kernel_steps) if arrays.rows(kernel_steps) else None
     return build(steps, kernel_steps, span, acts=acts), device_timeline(kernel_steps, span, acts=acts)
 
 
-def build(steps: pd.DataFrame, kernel_steps: pd.DataFrame, span: tuple[int, int] | None = None, *,
-          acts: timeline.Activities | None = None) -> pd.DataFrame:
-    """Phase rows per request and for the run. ``span``: the trace's [first, last) ns. ``acts``:
-    ``timeline.Activities.of(kernel_steps)`` where the caller has it.
+def build(steps: Any, kernel_steps: Any, span: tuple[int, int] | None = None, *,
+          acts: Activities | None = None) -> pa.Table:
+    """Phase rows per request and for the run (PHASE_COLUMNS; request_id null for the run's rows).
+    ``span``: the trace's [first, last) ns. ``acts``: ``Activities.of(kernel_steps)`` where the caller
+    has it.
 
     The steps' columns are read once into arrays; each (request, phase) group is a set of row
     positions, its time the union of its captured rows' windows."""
     ks = kernel_steps
-    n_dev = int(ks["device"].nunique(dropna=False)) if not ks.empty else 0
+    n_ks = arrays.rows(ks)
+    n_dev = len(np.unique(_nan_last(arrays.floats(ks, "device")))) if n_ks else 0
     rows: list[dict[str, object]] = []
-    n = len(steps)
+    n = arrays.rows(steps)
     groups: list[tuple[object, np.ndarray]] = []
-    if n and steps["request_id"].notna().any():
-        req = steps["request_id"]
-        has = req.notna().to_numpy(dtype=bool)
+    if n:
+        req = arrays.floats(steps, "request_id")
+        has = ~np.isnan(req)
         for r, pos in _positions_by_value(req[has]):
             groups.append((int(r), np.flatnonzero(has)[pos]))
     groups.append((None, np.arange(n)))
-    if acts is None and not ks.empty:
-        acts = timeline.Activities.of(ks)
-    by_step = _rows_by_step(ks)
+    if acts is None and n_ks:
+        acts = Activities.of(ks)
+    ks_sid = arrays.floats(ks, "step_id") if n_ks else np.empty(0)
+    by_step = _rows_by_step(ks_sid)
     cap = _captured_mask(steps)
     win_s = np.zeros(n, dtype=np.int64)
     win_e = np.zeros(n, dtype=np.int64)
     if cap.any():
-        win_s[cap], win_e[cap] = _row_windows(steps[cap] if not cap.all() else steps)
-    kinds = steps["kind"].to_numpy(dtype=object) if n else np.empty(0, dtype=object)
-    sids = pd.to_numeric(steps["step_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan) if n \
-        else np.empty(0)
-    null_steps = np.flatnonzero(ks["step_id"].isna().to_numpy()) if not ks.empty else np.zeros(0, dtype=np.int64)
+        win_s[cap], win_e[cap] = _row_windows(steps, np.flatnonzero(cap))
+    kinds = arrays.objects(steps, "kind") if n else np.empty(0, dtype=object)
+    sids = arrays.floats(steps, "step_id") if n else np.empty(0)
+    null_steps = np.flatnonzero(np.isnan(ks_sid))
+    empty = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
     for rid, pos in groups:
         kind_of = kinds[pos]
         for phase in PHASES:
             sp = pos[kind_of == phase]
             if not len(sp):
                 continue
-            # the kernels of these steps (ks[ks["step_id"].isin(sp["step_id"])]), by index
-            split = (acts.split(_rows_of(sids[sp], by_step, null_steps)) if acts is not None
-                     else timeline.device_split(ks))
+            split = acts.split(_rows_of(sids[sp], by_step, null_steps)) if acts is not None else empty
             c = sp[cap[sp]]
             time_ns = intervals.length(intervals.union(win_s[c], win_e[c])) if len(c) else 0
             rows.append(_row(rid, phase, len(sp), len(c), time_ns, split, n_dev))
-    outside = ks[ks["step_id"].isna()] if not ks.empty else ks
-    if span is not None or not outside.empty:
-        lo, hi = span if span is not None else (int(outside["ts_ns"].min()),
-                                               int((outside["ts_ns"] + outside["dur_ns"]).max()))
-        split = acts.split(null_steps) if acts is not None else timeline.device_split(outside)
+    if span is not None or len(null_steps):
+        if span is not None:
+            lo, hi = span
+        else:
+            ts = arrays.ints(ks, "ts_ns")[null_steps]
+            lo, hi = int(ts.min()), int((ts + arrays.ints(ks, "dur_ns")[null_steps]).max())
+        split = acts.split(null_steps) if acts is not None else empty
         c = np.flatnonzero(cap)
         run_windows = intervals.union(win_s[c], win_e[c]) if len(c) else np.empty((0, 2), dtype=np.int64)
         out_time = max(hi - lo - intervals.length(intervals.clip(run_windows, lo, hi)), 0)
-        rows.append({
-            "request_id": None, "phase": "outside", "steps": 0, "steps_captured": 0, "time_ns": out_time,
-            "gpu_busy_ns": split["busy"] if n_dev else None,
-            "idle_ns": max(out_time * n_dev - split["busy"], 0) if n_dev else None,
-            "comm_ns": split["comm"] if n_dev else None, "memcpy_ns": split["memcpy"] if n_dev else None,
-        })
-    df = pd.DataFrame(rows, columns=PHASE_COLUMNS)
-    df["request_id"] = df["request_id"].astype("Int64")
-    return df
+        rows.append(_row(None, "outside", 0, 0, out_time, split, n_dev))
+    return _table(rows, PHASE_COLUMNS, text=("phase",))
 
 
-def _positions_by_value(values: pd.Series) -> list[tuple[Any, np.ndarray]]:
-    """(value, positions of its rows, in order) for each distinct value, values sorted: the groups
-    ``groupby(sort=True)`` makes of a column without nulls."""
-    codes, uniq = pd.factorize(values.to_numpy(), sort=True)
+def _nan_last(values: np.ndarray) -> np.ndarray:
+    """``values`` with NaN as +inf (one value of its own, sorted last)."""
+    return np.where(np.isnan(values), np.inf, values)
+
+
+def _positions_by_value(values: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+    """(value, positions of its rows, in order) for each distinct value, values sorted."""
+    if not len(values):
+        return []
+    uniq, codes = np.unique(values, return_inverse=True)
+    codes = codes.reshape(-1)
     order = np.argsort(codes, kind="stable")
     cuts = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]])
-    return list(zip(uniq.tolist(), np.split(order, cuts[1:]), strict=True)) if len(codes) else []
+    return list(zip(uniq.tolist(), np.split(order, cuts[1:]), strict=True))
 
 
-def _rows_by_step(ks: pd.DataFrame) -> dict[float, np.ndarray]:
-    """{step_id: positions of its rows in ks, in order}."""
-    if ks.empty:
-        return {}
-    sid = pd.to_numeric(ks["step_id"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+def _rows_by_step(sid: np.ndarray) -> dict[float, np.ndarray]:
+    """{step_id: positions of its rows, in order} of the kernels' step ids (float, NaN: no step)."""
     pos = np.flatnonzero(~np.isnan(sid))
     order = np.argsort(sid[pos], kind="stable")
     pos, keys = pos[order], sid[pos][order]
@@ -169,40 +166,30 @@ def _rows_by_step(ks: pd.DataFrame) -> dict[float, np.ndarray]:
 
 def _rows_of(step_ids: np.ndarray, by_step: dict[float, np.ndarray], null_steps: np.ndarray) -> np.ndarray:
     """Positions of the kernels whose step is one of ``step_ids`` (float, NaN: the kernels with no step,
-    ``null_steps``), as ``ks[ks["step_id"].isin(step_ids)]``, in order."""
+    ``null_steps``), in order."""
     known = step_ids[~np.isnan(step_ids)]
-    parts = [by_step[v] for v in pd.unique(known).tolist() if v in by_step]
-    if len(known) < len(step_ids):  # isin matches a null to the null step ids
+    parts = [by_step[v] for v in np.unique(known).tolist() if v in by_step]
+    if len(known) < len(step_ids):  # a step without an id matches the kernels without one
         parts.append(null_steps)
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
-def device_timeline(kernel_steps: pd.DataFrame, span: tuple[int, int] | None, *,
-                    acts: timeline.Activities | None = None) -> pd.DataFrame:
-    """Per device: span, busy, compute, memcpy, comm and idle ns over the whole trace. ``acts``:
-    ``timeline.Activities.of(kernel_steps)`` where the caller has it."""
-    rows = []
-    if not kernel_steps.empty:
-        acts = acts if acts is not None else timeline.Activities.of(kernel_steps)
-        ts = kernel_steps["ts_ns"].to_numpy()
-        end = (kernel_steps["ts_ns"] + kernel_steps["dur_ns"]).to_numpy()
-        no_step = kernel_steps["step_id"].isna().to_numpy()
-        for dev, pos in _positions_by_device(kernel_steps):
+def device_timeline(kernel_steps: Any, span: tuple[int, int] | None, *, acts: Activities | None = None
+                    ) -> pa.Table:
+    """Per device (TIMELINE_COLUMNS, devices sorted, a missing device last): span, busy, compute,
+    memcpy, comm and idle ns over the whole trace. ``acts``: ``Activities.of(kernel_steps)`` where the
+    caller has it."""
+    rows: list[dict[str, object]] = []
+    if arrays.rows(kernel_steps):
+        acts = acts if acts is not None else Activities.of(kernel_steps)
+        ts, end = acts.ts, acts.end
+        no_step = np.isnan(arrays.floats(kernel_steps, "step_id"))
+        dev = _nan_last(arrays.floats(kernel_steps, "device"))
+        for d, pos in _positions_by_value(dev):
             split = acts.split(pos)
             lo, hi = span if span is not None else (int(ts[pos].min()), int(end[pos].max()))
-            rows.append({"device": dev, "span_ns": hi - lo, "busy_ns": split["busy"], "compute_ns": split["compute"],
-                         "memcpy_ns": split["memcpy"], "comm_ns": split["comm"],
+            rows.append({"device": None if np.isinf(d) else int(d), "span_ns": hi - lo, "busy_ns": split["busy"],
+                         "compute_ns": split["compute"], "memcpy_ns": split["memcpy"], "comm_ns": split["comm"],
                          "idle_ns": max(hi - lo - split["busy"], 0),
                          "activities": len(pos), "outside_steps": int(no_step[pos].sum())})
-    return pd.DataFrame(rows, columns=["device", "span_ns", "busy_ns", "compute_ns", "memcpy_ns", "comm_ns",
-                                       "idle_ns", "activities", "outside_steps"])
-
-
-def _positions_by_device(ks: pd.DataFrame) -> list[tuple[object, np.ndarray]]:
-    """(device, positions of its rows) in the order and with the keys of ``groupby("device",
-    dropna=False)``: the devices sorted, a null device last."""
-    grouped = ks.groupby("device", dropna=False, sort=True)
-    codes = grouped.ngroup().to_numpy()
-    order = np.argsort(codes, kind="stable")
-    cuts = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]])
-    return list(zip(list(grouped.size().index), np.split(order, cuts[1:]), strict=True))
+    return _table(rows, TIMELINE_COLUMNS)

@@ -171,4 +171,4 @@ def opclass_pass(cpu_ops: Any, steps: Any, gpu_activity: Any, span: tuple[int, i
     None for a GPU run."""
     if not _opclass.is_cpu_run(gpu_activity):
         return None
-    return _opclass.split(_opclass.step_op_classes(as_df(cpu_ops), as_df(steps), span))
+    return _opclass.split(_opclass.step_op_classes(cpu_ops, steps, span))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.columns import by_value, matches, unique
-from tracekit.analysis.intervals import clip, length, union
+from tracekit.analysis.activities import Activities
+from tracekit.analysis.columns import by_value, matches
 
 CATEGORIES = ("compute", "memcpy", "memset", "comm")
 
@@ -132,45 +132,3 @@ def device_split(gpu: pd.DataFrame, windows: np.ndarray | None = None) -> dict[s
         return {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
     acts = Activities.of(gpu)
     return acts.split(np.arange(len(gpu)), windows)
-
-
-class Activities:
-    """device_split's columns as arrays, so that many groups of one table are split by index."""
-
-    def __init__(self, dev: np.ndarray, ts: np.ndarray, end: np.ndarray, cat: np.ndarray) -> None:
-        self.dev, self.ts, self.end, self.cat = dev, ts, end, cat
-
-    @staticmethod
-    def of(gpu: pd.DataFrame) -> Activities:
-        cat = (gpu["category"] if "category" in gpu else categorise(gpu)).to_numpy()
-        dev, _ = pd.factorize(gpu["device"].to_numpy(), use_na_sentinel=False)  # a null device: a group
-        ts = np.asarray(gpu["ts_ns"], dtype=np.int64)
-        end = np.asarray(gpu["ts_ns"] + gpu["dur_ns"], dtype=np.int64)
-        code = np.full(len(gpu), -1, dtype=np.int64)  # 0 compute, 1 memcpy or memset, 2 comm
-        code[cat == "compute"] = 0
-        code[(cat == "memcpy") | (cat == "memset")] = 1
-        code[cat == "comm"] = 2
-        return Activities(np.asarray(dev), ts, end, code)
-
-    def split(self, idx: np.ndarray, windows: np.ndarray | None = None) -> dict[str, int]:
-        """device_split of the rows ``idx``."""
-        out = {"busy": 0, "compute": 0, "memcpy": 0, "comm": 0}
-        if not len(idx):
-            return out
-        dev, ts, end, code = self.dev[idx], self.ts[idx], self.end[idx], self.cat[idx]
-
-        def part_length(mask: np.ndarray) -> int:
-            u = union(ts[mask], end[mask])
-            if windows is None:
-                return length(u)
-            if windows.size == 0:
-                return 0
-            return length(np.concatenate([clip(u, int(lo), int(hi)) for lo, hi in windows]))
-
-        for d in unique(dev):
-            on = dev == d
-            out["busy"] += part_length(on)
-            out["compute"] += part_length(on & (code == 0))
-            out["memcpy"] += part_length(on & (code == 1))
-            out["comm"] += part_length(on & (code == 2))
-        return out

@@ -23,7 +23,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit.analysis import arrays
 
 FIRST_USE_FACTOR = 3.0
 
@@ -33,39 +36,22 @@ _SUMS = ("steps", "steps_captured", "time_ns", "gpu_busy_ns", "compute_bound_ns"
          "kernels_class_only", "kernels_unmodelled")
 
 
-def _frame(t: Any) -> pd.DataFrame:
-    if t is None:
-        return pd.DataFrame()
-    return t if isinstance(t, pd.DataFrame) else t.to_pandas()
+def _num(table: Any, col: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Column ``col`` as float64 (NaN where missing; all NaN where the table lacks it), at ``rows``."""
+    n = arrays.rows(table)
+    v = arrays.floats(table, col) if arrays.has(table, col) else np.full(n, np.nan)
+    return v if rows is None else v[rows]
 
 
-def first_requests(requests: pd.DataFrame, n: int) -> list[int]:
-    """The ids of the first ``n`` requests by start time (request id breaks ties and stands in for it)."""
-    if n <= 0 or requests.empty or "request_id" not in requests:
-        return []
-    r = requests.dropna(subset=["request_id"])
-    keys = ["start_ns", "request_id"] if "start_ns" in r else ["request_id"]
-    order = r.assign(start_ns=pd.to_numeric(r["start_ns"], errors="coerce")) if "start_ns" in r else r
-    return [int(i) for i in order.sort_values(keys, na_position="last")["request_id"].head(n)]
-
-
-def warmup_ids(requests: pd.DataFrame, marked: Iterable[int] = (), first_n: int | None = None) -> list[int]:
-    """Marked ids that the requests table holds, plus the first ``first_n`` requests; sorted."""
-    have = set(pd.to_numeric(requests["request_id"], errors="coerce").dropna().astype(int)) \
-        if not requests.empty and "request_id" in requests else set()
-    ids = {int(i) for i in marked if int(i) in have}
-    ids.update(first_requests(requests, first_n or 0))
-    return sorted(ids)
-
-
-def _num(df: pd.DataFrame, col: str) -> pd.Series:
-    return pd.to_numeric(df[col], errors="coerce").astype("float64") if col in df else pd.Series(np.nan, df.index)
+def _sum(values: np.ndarray) -> float:
+    """The sum with missing values as 0."""
+    return float(np.where(np.isnan(values), 0.0, values).sum())
 
 
 def _f(v: Any) -> float:
     try:
         return float(v)
-    except (TypeError, ValueError):  # pd.NA, None, text
+    except (TypeError, ValueError):  # None, text
         return np.nan
 
 
@@ -73,90 +59,167 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den and np.isfinite(den) and den > 0 and np.isfinite(num) else np.nan
 
 
-def rebase(phases: pd.DataFrame, remove: Iterable[int] = (), add: Iterable[int] = ()) -> pd.DataFrame:
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def _by_start(requests: Any, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (positions of requests with an id) ordered by start time, then request id, then
+    position; a request without a start last."""
+    rid = _num(requests, "request_id", rows)
+    if not arrays.has(requests, "start_ns"):
+        return rows[np.argsort(rid, kind="stable")]
+    return rows[np.lexsort((rid, _num(requests, "start_ns", rows)))]
+
+
+def first_requests(requests: Any, n: int) -> list[int]:
+    """The ids of the first ``n`` requests by start time (request id breaks ties and stands in for it)."""
+    if n <= 0 or not arrays.rows(requests) or not arrays.has(requests, "request_id"):
+        return []
+    rows = np.flatnonzero(~np.isnan(_num(requests, "request_id")))
+    return [int(i) for i in _num(requests, "request_id", _by_start(requests, rows)[:n])]
+
+
+def warmup_ids(requests: Any, marked: Iterable[int] = (), first_n: int | None = None) -> list[int]:
+    """Marked ids that the requests table holds, plus the first ``first_n`` requests; sorted."""
+    have: set[int] = set()
+    if arrays.rows(requests) and arrays.has(requests, "request_id"):
+        rid = _num(requests, "request_id")
+        have = {int(i) for i in rid[~np.isnan(rid)]}
+    ids = {int(i) for i in marked if int(i) in have}
+    ids.update(first_requests(requests, first_n or 0))
+    return sorted(ids)
+
+
+def rebase(phases: Any, remove: Iterable[int] = (), add: Iterable[int] = ()) -> Any:
     """``phases`` with each run-level phase row minus the rows of requests ``remove`` and plus those of
-    ``add`` (per-request rows unchanged). Rates and shares are recomputed from the new sums; a run row
-    left with no step is dropped. Inputs are not modified."""
+    ``add`` (per-request rows unchanged), as an Arrow table of the same columns and types. Rates and
+    shares are recomputed from the new sums; a run row left with no step is dropped. ``phases``: an
+    Arrow table or a pandas frame, returned as it is where there is nothing to change."""
     remove, add = {int(i) for i in remove}, {int(i) for i in add}
-    if phases.empty or not (remove or add) or "request_id" not in phases:
+    if not arrays.rows(phases) or not (remove or add) or not arrays.has(phases, "request_id"):
         return phases
-    out = phases.copy()
-    rid = pd.to_numeric(out["request_id"], errors="coerce")
-    drop = []
-    for idx in out.index[rid.isna()]:
-        phase = out.at[idx, "phase"]
-        if str(phase) == "outside":
+    table = arrays.table(phases)
+    cols = table.to_pydict()
+    rid = _num(table, "request_id")
+    phase = np.array([str(p) for p in cols["phase"]], dtype=object)
+    keep = np.ones(table.num_rows, dtype=bool)
+    changed: set[str] = set()
+    for idx in np.flatnonzero(np.isnan(rid)).tolist():
+        if phase[idx] == "outside":
             continue
-        same = out[(out["phase"].astype(str) == str(phase)) & rid.notna()]
-        minus, plus = same[rid[same.index].isin(remove)], same[rid[same.index].isin(add)]
-        if minus.empty and plus.empty:
+        same = np.flatnonzero((phase == phase[idx]) & ~np.isnan(rid))
+        minus = same[np.isin(rid[same], list(remove))]
+        plus = same[np.isin(rid[same], list(add))]
+        if not len(minus) and not len(plus):
             continue
-        old = out.loc[idx].copy()
-        tokens = _ratio(_f(old.get("energy_j")), _f(old.get("energy_j_per_token")))
-        tok_delta = 0.0
+        row = _rebased_row(table, {c: v[idx] for c, v in cols.items()}, same, minus, plus)
+        for c, v in row.items():
+            cols[c][idx] = v
+        changed.update(row)
+        if "steps" in cols and _f(row.get("steps", cols["steps"][idx])) <= 0:
+            keep[idx] = False
+    out = table
+    for c in changed:
+        i = out.schema.get_field_index(c)
+        out = out.set_column(i, out.schema.field(i), _column(cols[c], out.schema.field(i).type))
+    return out.filter(arrays.column(keep, pa.bool_())) if not keep.all() else out
+
+
+def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
+    """A rebased numeric column of type ``typ``: NaN as null (a frame's missing float), whole floats
+    in an integer column as integers (ValueError for any other)."""
+    if pa.types.is_integer(typ):
+        def whole(v: Any) -> Any:
+            if isinstance(v, float) and not v.is_integer():
+                raise ValueError(f"{v} in an integer column")
+            return int(v)
+        return pc.cast(arrays.ints_column([None if _missing(v) else whole(v) for v in values]), typ)
+    if pa.types.is_floating(typ):
+        return pc.cast(arrays.floats_column([None if _missing(v) else v for v in values]), typ)
+    raise ValueError(f"a rebased column of type {typ}")
+
+
+def _rebased_row(table: pa.Table, old: dict[str, Any], same: np.ndarray, minus: np.ndarray, plus: np.ndarray
+                 ) -> dict[str, Any]:
+    """The new values of one run-level row (``old``): its sums less ``minus``' rows and plus ``plus``',
+    its rates and shares recomputed; ``same``: the per-request rows of its phase."""
+    names = set(table.column_names)
+    new: dict[str, Any] = {}
+
+    def now(c: str) -> Any:
+        return new.get(c, old.get(c))
+
+    tokens = _ratio(_f(old.get("energy_j")), _f(old.get("energy_j_per_token")))
+    tok_delta = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
         for sign, part in ((-1.0, minus), (1.0, plus)):
-            per = (_num(part, "energy_j") / _num(part, "energy_j_per_token")).replace([np.inf, -np.inf], np.nan)
-            tok_delta += sign * float(per.fillna(0).sum())
-        for c in _SUMS:
-            if c not in out or pd.isna(old[c]):
-                continue
-            new = _f(old[c]) - float(_num(minus, c).fillna(0).sum()) + float(_num(plus, c).fillna(0).sum())
-            out.at[idx, c] = new
-        time_ns = _f(out.at[idx, "time_ns"]) if "time_ns" in out else np.nan
-        if "gpm_dram_bw_util_pct" in out and pd.notna(old.get("gpm_dram_bw_util_pct")):
-            weighted = _f(old["gpm_dram_bw_util_pct"]) * _f(old["time_ns"])
-            for sign, part in ((-1.0, minus), (1.0, plus)):
-                weighted += sign * float((_num(part, "gpm_dram_bw_util_pct") * _num(part, "time_ns")).fillna(0).sum())
-            util = _ratio(weighted, time_ns)
-            per_pct = _ratio(_f(old.get("gpm_dram_tbps")), _f(old["gpm_dram_bw_util_pct"]))
-            out.at[idx, "gpm_dram_bw_util_pct"] = util
-            if "gpm_dram_tbps" in out:
-                out.at[idx, "gpm_dram_tbps"] = util * per_pct
-        busy = _f(out.at[idx, "gpu_busy_ns"]) if "gpu_busy_ns" in out else np.nan
-        for col, work, den in (("achieved_tflops", "flops", busy), ("achieved_tbps", "bytes", busy),
-                               ("achieved_tflops_wall", "flops", time_ns), ("achieved_tbps_wall", "bytes", time_ns)):
-            if col in out and work in out and pd.notna(old.get(col)):
-                out.at[idx, col] = _ratio(_f(out.at[idx, work]), den) / 1e3  # FLOP/ns / 1e3 = TFLOP/s
-        for pct, rate in (("pct_peak_flops", "achieved_tflops"), ("pct_peak_bandwidth", "achieved_tbps")):
-            if pct in out and pd.notna(old.get(pct)) and pd.notna(old.get(rate)):
-                new_rate = _f(out.at[idx, rate])
-                # % of peak per unit of rate = 100 / the peak the bound pass used, from any row that shows it
-                ratios = (_num(same, pct) / _num(same, rate)).replace([np.inf, -np.inf], np.nan).dropna()
-                per_rate = _ratio(_f(old[pct]), _f(old[rate]))
-                if not np.isfinite(per_rate) and len(ratios):
-                    per_rate = float(ratios.iloc[0])
-                out.at[idx, pct] = 0.0 if new_rate == 0 else new_rate * per_rate
-        if "energy_j_per_token" in out and np.isfinite(tokens):
-            out.at[idx, "energy_j_per_token"] = _ratio(_f(out.at[idx, "energy_j"]), tokens + tok_delta)
-        if "steps" in out and _f(out.at[idx, "steps"]) <= 0:
-            drop.append(idx)
-    return out.drop(index=drop).reset_index(drop=True)
+            per = _num(table, "energy_j", part) / _num(table, "energy_j_per_token", part)
+            tok_delta += sign * _sum(np.where(np.isinf(per), np.nan, per))
+    for c in _SUMS:
+        if c not in names or _missing(old[c]):
+            continue
+        new[c] = _f(old[c]) - _sum(_num(table, c, minus)) + _sum(_num(table, c, plus))
+    time_ns = _f(now("time_ns")) if "time_ns" in names else np.nan
+    if "gpm_dram_bw_util_pct" in names and not _missing(old.get("gpm_dram_bw_util_pct")):
+        weighted = _f(old["gpm_dram_bw_util_pct"]) * _f(old["time_ns"])
+        for sign, part in ((-1.0, minus), (1.0, plus)):
+            weighted += sign * _sum(_num(table, "gpm_dram_bw_util_pct", part) * _num(table, "time_ns", part))
+        util = _ratio(weighted, time_ns)
+        per_pct = _ratio(_f(old.get("gpm_dram_tbps")), _f(old["gpm_dram_bw_util_pct"]))
+        new["gpm_dram_bw_util_pct"] = util
+        if "gpm_dram_tbps" in names:
+            new["gpm_dram_tbps"] = util * per_pct
+    busy = _f(now("gpu_busy_ns")) if "gpu_busy_ns" in names else np.nan
+    for col, work, den in (("achieved_tflops", "flops", busy), ("achieved_tbps", "bytes", busy),
+                           ("achieved_tflops_wall", "flops", time_ns), ("achieved_tbps_wall", "bytes", time_ns)):
+        if col in names and work in names and not _missing(old.get(col)):
+            new[col] = _ratio(_f(now(work)), den) / 1e3  # FLOP/ns / 1e3 = TFLOP/s
+    for pct, rate in (("pct_peak_flops", "achieved_tflops"), ("pct_peak_bandwidth", "achieved_tbps")):
+        if pct in names and not _missing(old.get(pct)) and not _missing(old.get(rate)):
+            new_rate = _f(now(rate))
+            # % of peak per unit of rate = 100 / the peak the bound pass used, from any row that shows it
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratios = _num(table, pct, same) / _num(table, rate, same)
+            ratios = ratios[np.isfinite(ratios)]
+            per_rate = _ratio(_f(old[pct]), _f(old[rate]))
+            if not np.isfinite(per_rate) and len(ratios):
+                per_rate = float(ratios[0])
+            new[pct] = 0.0 if new_rate == 0 else new_rate * per_rate
+    if "energy_j_per_token" in names and np.isfinite(tokens):
+        new["energy_j_per_token"] = _ratio(_f(now("energy_j")), tokens + tok_delta)
+    return new
 
 
-def first_use_flags(requests: pd.DataFrame, warmups: Iterable[int] = ()) -> list[dict[str, Any]]:
+def first_use_flags(requests: Any, warmups: Iterable[int] = ()) -> list[dict[str, Any]]:
     """The first non-warm-up request when it looks like first-use cost (the module's rule), as
     [{"request_id", "ttft_ns", "others_ttft_ns"}]; empty otherwise."""
-    if requests.empty or not {"request_id", "ttft_ns"} <= set(requests.columns):
+    if not arrays.rows(requests) or not (arrays.has(requests, "request_id") and arrays.has(requests, "ttft_ns")):
         return []
     warm = {int(i) for i in warmups}
-    r = requests.dropna(subset=["request_id"]).copy()
-    r["_rid"] = pd.to_numeric(r["request_id"], errors="coerce")
-    r = r[~r["_rid"].isin(warm)]
-    r["_ttft"] = pd.to_numeric(r["ttft_ns"], errors="coerce")
-    r = r.dropna(subset=["_ttft"])
-    order = first_requests(r.drop(columns=["_rid", "_ttft"]), len(r))
+    rid, ttft = _num(requests, "request_id"), _num(requests, "ttft_ns")
+    rows = np.flatnonzero(~np.isnan(rid) & ~np.isin(rid, list(warm)) & ~np.isnan(ttft))
+    order = _by_start(requests, rows)
     if len(order) < 2:
         return []
-    first = r[r["_rid"] == order[0]].iloc[0]
-    others = r[r["_rid"] != order[0]]
-    med = float(others["_ttft"].median())
-    if not med > 0 or float(first["_ttft"]) < FIRST_USE_FACTOR * med:
+    first_id = rid[order[0]]
+    first = rows[rid[rows] == first_id][0]
+    others = rows[rid[rows] != first_id]
+    med = _median(ttft[others])
+    if not med > 0 or float(ttft[first]) < FIRST_USE_FACTOR * med:
         return []
-    if "input_tokens" in r:
-        tok, med_tok = _f(first.get("input_tokens")), _f(pd.to_numeric(others["input_tokens"], errors="coerce").median())
+    if arrays.has(requests, "input_tokens"):
+        tokens = _num(requests, "input_tokens")
+        tok, med_tok = tokens[first], _median(tokens[others])
         if np.isfinite(tok) and np.isfinite(med_tok) and med_tok > 0 and tok > 2 * med_tok:
             return []
-    return [{"request_id": int(order[0]), "ttft_ns": float(first["_ttft"]), "others_ttft_ns": med}]
+    return [{"request_id": int(first_id), "ttft_ns": float(ttft[first]), "others_ttft_ns": med}]
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of the values present; NaN where none is."""
+    present = values[~np.isnan(values)]
+    return float(np.median(present)) if len(present) else np.nan
 
 
 def flag_text(flag: Mapping[str, Any]) -> str:
@@ -168,17 +231,16 @@ def flag_text(flag: Mapping[str, Any]) -> str:
 
 def warmup_pass(requests: Any, phases: Any, *, manifest: Mapping[str, Any], warmup_first: int | None
                 ) -> dict[str, Any]:
-    """The warm-up pass, after the phase passes: {"phases": run-level phase rows without the warm-ups
-    (absent where none is left out), "warmup": {"requests": [ids left out], "first_n": N or None,
-    "flagged": [ids]}, "warnings"}. Left out: the first ``warmup_first`` requests and those run.json
-    marks."""
-    requests, phases = _frame(requests), _frame(phases)
+    """The warm-up pass, after the phase passes: {"phases": run-level phase rows without the warm-ups,
+    an Arrow table (absent where none is left out), "warmup": {"requests": [ids left out], "first_n":
+    N or None, "flagged": [ids]}, "warnings"}. Left out: the first ``warmup_first`` requests and those
+    run.json marks. ``requests``, ``phases``: Arrow tables or pandas frames."""
     marked = (manifest.get("warmup_requests") or []) if isinstance(manifest, Mapping) else []
     first_n = warmup_first
     ids = warmup_ids(requests, marked, first_n if isinstance(first_n, int) else None)
     flags = first_use_flags(requests, ids)
     out: dict[str, Any] = {"warmup": {"requests": ids, "first_n": first_n, "flagged": [f["request_id"] for f in flags]},
                            "warnings": [flag_text(f) for f in flags]}
-    if ids and not phases.empty:
+    if ids and arrays.rows(phases):
         out["phases"] = rebase(phases, remove=ids)
     return out

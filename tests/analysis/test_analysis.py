@@ -220,7 +220,7 @@ def test_no_steps_still_gives_the_gpu_timeline() -> None:
     ph = out["phases"]
     assert list(ph["phase"]) == ["outside"]
     assert (ph.iloc[0]["gpu_busy_ns"], ph.iloc[0]["comm_ns"], ph.iloc[0]["memcpy_ns"]) == (70 * US, 50 * US, 20 * US)
-    tl = out["gpu_timeline"].iloc[0]
+    tl = out["gpu_timeline"].to_pylist()[0]
     assert tl["outside_steps"] == 2 and tl["idle_ns"] == tl["span_ns"] - 70 * US
 
 

@@ -222,7 +222,7 @@ def test_pipeline_pass_fills_phases_and_conforms_to_schema(tables: dict[str, pd.
     # the energy pass runs right after
     out["phases"] = energy.energy_pass(t["gpu_activity"], t["steps"], out["phases"], counters, bound_ran=True,
                                        ceiling=H200)
-    ph = out["phases"]
+    ph = out["phases"].to_pandas()  # the energy pass's phases: an Arrow table
     assert list(ph["phase"]) == ["decode", "decode", "outside"]
     assert ph.loc[0, "energy_j"] == pytest.approx(0.23)  # 230 ns at 1 J per 1,000 ns
     assert ph.loc[0, "ceiling"] == "NVIDIA H200 (datasheet)"

@@ -97,7 +97,7 @@ def test_energy_from_counter_and_from_power() -> None:
     phases = pd.DataFrame({"request_id": [None], "phase": ["decode"]})
     steps = pd.DataFrame({"step_id": [0, 1], "request_id": 0, "kind": "decode", "tokens": 1,
                           "cpu_start_ns": [100_000_000, 400_000_000], "cpu_end_ns": [200_000_000, 500_000_000]})
-    out = energy.phase_energy(phases, steps, c)
+    out = energy.phase_energy(phases, steps, c).to_pandas()
     assert out.loc[0, "energy_j"] == pytest.approx(60.0) and out.loc[0, "energy_j_per_token"] == pytest.approx(30.0)
     assert "energy_j" not in phases  # input untouched
     g = pd.DataFrame({"ts_ns": [0, 100, 200], "metric": "dram_bw_util", "value": [10.0, 90.0, 50.0]})

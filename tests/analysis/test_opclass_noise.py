@@ -32,13 +32,13 @@ def test_each_step_splits_into_classes_that_add_up_to_its_window() -> None:
     # another thread (less op time inside the steps) is not the steps' thread: its op is left out
     ops = pd.concat([ops, _ops([(11, None, "aten::mm", 50, 200)], tid=8)], ignore_index=True)
     per = opclass.step_op_classes(ops, steps, span=(0, 2000))
-    got = {(r.step_id, r.op_class): r.time_ns for r in per.itertuples()}
+    got = {(r["step_id"], r["op_class"]): r["time_ns"] for r in per.to_pylist()}
     assert got[(0, "gemm")] == 300 and got[(0, "attention")] == 200 and got[(0, "norm")] == 60
     assert got[(0, "elementwise")] == 40 and got[(0, "framework")] == 1000 - 600
     assert got[(1, "gemm")] == 100 and got[(1, "sampling")] == 50 and got[(1, "framework")] == 350
     # outside: 2000 - 1000 - 500 = 500 ns, 30 of them the isin
     assert got[(-1, "sampling")] == 30 and got[(-1, "framework")] == 470
-    split = opclass.split(per).set_index(["phase", "op_class"])
+    split = opclass.split(per).to_pandas().set_index(["phase", "op_class"])
     assert split.loc[("prefill", "gemm"), "share"] == pytest.approx(0.3)
     assert split.loc[("decode", "framework"), "share"] == pytest.approx(0.7)
     assert split.loc[("outside", "framework"), "steps"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tracekit.analysis import phases
 
@@ -24,7 +25,8 @@ KERNELS = pd.DataFrame(
     columns=["step_id", "device", "kind", "name", "ts_ns", "dur_ns"]).astype({"step_id": "Int64"})
 
 
-def _rows(df: pd.DataFrame) -> dict[tuple[object, str], tuple]:
+def _rows(table: pa.Table) -> dict[tuple[object, str], tuple]:
+    df = table.to_pandas()
     cols = ["steps", "steps_captured", "time_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "memcpy_ns"]
     return {(None if pd.isna(r.request_id) else int(r.request_id), r.phase): tuple(int(getattr(r, c)) for c in cols)
             for r in df.itertuples()}
@@ -48,18 +50,18 @@ def test_the_outside_row_spans_its_kernels_without_a_trace_span() -> None:
     rows = _rows(phases.build(STEPS, KERNELS))
     assert rows[(None, "outside")] == (0, 0, 100, 100, 100, 0, 0)
     # no kernels at all: a CPU trace says nothing about GPU time, and there is no outside row
-    cpu_only = phases.build(STEPS, KERNELS.iloc[:0])
+    cpu_only = phases.build(STEPS, KERNELS.iloc[:0]).to_pandas()
     assert cpu_only["gpu_busy_ns"].isna().all() and cpu_only["idle_ns"].isna().all()
     assert list(cpu_only["time_ns"]) == [1000, 500, 600, 1000, 1100]
     assert "outside" not in set(cpu_only["phase"])
 
 
 def test_device_timeline_splits_each_device() -> None:
-    t = phases.device_timeline(KERNELS, (0, 4000)).set_index("device")
+    t = phases.device_timeline(KERNELS, (0, 4000)).to_pandas().set_index("device")
     cols = ["span_ns", "busy_ns", "compute_ns", "memcpy_ns", "comm_ns", "idle_ns", "activities", "outside_steps"]
     assert t.loc[0, cols].tolist() == [4000, 800, 500, 150, 200, 3200, 4, 0]
     assert t.loc[1, cols].tolist() == [4000, 300, 300, 0, 0, 3700, 3, 1]
-    own = phases.device_timeline(KERNELS, None).set_index("device")
+    own = phases.device_timeline(KERNELS, None).to_pandas().set_index("device")
     assert own.loc[0, "span_ns"] == 2200 - 100 and own.loc[1, "span_ns"] == 3100 - 200
     assert own.loc[1, "idle_ns"] == 2900 - 300
 
@@ -74,5 +76,12 @@ def test_a_device_busy_its_whole_span_has_no_idle_time() -> None:
     # two back-to-back kernels: [0, 100) and [100, 250)
     k = pd.DataFrame([(0, 0, "kernel", "gemm", 0, 100), (0, 0, "kernel", "gemm", 100, 150)],
                      columns=["step_id", "device", "kind", "name", "ts_ns", "dur_ns"]).astype({"step_id": "Int64"})
-    t = phases.device_timeline(k, None).set_index("device")
+    t = phases.device_timeline(k, None).to_pandas().set_index("device")
     assert t.loc[0, ["span_ns", "busy_ns", "idle_ns"]].tolist() == [250, 250, 0]
+
+
+def test_arrow_and_pandas_inputs_give_the_same_tables() -> None:
+    steps, kernels = pa.Table.from_pandas(STEPS), pa.Table.from_pandas(KERNELS)
+    for span in ((0, 4000), None):
+        assert phases.build(steps, kernels, span).equals(phases.build(STEPS, KERNELS, span))
+        assert phases.device_timeline(kernels, span).equals(phases.device_timeline(KERNELS, span))

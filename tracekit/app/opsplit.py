@@ -46,7 +46,7 @@ def cpu_split(run: RunDir) -> Any | None:
     if len(ts):
         end = ts + live.loc[ts.index, "dur_ns"].fillna(0)
         span = (int(ts.min()), int(end.max()))
-    split = opclass.split(opclass.step_op_classes(ops, steps, span))
+    split = opclass.split(opclass.step_op_classes(ops, steps, span)).to_pandas()
     return None if split.empty else split
 
 

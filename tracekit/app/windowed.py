@@ -508,8 +508,9 @@ def _analyse(run: RunDir, _analyze: ModuleType, warmup_requests: int | None, cei
                 if df is not None:
                     writers[name].write(output_table(name, df, rank, gpu))
             for name in kept:
-                if res.get(name) is not None:
-                    kept[name].append(res[name])
+                part = res.get(name)
+                if part is not None:  # the phases pass's gpu_timeline is an Arrow table
+                    kept[name].append(part.to_pandas() if isinstance(part, pa.Table) else part)
             # the requests pass's warnings are of the window's part of a request: the run's come from
             # the requests rebuilt over every step (_finish)
             warnings += [x for x in out.warnings if x not in warnings and not _request_warning(x)]

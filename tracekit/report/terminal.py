@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from tracekit.report.memory_summary import memory_text
 from tracekit.report.text import cell, markup_safe, visible
@@ -84,6 +85,7 @@ def analyze_lines(result: dict[str, Any]) -> list[str]:
     if ceiling is not None:
         lines.append(f"ceiling: {ceiling.describe()}")
     ph = result["phases"]
+    ph = ph.to_pandas() if isinstance(ph, pa.Table) else ph  # the warm-up pass's phases are an Arrow table
     for r in ph[ph["request_id"].isna()].to_dict("records"):
         if r["phase"] == OUTSIDE:  # not a phase: the time outside every step
             lines.append(f"outside every step: time {_ms(r['time_ns'])}, GPU busy {_ms(r['gpu_busy_ns'])}, "

@@ -60,7 +60,8 @@ def load_view(run: RunDir, warmup_requests: int | None = None) -> RunView:
     want = tuple(warmup_ids(tables.get("requests", pd.DataFrame()), m.get("warmup_requests") or [],
                             warmup_requests))
     if "phases" in tables:
-        tables["phases"] = rebase(tables["phases"], remove=set(want) - set(done), add=set(done) - set(want))
+        phases = rebase(tables["phases"], remove=set(want) - set(done), add=set(done) - set(want))
+        tables["phases"] = phases if isinstance(phases, pd.DataFrame) else phases.to_pandas()
     return RunView(run.run_id, m, tables, want, projected)
 
 

@@ -190,7 +190,8 @@ class _Stream:
 
         t, kind, grp, k1, k2, k3, k4, inst_, tag = (np.concatenate(c) for c in cols)
         ref = np.concatenate(refs)
-        del cols, refs  # the parts, and below the sort keys: the window's peak is its event columns
+        cols.clear()  # the parts (and below the sort keys): the window's peak is its event columns
+        refs.clear()
         if len(t):
             check_time(int(t.min()))
         ev = np.lexsort((inst_, k4, k3, k2, k1, grp, kind, t))

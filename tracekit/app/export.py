@@ -214,7 +214,7 @@ def export_from_trace(run: RunDir, out: Path, tables: Mapping[str, pa.Table]) ->
 
 # --- a whole run's Perfetto trace, a time window of the raw tables at a time -----------------------
 
-STREAM_ROWS = 1 << 15  # rows of each big table per export window, at most (and ties at a cut)
+STREAM_ROWS = 24_576  # rows of each big table per export window, at most (and ties at a cut)
 STREAMED = ("gpu_activity", "cpu_ops", "runtime")  # read through a time cursor; annotations held (small)
 TRACK_COLUMNS = {"gpu_activity": ("ts_ns", "device", "stream"),
                  **{t: ("ts_ns", "cat", "pid", "tid", "device", "stream", "captured") for t in ("cpu_ops", "runtime")}}

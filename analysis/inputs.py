@@ -7,7 +7,9 @@ built once per analysis (tracekit.app.analyze.load_input) and never changed.
 
 ``AnalysisOutput``: the tables the passes made, every warning they gave (in pass order), the workload,
 the warm-up decision and the check verdict. It reads as a mapping too (``out["steps"]``,
-``out["warnings"]``, ``out.get("check")``), the form the Python API has always handed out.
+``out["warnings"]``, ``out.get("check")``). A table is an Arrow table or a pandas frame, as its pass
+made it (the passes on arrays make Arrow: tracekit.analysis.arrays reads either); the store writes
+both, and the Python API (tracekit.open) hands out frames read back from the run's Parquet.
 """
 
 from __future__ import annotations

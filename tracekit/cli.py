@@ -199,10 +199,14 @@ def fit_address_space() -> None:
     """Under a limited address space (``ulimit -v``), one malloc arena for all threads, set before any
     thread starts: glibc gives a thread that allocates while another holds the lock an arena of its
     own, each reserving 64 MiB of address space, so Arrow's and DuckDB's worker threads would use up
-    the limit and abort the process. Nothing changes without a limit (or without glibc)."""
+    the limit and abort the process. And one thread in each of Arrow's pools (read when they start):
+    a pool that could not launch a worker left a dataset scan waiting on it for ever. Nothing changes
+    without a limit (or without glibc); a value the user set is kept."""
     if address_space_limit() is None:
         return
     os.environ.setdefault("MALLOC_ARENA_MAX", "1")  # the processes tracekit starts, too
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # Arrow's CPU pool
+    os.environ.setdefault("ARROW_IO_THREADS", "1")
     with suppress(OSError, AttributeError, TypeError):
         import ctypes
 

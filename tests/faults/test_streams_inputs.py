@@ -308,6 +308,25 @@ def test_a_name_too_long_for_the_file_system_is_said_as_such(tmp_path: Path) -> 
     assert not [p for p in (tmp_path / "ds").rglob("*") if p.is_dir() and p.name.startswith(("run_id=", "rank="))]
 
 
+def test_a_limited_address_space_gets_one_arena_and_one_arrow_thread_per_pool(tmp_path: Path) -> None:
+    """Under ``ulimit -v`` the CLI sets one malloc arena and one thread per Arrow pool before anything
+    starts a thread (a pool that could not launch a worker left a dataset scan waiting for ever); a
+    value the user set is kept; without a limit nothing is set."""
+    code = ("import os, tracekit.cli as c; c.fit_address_space(); "
+            "print([os.environ.get(k) for k in ('MALLOC_ARENA_MAX', 'OMP_NUM_THREADS', 'ARROW_IO_THREADS')])")
+    env = {k: v for k, v in {**os.environ, **ENV}.items()
+           if k not in ("MALLOC_ARENA_MAX", "OMP_NUM_THREADS", "ARROW_IO_THREADS")}
+
+    def run(limit: str, extra: dict[str, str]) -> str:
+        p = subprocess.run(["bash", "-c", f"ulimit -v {limit} && exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"],
+                           env={**env, **extra}, capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path)
+        return p.stdout.strip()
+
+    assert run("2000000", {}) == "['1', '1', '1']"
+    assert run("2000000", {"OMP_NUM_THREADS": "3"}) == "['1', '3', '1']"
+    assert run("unlimited", {}) == "[None, None, None]"
+
+
 def test_a_limited_address_space_is_said_as_such(tmp_path: Path, runs: Path) -> None:
     """``ulimit -v``: a query either runs (malloc keeps one arena, so its worker threads fit) or says
     that the address space was too small, in one line; never the C library's abort (exit 127)."""

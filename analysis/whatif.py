@@ -433,8 +433,8 @@ def _phase(ctx: _Ctx, ph: str, measured_step: PhaseStep) -> PhaseProjection:
         if qc.rate_of_peak and peak:
             # the quantized kernel's own rate bounds it where the rows are many (its FLOPs at that rate)
             floor = proj["flops"].fillna(0).to_numpy(dtype=float) / (qc.rate_of_peak * peak) * 1e9
-            proj = proj.assign(dur_ns=np.where(lin, np.maximum(proj["dur_ns"].to_numpy(dtype=float), floor),
-                                               proj["dur_ns"].to_numpy(dtype=float)))
+            d = proj["dur_ns"].to_numpy(dtype=float)
+            proj = proj.assign(dur_ns=np.where(lin, np.maximum(d, floor), d))
         host_ns = qc.host_ns * _host_speed(ctx, qc.host_ref_ns_per_linear) if qc.host_ns > 0 else 0.0
         proj, pstep = _with_host_quant(proj, rstep, host_ns, s)
         ctx.notes.append(f"{ph}: {quant} ({ex}): {n_lin} linear calls, each {host_ns / 1e3:,.0f} us more host "

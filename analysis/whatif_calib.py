@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from tracekit.analysis.whatif_constants import DEFAULT, Constants
-from tracekit.analysis.whatif_cost import static_cache_bytes
+from tracekit.analysis.whatif_cost import static_cache_bytes, text
 from tracekit.analysis.whatif_profile import Profile
 
 HOST_BOUND = 0.4  # a step whose kernels are busy under this fraction of its time is host-bound
@@ -133,7 +133,8 @@ def static_decode(profiles: Iterable[Profile]) -> list[float]:
             continue
         k = s.kernels
         key = (p.gpu, tuple(sorted((str(a), str(b)) for a, b in p.model.items())))
-        groups.setdefault(key, {}).setdefault(x, []).append(float(k.loc[k["kclass"].astype(str) != "gemm", "dur_ns"].sum()))
+        non_gemm = text(k, "kclass") != "gemm"
+        groups.setdefault(key, {}).setdefault(x, []).append(float(k.loc[non_gemm, "dur_ns"].sum()))
     out = []
     for by_x in groups.values():
         if len(by_x) < 2:
